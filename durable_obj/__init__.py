@@ -1,0 +1,70 @@
+"""durable_obj: a chDB database whose authoritative state lives in object
+storage you own, as a base snapshot plus a statement WAL under a head.json
+replaced only by compare-and-swap, with a fenced single-writer lease.
+
+    import durable_obj
+    obj = durable_obj.open("/tmp/agents/checkout-api", owner="ci-runner-7")
+    obj.execute("CREATE TABLE m (k String, v String) ENGINE = MergeTree ORDER BY k")
+    obj.execute("INSERT INTO m VALUES ('region', 'eu-central-1')")
+    obj.flush()        # the durability boundary: only now has it survived
+    print(obj.query("SELECT * FROM m"))
+    obj.close()
+
+`execute()` is local and NOT durable; `flush()` is.
+"""
+
+from durable_obj import errors
+from durable_obj.errors import (
+    BackendError,
+    ClassificationRefused,
+    Closed,
+    CommitAmbiguous,
+    Corrupt,
+    DurableError,
+    EngineError,
+    EngineIncompatible,
+    InvalidArgument,
+    LeaseError,
+    LeaseFenced,
+    LeaseHeld,
+    LimitExceeded,
+    MissingDependency,
+    Nondeterministic,
+    NotFound,
+    ProtocolUnsupported,
+    SecretRefused,
+    Timeout,
+    UnsupportedStore,
+)
+from durable_obj.namespace import Namespace, open
+from durable_obj.object import DurableObject, Result
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "ClassificationRefused",
+    "Closed",
+    "CommitAmbiguous",
+    "Corrupt",
+    "DurableError",
+    "DurableObject",
+    "EngineError",
+    "EngineIncompatible",
+    "InvalidArgument",
+    "LeaseError",
+    "LeaseFenced",
+    "LeaseHeld",
+    "LimitExceeded",
+    "MissingDependency",
+    "Namespace",
+    "Nondeterministic",
+    "NotFound",
+    "ProtocolUnsupported",
+    "Result",
+    "SecretRefused",
+    "Timeout",
+    "UnsupportedStore",
+    "errors",
+    "open",
+]

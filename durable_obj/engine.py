@@ -1,0 +1,268 @@
+"""The one module that imports chdb: a managed connection and the entry gates.
+
+What lives here:
+
+* `Engine`: a chDB connection in a private scratch directory with the
+  synchronous-write settings a durable object promises (an `execute()` that
+  returned has been applied, nothing completes behind the call), the current
+  database pinned, and BACKUP/RESTORE through chdb-core's own ABI
+  (`backup_database` / `restore_database`), so no BACKUP SQL is built here;
+* `Analysis` and the gates built on chdb-core's `classify_query`: one
+  statement, read-only vs mutating, secrets, writes only the object's
+  database, no database lifecycle. No regex over the caller's SQL decides
+  what a statement does.
+
+chDB runs one engine (one data path) per process. A second live object in the
+same process is refused with a message that says so; use a subprocess.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from durable_obj.errors import (
+    ClassificationRefused,
+    EngineError,
+    EngineIncompatible,
+    SecretRefused,
+)
+from durable_obj.protocol import BACKUP_FORMAT, ENGINE_NAME, version_lt
+
+#: Pinned on every managed connection: nothing may complete asynchronously.
+SYNCHRONOUS_SETTINGS = {
+    "async_insert": "0",
+    "wait_for_async_insert": "1",
+    "mutations_sync": "2",
+    "alter_sync": "2",
+}
+
+_REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
+_LIVE: list[Engine] = []
+_VERSION: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What chdb-core says a statement would do, without running it."""
+
+    query_class: str
+    statement_count: int
+    has_secrets: bool
+    writes_only_target_database: bool
+    changes_database_lifecycle: bool
+
+
+class Engine:
+    """A chDB connection scoped to one object's scratch directory."""
+
+    def __init__(self, data_path: str, backups_path: str) -> None:
+        global _VERSION
+        if _LIVE:
+            raise EngineError(
+                "chDB runs one engine per process and another durable object is open here; "
+                "close it first, or open this object in a subprocess"
+            )
+        try:
+            from chdb.state import sqlitelike
+        except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
+            raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
+        args = dict(SYNCHRONOUS_SETTINGS)
+        # BACKUP/RESTORE may only touch this object's own scratch.
+        args["backups.allowed_path"] = backups_path
+        conn_str = data_path + "?" + "&".join(f"{k}={v}" for k, v in args.items())
+        try:
+            self._conn: Any = sqlitelike.Connection(conn_str)
+        except Exception as exc:
+            raise EngineError(f"could not start the chDB engine: {exc}") from exc
+        self._raw: Any = getattr(self._conn, "_conn", None)
+        missing = [name for name in _REQUIRED_ABI if not hasattr(self._raw, name)]
+        if missing:
+            self._conn.close()
+            raise EngineIncompatible(
+                f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
+                "run: pip install -U chdb-core"
+            )
+        _LIVE.append(self)
+        if _VERSION is None:
+            _VERSION = self.text("SELECT chdb()", "TSV").strip()
+
+    @property
+    def version(self) -> str:
+        assert _VERSION is not None
+        return _VERSION
+
+    # -- statements ------------------------------------------------------
+    def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:
+        """Run `sql` and return its output. `redact` keeps the engine's message
+        (which may quote the statement) out of the error."""
+        try:
+            result = self._conn.query(sql, fmt)
+        except Exception as exc:
+            if redact:
+                raise EngineError(
+                    "the statement failed (engine message withheld: it carries a credential)"
+                ) from None
+            raise EngineError(f"chDB: {_clean(exc)}") from exc
+        data = result.data() if hasattr(result, "data") else result
+        return data if isinstance(data, str) else str(data)
+
+    def run(self, sql: str) -> None:
+        self.text(sql, "CSV")
+
+    def run_params(self, sql: str, params: dict[str, str]) -> str:
+        try:
+            result = self._conn.query(sql, "TSV", params=params)
+        except Exception as exc:
+            raise EngineError(f"chDB: {_clean(exc)}") from exc
+        data = result.data()
+        return data if isinstance(data, str) else str(data)
+
+    def use_database(self, db: str) -> None:
+        """Pin the current database; the name goes through a parameter."""
+        self.run_params("USE {db:Identifier}", {"db": db})
+
+    def create_database(self, db: str) -> None:
+        self.run_params("CREATE DATABASE IF NOT EXISTS {db:Identifier}", {"db": db})
+
+    def analyze(self, sql: str, db: str) -> Analysis:
+        try:
+            report = self._raw.classify_query(sql, db)
+        except Exception as exc:
+            raise EngineError(f"chDB could not analyse the statement: {_clean(exc)}") from None
+        qc = report["query_class"]
+        return Analysis(
+            query_class=str(getattr(qc, "name", qc)),
+            statement_count=int(report["statement_count"]),
+            has_secrets=bool(report["has_secrets"]),
+            writes_only_target_database=bool(report["writes_only_target_database"]),
+            changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
+        )
+
+    def syntax_error(self, sql: str) -> str:
+        """Where chDB's parser stops on `sql`, without quoting any of it."""
+        try:
+            self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
+        except Exception as exc:
+            match = re.search(r"failed at position (\d+)", str(exc))
+            if match:
+                return f"syntax error at position {match.group(1)}"
+            return "it does not parse"
+        return "it parses but is not a statement chDB can classify"
+
+    # -- Durable V1 ABI ---------------------------------------------------
+    def backup(self, db: str, path: str) -> None:
+        """A full backup (never incremental: an incremental archive records its
+        base by local path, which does not survive object storage)."""
+        try:
+            self._raw.backup_database(db, path)
+        except Exception as exc:
+            raise EngineError(f"backup of database {db!r} failed: {_clean(exc)}") from exc
+
+    def restore(self, db: str, path: str) -> None:
+        try:
+            self._raw.restore_database(db, path)
+        except Exception as exc:
+            raise EngineError(f"restore of database {db!r} failed: {_clean(exc)}") from exc
+
+    def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+def _clean(exc: BaseException) -> str:
+    """The engine's message without its stack trace."""
+    text = str(exc).split("Stack trace", 1)[0].strip()
+    return text[:2000]
+
+
+def check_compatible(*, name: str, backup_format: int, min_reader: str, running: str) -> None:
+    """The V1 open gate: engine name, archive generation, reader version."""
+    if name != ENGINE_NAME:
+        raise EngineIncompatible(
+            f"the object was written by engine {name!r}, not {ENGINE_NAME!r}; not opened"
+        )
+    if backup_format > BACKUP_FORMAT:
+        raise EngineIncompatible(
+            f"the object uses backup format {backup_format}; this engine restores up to "
+            f"{BACKUP_FORMAT}. Upgrade chdb to open it; nothing was changed."
+        )
+    older = version_lt(running, min_reader)
+    if older is None:
+        raise EngineIncompatible(
+            f"cannot order the running engine {running!r} against the object's min_reader "
+            f"{min_reader!r}; refusing rather than assuming compatibility"
+        )
+    if older:
+        raise EngineIncompatible(
+            f"the object needs chDB {min_reader} or newer; this engine is {running}. "
+            "Upgrade chdb-core; nothing was changed."
+        )
+
+
+def check_read(analysis: Analysis, syntax: str) -> None:
+    """query() takes exactly one read-only statement."""
+    if analysis.query_class == "UNKNOWN":
+        raise ClassificationRefused(f"query() could not classify the statement: {syntax}")
+    if analysis.statement_count != 1:
+        raise ClassificationRefused(
+            f"query() takes exactly one statement; chDB counted {analysis.statement_count}"
+        )
+    if analysis.query_class != "READ_ONLY":
+        raise ClassificationRefused(
+            f"query() takes a read-only statement; this one is {analysis.query_class}. "
+            "Use execute() for a change, which logs it to the WAL."
+        )
+
+
+def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
+    """execute() takes one statement that changes only the object's database.
+
+    Messages never quote the statement: it may carry a credential.
+    """
+    if analysis.query_class == "UNKNOWN":
+        raise ClassificationRefused(
+            f"execute() refused the statement: {syntax}. Nothing was run or logged."
+        )
+    if analysis.statement_count != 1:
+        raise ClassificationRefused(
+            f"execute() takes exactly one statement; chDB counted {analysis.statement_count}. "
+            "Nothing was run or logged; call execute() once per statement."
+        )
+    if analysis.query_class == "READ_ONLY":
+        raise ClassificationRefused(
+            "this statement changes nothing; use query(), which does not write the WAL"
+        )
+    if analysis.has_secrets:
+        raise SecretRefused(
+            "this mutation carries a credential, and WAL segments are stored as plain text; "
+            "it was not run or logged. Load the data in the caller and INSERT literals."
+        )
+    if analysis.query_class == "CONTROL":
+        raise ClassificationRefused(
+            "control statements (USE, SET, SYSTEM, BACKUP, RESTORE, per-statement settings "
+            "or writes outside the engine) are managed by the durable object; not run"
+        )
+    if analysis.query_class == "MUTATING_GLOBAL":
+        raise ClassificationRefused(
+            "this statement changes state outside every database (users, settings "
+            "profiles, ...), which a checkpoint cannot carry; not run"
+        )
+    if analysis.changes_database_lifecycle:
+        raise ClassificationRefused(
+            "creating, dropping or renaming a database changes the object's own container; "
+            "the durable object manages that. Not run."
+        )
+    if not analysis.writes_only_target_database:
+        raise ClassificationRefused(
+            f"chDB could not prove that every write lands in the object's database {db!r}; "
+            "a write to another database, system, a table function or a file is not part "
+            "of the object. Not run."
+        )

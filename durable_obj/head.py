@@ -1,0 +1,181 @@
+"""head.json: the lease and the manifest in one compare-and-swap document.
+
+Taking the lease, publishing a segment and replacing the base are each one
+conditional replace of this document, so there is never a moment when the
+lease says one thing and the manifest another.
+
+Validation is strict (V1 §4.5): a head that does not fit the schema is
+`Corrupt`, with the path of the first bad field, never coerced. Fields this
+version does not know are kept at every level and written back unchanged
+(§4.2), so a head survives a round trip through an older or newer writer.
+The `durable_obj` top-level field is our extension: a per-write nonce that
+guarantees every write changes the bytes (an S3 ETag is a content hash, so an
+identical rewrite would keep the old ETag and let a stale token win).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from durable_obj.errors import Corrupt, LimitExceeded
+from durable_obj.protocol import (
+    BACKUP_FORMAT,
+    ENGINE_NAME,
+    MAX_HEAD_BYTES,
+    MAX_SAFE_INT,
+    PROTOCOL_VERSION,
+    check_key,
+    check_sha256,
+)
+
+SafeInt = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+Key = Annotated[str, AfterValidator(check_key)]
+Sha256 = Annotated[str, AfterValidator(check_sha256)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+#: Top-level field that carries durable_obj's own extension data.
+EXTENSION = "durable_obj"
+
+
+class _Model(BaseModel):
+    # strict: no "1" for 1, no true for 1; extra="allow": unknown fields are
+    # kept in model_extra and dumped back in place.
+    model_config = ConfigDict(extra="allow", strict=True, validate_assignment=True)
+
+
+class ObjectRef(_Model):
+    """An immutable key and what it must be: both checked before any byte is used."""
+
+    key: Key
+    size: SafeInt
+    sha256: Sha256
+
+
+class Lease(_Model):
+    """Who may write, and until when (epoch seconds).
+
+    Released: owner, instance and expires_at are all null and the generation
+    stays. `generation` moves only when the owner changes.
+    """
+
+    generation: SafeInt
+    owner: NonEmpty | None = None
+    instance: NonEmpty | None = None
+    expires_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _all_or_nothing(self) -> Lease:
+        if self.owner is None:
+            if self.instance is not None or self.expires_at is not None:
+                raise ValueError(
+                    "a released lease must null owner, instance and expires_at together"
+                )
+        elif self.instance is None or self.expires_at is None:
+            raise ValueError("a held lease needs owner, instance and expires_at")
+        return self
+
+    @property
+    def released(self) -> bool:
+        return self.owner is None
+
+
+class Manifest(_Model):
+    """The database name, its base checkpoint, and the WAL to replay onto it."""
+
+    db: NonEmpty
+    base: ObjectRef | None = None
+    wal: list[ObjectRef] = Field(default_factory=list)
+    seq: SafeInt
+
+
+class EngineInfo(_Model):
+    """Which engine wrote the object; `backup_format` and `min_reader` gate readers."""
+
+    name: NonEmpty = ENGINE_NAME
+    version: NonEmpty
+    backup_format: SafeInt = BACKUP_FORMAT
+    min_reader: NonEmpty
+
+
+class ProtocolInfo(_Model):
+    version: Annotated[int, Field(ge=1, le=MAX_SAFE_INT)] = PROTOCOL_VERSION
+    reader_features: list[str] = Field(default_factory=list)
+    writer_features: list[str] = Field(default_factory=list)
+
+
+class Head(_Model):
+    protocol: ProtocolInfo
+    engine: EngineInfo
+    lease: Lease
+    manifest: Manifest
+
+    @classmethod
+    def cold(cls, *, db: str, engine_version: str, lease: Lease) -> Head:
+        """The head of an object that does not exist yet."""
+        return cls(
+            protocol=ProtocolInfo(),
+            engine=EngineInfo(version=engine_version, min_reader=engine_version),
+            lease=lease,
+            manifest=Manifest(db=db, seq=0),
+        )
+
+    @classmethod
+    def parse(cls, data: bytes) -> Head:
+        """Validate stored bytes. `Corrupt` names the first bad field."""
+        if len(data) > MAX_HEAD_BYTES:
+            raise LimitExceeded(
+                f"head.json is {len(data)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
+                "it was not read"
+            )
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Corrupt(f"head.json is not valid UTF-8 JSON ({exc}); nothing was opened") from exc
+        if not isinstance(doc, dict):
+            raise Corrupt(f"head.json must be a JSON object, not {type(doc).__name__}")
+        if "manifest" in doc and "protocol" not in doc and "engine" not in doc:
+            raise Corrupt(
+                "head.json has no 'protocol' or 'engine' section: it is the pre-V1 "
+                "chdb.durable shape, whose checkpoints carry no size or SHA-256 and cannot "
+                "be verified. Export it with that version and load it into a new object."
+            )
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            raise Corrupt(_describe(exc)) from None
+
+    def to_bytes(self) -> bytes:
+        """Serialize with a fresh nonce, so every write changes the bytes."""
+        doc = self.model_dump(mode="json")
+        ext = doc.get(EXTENSION)
+        ext = dict(ext) if isinstance(ext, dict) else {}
+        ext["nonce"] = uuid.uuid4().hex
+        doc[EXTENSION] = ext
+        body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        if len(body) > MAX_HEAD_BYTES:
+            raise LimitExceeded(
+                f"head.json would be {len(body)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
+                "nothing was published. checkpoint() to fold the WAL list away."
+            )
+        return body
+
+    def extension(self) -> dict[str, Any]:
+        """durable_obj's extension fields as read (empty for a chdb.durable head)."""
+        ext = (self.model_extra or {}).get(EXTENSION)
+        return dict(ext) if isinstance(ext, dict) else {}
+
+
+def _describe(exc: ValidationError) -> str:
+    """'head.manifest.wal[0].sha256: ...' for the first error, plus a count."""
+    errors = exc.errors(include_input=False, include_url=False)
+    first = errors[0]
+    path = "head"
+    for part in first["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"head.json is invalid at {path}: {msg}{more}; nothing was opened or changed"

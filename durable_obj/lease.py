@@ -1,0 +1,89 @@
+"""Lease arithmetic as pure functions of (lease, who, now).
+
+No I/O and no clock of its own: the state machine passes `now`, so every rule
+here is tested without sleeping. The fence itself is the head's
+compare-and-swap, not this arithmetic; these functions only decide what a
+writer may *attempt*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from durable_obj.errors import LeaseHeld
+from durable_obj.head import Lease
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """One live writer: a display name and a unique instance id."""
+
+    owner: str
+    instance: str
+
+
+def held_by_other(lease: Lease, me: Holder, now: float, clock_skew: float) -> bool:
+    """Does someone else hold `lease` at `now`, allowing for their clock?
+
+    A lease with the same owner name but another instance is someone else:
+    it may be a second live process that happens to share the name.
+    """
+    if lease.released or lease.instance == me.instance:
+        return False
+    assert lease.expires_at is not None  # validated: a held lease has an expiry
+    return now <= lease.expires_at + clock_skew
+
+
+def acquire(
+    lease: Lease, me: Holder, now: float, ttl: float, *, clock_skew: float, force: bool
+) -> tuple[Lease, bool]:
+    """The lease `me` may CAS into the head, and whether that is a forced
+    takeover of a live holder. Raises `LeaseHeld` when it may not.
+
+    Every change of owner moves the generation, which is what fences the
+    previous holder: its next commit no longer matches.
+    """
+    forced = held_by_other(lease, me, now, clock_skew)
+    if forced and not force:
+        remaining = (lease.expires_at or now) - now
+        raise LeaseHeld(
+            f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
+            f"generation {lease.generation}) for another {max(remaining, 0.0):.0f} s; "
+            "nothing was changed. Open it read_only=True, wait for the lease to expire, or "
+            "pass force=True if that writer is known to be gone (its unflushed writes are lost)."
+        )
+    taken = lease.model_copy(
+        update={
+            "generation": lease.generation + 1,
+            "owner": me.owner,
+            "instance": me.instance,
+            "expires_at": now + ttl,
+        }
+    )
+    return taken, forced
+
+
+def cold(me: Holder, now: float, ttl: float) -> Lease:
+    """The first lease of a new object: generation 1."""
+    return Lease(generation=1, owner=me.owner, instance=me.instance, expires_at=now + ttl)
+
+
+def renew(lease: Lease, now: float, ttl: float) -> Lease:
+    """Same owner, same generation, a later expiry: a heartbeat moves nothing else."""
+    return lease.model_copy(update={"expires_at": now + ttl})
+
+
+def release(lease: Lease) -> Lease:
+    """Null owner, instance and expiry together; keep the generation."""
+    return lease.model_copy(update={"owner": None, "instance": None, "expires_at": None})
+
+
+def owns(lease: Lease, me: Holder, generation: int) -> bool:
+    """Is `lease` still ours: our instance, at the generation we took?"""
+    return lease.instance == me.instance and lease.generation == generation
+
+
+def must_self_fence(local_expiry: float, now: float) -> bool:
+    """A writer that could not renew before its own lease ran out stops writing:
+    from that instant another writer may legally take over."""
+    return now >= local_expiry

@@ -1,0 +1,68 @@
+"""Per-object options, validated once, with a sane default for each."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from durable_obj.errors import InvalidArgument
+from durable_obj.protocol import (
+    DEFAULT_CLOCK_SKEW,
+    DEFAULT_COMMIT_DEADLINE,
+    DEFAULT_DATABASE,
+    DEFAULT_LEASE_TTL,
+    HEARTBEAT_TTL_FRACTION,
+)
+
+Seconds = float
+
+
+class Options(BaseModel):
+    """What `open()` and `Namespace()` accept as keyword options."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Seconds a writer's lease lasts without renewal.
+    lease_ttl: Seconds = Field(default=DEFAULT_LEASE_TTL, gt=0, allow_inf_nan=False)
+    #: Seconds between renewals; at most lease_ttl / 3 (default exactly that).
+    heartbeat_interval: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: Allowance added to another writer's expiry before a normal takeover.
+    clock_skew: Seconds = Field(default=DEFAULT_CLOCK_SKEW, ge=0, allow_inf_nan=False)
+    #: How long a commit retries before reporting commit_ambiguous or backend.
+    commit_deadline: Seconds = Field(default=DEFAULT_COMMIT_DEADLINE, gt=0, allow_inf_nan=False)
+    #: Database name of a new object (an existing object's head decides).
+    db: str = Field(default=DEFAULT_DATABASE, min_length=1, max_length=200)
+    #: Parallel fetches of base and WAL segments during open.
+    fetch_concurrency: int = Field(default=8, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _heartbeat_fits(self) -> Options:
+        limit = self.lease_ttl * HEARTBEAT_TTL_FRACTION
+        if self.heartbeat_interval is not None and self.heartbeat_interval > limit + 1e-9:
+            raise ValueError(
+                f"heartbeat_interval {self.heartbeat_interval} s is over lease_ttl / 3 "
+                f"({limit:.3g} s): one lost renewal would let the lease lapse"
+            )
+        return self
+
+    @property
+    def heartbeat(self) -> float:
+        if self.heartbeat_interval is not None:
+            return self.heartbeat_interval
+        return self.lease_ttl * HEARTBEAT_TTL_FRACTION
+
+
+def make_options(values: dict[str, Any]) -> Options:
+    """Validate keyword options; `InvalidArgument` names the bad one."""
+    try:
+        opts = Options(**values)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = ".".join(str(p) for p in err["loc"]) or "options"
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            known = ", ".join(sorted(Options.model_fields))
+            msg = f"unknown option; the options are {known}"
+        raise InvalidArgument(f"option {name}: {msg}") from None
+    return opts

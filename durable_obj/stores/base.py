@@ -1,0 +1,115 @@
+"""What a durable object needs from storage, and nothing more.
+
+Two operations carry the whole protocol, and each must be the provider's own
+atomic primitive, never a read followed by a write:
+
+* `create(key, data)`: publish an immutable key nobody else can take
+  (a WAL segment, a checkpoint, a brand-new head);
+* `replace(key, data, version)`: replace the head only if it is still the
+  version we read. This compare-and-swap is the lease fence.
+
+The outcome of a conditional write is one of three things, and the types say
+which: a `Version` (it applied), `None` (the precondition failed: a lost race,
+not an error), or `StoreAmbiguous` (the answer was lost; the caller reconciles
+by reading back). Every other failure is `BackendError` with a message that
+names the store and never a credential.
+
+Keys are relative to the store's root, '/'-separated. A store refuses a key
+that would leave its root.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import BackendError
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+
+@dataclass(frozen=True, slots=True)
+class Version:
+    """An opaque compare-and-swap token (ETag, generation, content hash)."""
+
+    token: str
+
+
+@dataclass(frozen=True, slots=True)
+class Blob:
+    """A key's bytes and the version they were read at, from one request."""
+
+    data: bytes
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One listed key: its path below the store root, size, and mtime (epoch s)."""
+
+    key: str
+    size: int
+    modified: float | None
+
+
+class Store(abc.ABC):
+    """A key/value store rooted at a namespace, with atomic conditional writes."""
+
+    #: The URL protocol this store serves ("file", "memory", "s3", ...).
+    protocol: str = ""
+
+    @property
+    @abc.abstractmethod
+    def url(self) -> str:
+        """The root as a URL for messages; never carries a credential."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> Blob | None:
+        """The bytes and version of `key`, or None if it does not exist."""
+
+    @abc.abstractmethod
+    def create(self, key: str, data: bytes) -> Version | None:
+        """Write `key` only if absent. None: it already existed."""
+
+    @abc.abstractmethod
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        """Stream the file at `path` to `key` only if absent, in bounded memory.
+        None: it already existed."""
+
+    @abc.abstractmethod
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        """Replace `key` only if its current version is `version`.
+        None: it changed or vanished since."""
+
+    @abc.abstractmethod
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        """Stream `key` to the file `path` in bounded memory; the file appears
+        only once complete. False if the key does not exist."""
+
+    @abc.abstractmethod
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        """Every key below `prefix` (recursively), sorted by key."""
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove `key`; a missing key is not an error."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
+        """Release clients and sessions."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def join_key(*parts: str) -> str:
+    """Join key parts with '/', ignoring empty parts and stray slashes."""
+    return "/".join(p.strip("/") for p in parts if p.strip("/"))
+
+
+def check_relative(key: str, store: Store) -> str:
+    """Refuse a key that could leave the store's root."""
+    if key.startswith("/") or "\\" in key or any(seg in ("", ".", "..") for seg in key.split("/")):
+        raise BackendError(f"refusing key {key!r} on {store.url}: it is not a plain relative key")
+    return key

@@ -1,0 +1,215 @@
+"""A local folder as a store, atomic across processes on one host.
+
+* create: the bytes are written and fsynced to a staging file beside the
+  target, then `os.link`ed into place. link(2) fails if the name exists, so
+  exactly one creator wins, and a reader never sees a half-written key.
+* replace: under an exclusive `flock` on `<key>.lock` (the same lock file
+  chdb.durable's local backend takes, so the two exclude each other), the
+  current bytes are hashed and compared with the caller's version, then a
+  fsynced temp file is renamed over the key.
+* version token: the SHA-256 of the content. Unlike mtime+size it cannot
+  repeat while the content changes (two writes in one clock tick, or a
+  clock step back, give equal mtimes), and durable_obj changes the head's
+  bytes on every write (a fresh nonce), so a stale token never matches.
+
+Not for a network filesystem: flock and link semantics over NFS/SMB vary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import BackendError
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+_CHUNK = 4 * 1024 * 1024
+#: Files this store (or chdb.durable's local backend) keeps beside keys.
+_PRIVATE_SUFFIXES = (".lock", ".staging", ".tmp", ".part")
+
+
+def _version_of(data: bytes) -> Version:
+    return Version(hashlib.sha256(data).hexdigest())
+
+
+def _fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FileStore(Store):
+    protocol = "file"
+
+    def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
+        self._root = os.path.abspath(root)
+        opts = storage_options or {}
+        #: fsync every published file and its directory (power-loss safety).
+        self._fsync = bool(opts.get("fsync", True))
+
+    @property
+    def url(self) -> str:
+        return f"file://{self._root}"
+
+    def _path(self, key: str) -> str:
+        check_relative(key, self)
+        return os.path.join(self._root, *key.split("/"))
+
+    def _fail(self, action: str, key: str, exc: OSError) -> BackendError:
+        reason = exc.strerror or type(exc).__name__
+        return BackendError(f"{action} {key!r} in {self.url} failed: {reason}")
+
+    @contextmanager
+    def _locked(self, path: str) -> Iterator[None]:
+        with open(path + ".lock", "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def _publish_staged(self, staged: str, target: str) -> bool:
+        try:
+            os.link(staged, target)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(staged)
+        if self._fsync:
+            _fsync_dir(os.path.dirname(target))
+        return True
+
+    def get(self, key: str) -> Blob | None:
+        path = self._path(key)
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except FileNotFoundError:
+            return None
+        except IsADirectoryError:
+            return None
+        except OSError as exc:
+            raise self._fail("reading", key, exc) from exc
+        return Blob(data, _version_of(data))
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        path = self._path(key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            staged = f"{path}.{uuid.uuid4().hex}.staging"
+            with open(staged, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                if self._fsync:
+                    os.fsync(handle.fileno())
+            if not self._publish_staged(staged, path):
+                return None
+        except OSError as exc:
+            raise self._fail("creating", key, exc) from exc
+        return _version_of(data)
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        target = self._path(key)
+        digest = hashlib.sha256()
+        try:
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            staged = f"{target}.{uuid.uuid4().hex}.staging"
+            if callback is not None:
+                callback.set_size(os.path.getsize(path))
+            with open(path, "rb") as src, open(staged, "wb") as dst:
+                while chunk := src.read(_CHUNK):
+                    dst.write(chunk)
+                    digest.update(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
+                dst.flush()
+                if self._fsync:
+                    os.fsync(dst.fileno())
+            if not self._publish_staged(staged, target):
+                return None
+        except OSError as exc:
+            raise self._fail("uploading", key, exc) from exc
+        return Version(digest.hexdigest())
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        path = self._path(key)
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            with self._locked(path):
+                try:
+                    with open(path, "rb") as handle:
+                        current = handle.read()
+                except FileNotFoundError:
+                    return None
+                if _version_of(current) != version:
+                    return None
+                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
+                with open(tmp, "wb") as handle:
+                    handle.write(data)
+                    handle.flush()
+                    if self._fsync:
+                        os.fsync(handle.fileno())
+                os.replace(tmp, path)
+                if self._fsync:
+                    _fsync_dir(os.path.dirname(path))
+        except OSError as exc:
+            raise self._fail("replacing", key, exc) from exc
+        return _version_of(data)
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        source = self._path(key)
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+        try:
+            try:
+                src = open(source, "rb")  # noqa: SIM115 - closed below, before the rename
+            except (FileNotFoundError, IsADirectoryError):
+                return False
+            with src, open(tmp, "wb") as dst:
+                if callback is not None:
+                    callback.set_size(os.fstat(src.fileno()).st_size)
+                while chunk := src.read(_CHUNK):
+                    dst.write(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
+            os.replace(tmp, path)
+        except OSError as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise self._fail("downloading", key, exc) from exc
+        return True
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        top = self._path(prefix) if prefix else self._root
+        found: list[Entry] = []
+        for dirpath, _dirs, files in os.walk(top):
+            for name in files:
+                if name.endswith(_PRIVATE_SUFFIXES):
+                    continue
+                full = os.path.join(dirpath, name)
+                try:
+                    st = os.stat(full)
+                except FileNotFoundError:
+                    continue
+                rel = os.path.relpath(full, self._root).replace(os.sep, "/")
+                found.append(Entry(rel, st.st_size, st.st_mtime))
+        found.sort(key=lambda e: e.key)
+        return found
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._fail("deleting", key, exc) from exc

@@ -1,0 +1,216 @@
+"""The store conformance suite: what every store must do, as pytest tests.
+
+A store's test class subclasses `StoreTests` and provides the `store` fixture
+(a fresh, empty root per test). Stores that several processes can share set
+`cross_process = True` and provide `store_url` / `storage_options` so child
+processes can open the same root through `open_store`.
+
+    class TestFileStore(StoreTests):
+        cross_process = True
+
+        @pytest.fixture
+        def store(self, tmp_path):
+            return FileStore(str(tmp_path))
+"""
+
+from __future__ import annotations
+
+import hashlib
+import multiprocessing
+import os
+import resource
+import threading
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from durable_obj.stores import Store, Version, open_store
+
+#: Race rounds and racers per round.
+RACE_ROUNDS = 20
+RACERS = 8
+
+
+def _race_create(url: str, options: dict[str, Any], key: str, me: int) -> bool:
+    store = open_store(url, options)
+    return store.create(key, f"racer-{me}".encode()) is not None
+
+
+def _race_replace(url: str, options: dict[str, Any], key: str, token: str, me: int) -> bool:
+    store = open_store(url, options)
+    return store.replace(key, f"racer-{me}".encode(), Version(token)) is not None
+
+
+class StoreTests:
+    """Subclass and provide a `store` fixture."""
+
+    cross_process: bool = False
+    #: Size of the streamed transfer test; cloud stores raise it to 200 MB.
+    stream_bytes: int = 24 * 1024 * 1024
+
+    @pytest.fixture
+    def store(self) -> Store:  # pragma: no cover - always overridden
+        raise NotImplementedError
+
+    def store_url(self, store: Store) -> str:
+        return store.url
+
+    def storage_options(self, store: Store) -> dict[str, Any]:
+        return {}
+
+    # -- create ---------------------------------------------------------
+    def test_get_missing(self, store: Store) -> None:
+        assert store.get("nope/head.json") is None
+
+    def test_create_twice(self, store: Store) -> None:
+        first = store.create("a/k", b"one")
+        assert first is not None
+        assert store.create("a/k", b"two") is None
+        blob = store.get("a/k")
+        assert blob is not None
+        assert blob.data == b"one"
+        assert blob.version == first
+
+    def test_create_empty(self, store: Store) -> None:
+        assert store.create("a/empty", b"") is not None
+        blob = store.get("a/empty")
+        assert blob is not None and blob.data == b""
+
+    # -- replace --------------------------------------------------------
+    def test_read_your_write(self, store: Store) -> None:
+        v1 = store.create("h", b"v1")
+        assert v1 is not None
+        v2 = store.replace("h", b"v2", v1)
+        assert v2 is not None and v2 != v1
+        blob = store.get("h")
+        assert blob is not None and blob.data == b"v2" and blob.version == v2
+
+    def test_replace_with_stale_version(self, store: Store) -> None:
+        v1 = store.create("h", b"v1")
+        assert v1 is not None
+        v2 = store.replace("h", b"v2", v1)
+        assert v2 is not None
+        assert store.replace("h", b"v3", v1) is None
+        blob = store.get("h")
+        assert blob is not None and blob.data == b"v2"
+
+    def test_replace_missing_key(self, store: Store) -> None:
+        v1 = store.create("h", b"v1")
+        assert v1 is not None
+        assert store.replace("other", b"x", v1) is None
+        assert store.get("other") is None
+
+    def test_replace_after_delete(self, store: Store) -> None:
+        v1 = store.create("h", b"v1")
+        assert v1 is not None
+        store.delete("h")
+        assert store.replace("h", b"x", v1) is None
+        assert store.get("h") is None
+
+    # -- streaming ------------------------------------------------------
+    def test_stream_file_roundtrip(self, store: Store, tmp_path: Any) -> None:
+        src = os.path.join(str(tmp_path), "src.bin")
+        digest = hashlib.sha256()
+        block = os.urandom(1024 * 1024)
+        with open(src, "wb") as handle:
+            for i in range(self.stream_bytes // len(block)):
+                chunk = block[:-1] + bytes([i % 256])
+                handle.write(chunk)
+                digest.update(chunk)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        assert store.create_file("ckpt/big.tar", src) is not None
+        assert store.create_file("ckpt/big.tar", src) is None
+        dst = os.path.join(str(tmp_path), "dst.bin")
+        assert store.download("ckpt/big.tar", dst)
+        growth_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        check = hashlib.sha256()
+        with open(dst, "rb") as handle:
+            while chunk := handle.read(1 << 20):
+                check.update(chunk)
+        assert check.hexdigest() == digest.hexdigest()
+        if store.protocol != "memory":
+            # Bounded memory: peak RSS grows by far less than the payload.
+            assert growth_kib * 1024 < self.stream_bytes // 2
+
+    def test_download_missing(self, store: Store, tmp_path: Any) -> None:
+        dst = os.path.join(str(tmp_path), "x")
+        assert store.download("missing", dst) is False
+        assert not os.path.exists(dst)
+
+    # -- listing and delete ---------------------------------------------
+    def test_list_and_delete(self, store: Store) -> None:
+        for key in ("o1/head.json", "o1/wal/1.jsonl", "o2/head.json", "o10/head.json"):
+            assert store.create(key, key.encode()) is not None
+        assert [e.key for e in store.list_keys("o1")] == ["o1/head.json", "o1/wal/1.jsonl"]
+        everything = store.list_keys()
+        assert [e.key for e in everything] == sorted(
+            ["o1/head.json", "o1/wal/1.jsonl", "o2/head.json", "o10/head.json"]
+        )
+        assert all(e.size == len(e.key) for e in everything)
+        store.delete("o1/wal/1.jsonl")
+        store.delete("o1/wal/1.jsonl")
+        assert [e.key for e in store.list_keys("o1")] == ["o1/head.json"]
+
+    def test_key_escape_refused(self, store: Store) -> None:
+        from durable_obj.errors import BackendError
+
+        for bad in ("../x", "a/../../x", "/abs", "a//b"):
+            with pytest.raises(BackendError):
+                store.create(bad, b"x")
+
+    # -- races ----------------------------------------------------------
+    def test_thread_race_create(self, store: Store) -> None:
+        for _ in range(RACE_ROUNDS):
+            key = f"race/{uuid.uuid4().hex}"
+            barrier = threading.Barrier(RACERS)
+
+            def go(me: int, key: str = key, barrier: threading.Barrier = barrier) -> bool:
+                barrier.wait()
+                return store.create(key, f"racer-{me}".encode()) is not None
+
+            with ThreadPoolExecutor(RACERS) as pool:
+                wins = list(pool.map(go, range(RACERS)))
+            assert sum(wins) == 1
+            blob = store.get(key)
+            assert blob is not None and blob.data == f"racer-{wins.index(True)}".encode()
+
+    def test_thread_race_replace(self, store: Store) -> None:
+        key = f"race/{uuid.uuid4().hex}"
+        version = store.create(key, b"start")
+        assert version is not None
+        for _ in range(RACE_ROUNDS):
+            barrier = threading.Barrier(RACERS)
+
+            def go(me: int, v: Version = version, barrier: threading.Barrier = barrier) -> bool:
+                barrier.wait()
+                return store.replace(key, f"racer-{me}-{uuid.uuid4().hex}".encode(), v) is not None
+
+            with ThreadPoolExecutor(RACERS) as pool:
+                wins = list(pool.map(go, range(RACERS)))
+            assert sum(wins) == 1
+            blob = store.get(key)
+            assert blob is not None
+            assert blob.data.startswith(f"racer-{wins.index(True)}-".encode())
+            version = blob.version
+
+    def test_process_race_create_and_replace(self, store: Store) -> None:
+        if not self.cross_process:
+            pytest.skip("this store is private to one process")
+        url, options = self.store_url(store), self.storage_options(store)
+        ctx = multiprocessing.get_context("spawn")
+        with ctx.Pool(RACERS) as pool:
+            for _ in range(RACE_ROUNDS):
+                key = f"prace/{uuid.uuid4().hex}"
+                wins = pool.starmap(_race_create, [(url, options, key, i) for i in range(RACERS)])
+                assert sum(wins) == 1
+                blob = store.get(key)
+                assert blob is not None
+                wins = pool.starmap(
+                    _race_replace,
+                    [(url, options, key, blob.version.token, i) for i in range(RACERS)],
+                )
+                assert sum(wins) == 1
+                after = store.get(key)
+                assert after is not None and after.data == f"racer-{wins.index(True)}".encode()
