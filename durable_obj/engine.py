@@ -18,6 +18,7 @@ same process is refused with a message that says so; use a subprocess.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -171,10 +172,8 @@ class Engine:
         if self in _LIVE:
             _LIVE.remove(self)
         if conn is not None:
-            try:
+            with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
-            except Exception:
-                pass
 
 
 def _clean(exc: BaseException) -> str:
