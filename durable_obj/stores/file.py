@@ -7,10 +7,14 @@
   chdb.durable's local backend takes, so the two exclude each other), the
   current bytes are hashed and compared with the caller's version, then a
   fsynced temp file is renamed over the key.
-* version token: the SHA-256 of the content. Unlike mtime+size it cannot
-  repeat while the content changes (two writes in one clock tick, or a
-  clock step back, give equal mtimes), and durable_obj changes the head's
-  bytes on every write (a fresh nonce), so a stale token never matches.
+* version token: a random nonce stored in an extended attribute of the
+  file's inode (set before the file is linked or renamed into place, so it
+  is atomic with the content) plus the SHA-256 of the content. It never
+  repeats, even when the same bytes are written again; mtime+size would
+  (two writes in one clock tick, or a clock step back). On a filesystem
+  without user xattrs, or for a file chdb.durable wrote, the token is the
+  content hash alone, which changes on every head write because each head
+  carries a fresh nonce.
 
 Not for a network filesystem: flock and link semantics over NFS/SMB vary.
 """
@@ -36,8 +40,28 @@ _CHUNK = 4 * 1024 * 1024
 _PRIVATE_SUFFIXES = (".lock", ".staging", ".tmp", ".part")
 
 
-def _version_of(data: bytes) -> Version:
-    return Version(hashlib.sha256(data).hexdigest())
+_XATTR = "user.durable_obj.version"
+
+
+def _version_of(data: bytes, nonce: str = "") -> Version:
+    return Version(f"{nonce}:{hashlib.sha256(data).hexdigest()}")
+
+
+def _stamp(fd: int) -> str:
+    """Give the inode behind `fd` a fresh nonce; "" where xattrs are unsupported."""
+    nonce = uuid.uuid4().hex
+    try:
+        os.setxattr(fd, _XATTR, nonce.encode())
+    except OSError:
+        return ""
+    return nonce
+
+
+def _nonce(fd: int) -> str:
+    try:
+        return os.getxattr(fd, _XATTR).decode("ascii", "replace")
+    except OSError:
+        return ""
 
 
 def _fsync_dir(path: str) -> None:
@@ -93,14 +117,14 @@ class FileStore(Store):
         path = self._path(key)
         try:
             with open(path, "rb") as handle:
+                # One inode: the nonce and the bytes describe the same write.
+                nonce = _nonce(handle.fileno())
                 data = handle.read()
-        except FileNotFoundError:
-            return None
-        except IsADirectoryError:
+        except (FileNotFoundError, IsADirectoryError):
             return None
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
-        return Blob(data, _version_of(data))
+        return Blob(data, _version_of(data, nonce))
 
     def create(self, key: str, data: bytes) -> Version | None:
         path = self._path(key)
@@ -108,6 +132,7 @@ class FileStore(Store):
             os.makedirs(os.path.dirname(path), exist_ok=True)
             staged = f"{path}.{uuid.uuid4().hex}.staging"
             with open(staged, "wb") as handle:
+                nonce = _stamp(handle.fileno())
                 handle.write(data)
                 handle.flush()
                 if self._fsync:
@@ -116,7 +141,7 @@ class FileStore(Store):
                 return None
         except OSError as exc:
             raise self._fail("creating", key, exc) from exc
-        return _version_of(data)
+        return _version_of(data, nonce)
 
     def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
         target = self._path(key)
@@ -127,6 +152,7 @@ class FileStore(Store):
             if callback is not None:
                 callback.set_size(os.path.getsize(path))
             with open(path, "rb") as src, open(staged, "wb") as dst:
+                nonce = _stamp(dst.fileno())
                 while chunk := src.read(_CHUNK):
                     dst.write(chunk)
                     digest.update(chunk)
@@ -139,7 +165,7 @@ class FileStore(Store):
                 return None
         except OSError as exc:
             raise self._fail("uploading", key, exc) from exc
-        return Version(digest.hexdigest())
+        return Version(f"{nonce}:{digest.hexdigest()}")
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         path = self._path(key)
@@ -148,13 +174,14 @@ class FileStore(Store):
             with self._locked(path):
                 try:
                     with open(path, "rb") as handle:
-                        current = handle.read()
+                        current = _version_of(handle.read(), _nonce(handle.fileno()))
                 except FileNotFoundError:
                     return None
-                if _version_of(current) != version:
+                if current != version:
                     return None
                 tmp = f"{path}.{uuid.uuid4().hex}.tmp"
                 with open(tmp, "wb") as handle:
+                    nonce = _stamp(handle.fileno())
                     handle.write(data)
                     handle.flush()
                     if self._fsync:
@@ -164,7 +191,7 @@ class FileStore(Store):
                     _fsync_dir(os.path.dirname(path))
         except OSError as exc:
             raise self._fail("replacing", key, exc) from exc
-        return _version_of(data)
+        return _version_of(data, nonce)
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         source = self._path(key)

@@ -1,0 +1,29 @@
+"""Shared fixtures. Hypothesis profiles: HYPOTHESIS_PROFILE=ci (default) or nightly."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "nightly", max_examples=5000, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=30, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+@pytest.fixture(params=["memory", "file"])
+def ns_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty namespace URL on each in-process store."""
+    if request.param == "memory":
+        yield f"memory://test-{uuid.uuid4().hex}"
+    else:
+        yield str(tmp_path / "ns")

@@ -1,0 +1,87 @@
+"""The conformance suite on the in-process stores."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable_obj.errors import MissingDependency, UnsupportedStore
+from durable_obj.stores import Store, open_store, split_url
+from durable_obj.stores.file import FileStore
+from durable_obj.stores.memory import MemoryStore
+from durable_obj.testing.conformance import SharedStoreTests, StoreTests
+
+
+class TestMemoryStore(StoreTests):
+    stream_bytes = 8 * 1024 * 1024
+
+    @pytest.fixture
+    def store(self) -> Store:
+        return MemoryStore(f"conf-{uuid.uuid4().hex}")
+
+
+class TestFileStore(SharedStoreTests):
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        return FileStore(str(tmp_path / "root"))
+
+    def storage_options(self, store: Store) -> dict[str, Any]:
+        return {}
+
+    def test_no_private_files_listed(self, store: Store) -> None:
+        v = store.create("o/head.json", b"1")
+        assert v is not None
+        assert store.replace("o/head.json", b"2", v) is not None
+        # the lock file beside the head is the store's, not a key
+        assert [e.key for e in store.list_keys()] == ["o/head.json"]
+
+    def test_same_bytes_new_token(self, store: Store) -> None:
+        # The token never repeats, even for an identical rewrite.
+        v1 = store.create("h", b"same")
+        assert v1 is not None
+        v2 = store.replace("h", b"same", v1)
+        assert v2 is not None and v2 != v1
+        assert store.replace("h", b"same", v1) is None
+        blob = store.get("h")
+        assert blob is not None and blob.version == v2
+
+    def test_token_is_not_mtime(self, store: Store) -> None:
+        # Two different contents written within one clock tick still get
+        # different tokens, and the stale one never matches.
+        v1 = store.create("h", b"a" * 10)
+        assert v1 is not None
+        v2 = store.replace("h", b"b" * 10, v1)
+        assert v2 is not None and v2 != v1
+        assert store.replace("h", b"c" * 10, v1) is None
+
+
+def test_split_url() -> None:
+    assert split_url("memory://ns/a") == ("memory", "ns/a")
+    assert split_url("file:///tmp/x") == ("file", "/tmp/x")
+    assert split_url("/tmp/x") == ("file", "/tmp/x")
+    assert split_url("local:/tmp/x") == ("file", "/tmp/x")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1/x", "ftp://127.0.0.1/x", "sftp://h/x"])
+def test_unsupported_protocol_named(url: str) -> None:
+    with pytest.raises(UnsupportedStore) as info:
+        open_store(url)
+    message = str(info.value)
+    assert "file://" in message and "memory://" in message
+    assert info.value.category == "invalid_argument"
+
+
+def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    from durable_obj.stores import REGISTRY, _Registration
+
+    monkeypatch.setitem(
+        REGISTRY,
+        "fake",
+        _Registration("durable_obj.stores.memory:MemoryStore", "fake", ("no_such_mod_xyz",)),
+    )
+    with pytest.raises(MissingDependency) as info:
+        open_store("fake://bucket/x")
+    assert "pip install 'durable_obj[fake]'" in str(info.value)

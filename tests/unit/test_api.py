@@ -1,0 +1,76 @@
+"""The public surface: __all__, the error tree, options, URL splitting."""
+
+from __future__ import annotations
+
+import pytest
+
+import durable_obj
+from durable_obj import errors
+from durable_obj.namespace import check_oid, split_object_url
+from durable_obj.options import make_options
+
+
+def test_all_is_pinned() -> None:
+    assert set(durable_obj.__all__) == {
+        "BackendError", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
+        "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "InvalidArgument",
+        "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded", "MissingDependency",
+        "Namespace", "Nondeterministic", "NotFound", "ProtocolUnsupported", "Result",
+        "SecretRefused", "Timeout", "UnsupportedStore", "errors", "open",
+    }  # fmt: skip
+    for name in durable_obj.__all__:
+        assert hasattr(durable_obj, name)
+
+
+def test_exception_tree() -> None:
+    v1 = {
+        "not_found", "lease_held", "lease_fenced", "engine_incompatible",
+        "protocol_unsupported", "corrupt", "classification_refused", "secret_refused",
+        "engine", "backend", "timeout", "commit_ambiguous", "limit_exceeded", "closed",
+    }  # fmt: skip
+    assert v1 | {"nondeterministic", "invalid_argument"} == set(errors.CATEGORIES)
+    for category, cls in errors.CATEGORIES.items():
+        assert issubclass(cls, errors.DurableError)
+        assert cls.category == category
+    assert issubclass(errors.NotFound, FileNotFoundError)
+    assert issubclass(errors.LeaseHeld, errors.LeaseError)
+    assert issubclass(errors.LeaseFenced, errors.LeaseError)
+    assert issubclass(errors.StoreAmbiguous, errors.BackendError)
+    assert issubclass(errors.Timeout, TimeoutError)
+    assert errors.UnsupportedStore.category == "invalid_argument"
+
+
+@pytest.mark.parametrize(
+    ("url", "ns", "oid"),
+    [
+        ("/abs/path/ns/agent-1", "/abs/path/ns", "agent-1"),
+        ("file:///abs/path/ns/agent-1/", "file:///abs/path/ns", "agent-1"),
+        ("memory://ns/agent-1", "memory://ns", "agent-1"),
+        ("memory://agent-1", "memory://", "agent-1"),
+        ("s3://bucket/prefix/agent-1", "s3://bucket/prefix", "agent-1"),
+        ("rel/agent", "rel", "agent"),
+        ("/agent", "/", "agent"),
+    ],
+)
+def test_split_object_url(url: str, ns: str, oid: str) -> None:
+    assert split_object_url(url) == (ns, oid)
+
+
+@pytest.mark.parametrize("oid", ["", ".", "..", "a/b", "a\\b", "tab\there", "x" * 256])
+def test_bad_object_ids(oid: str) -> None:
+    with pytest.raises(errors.InvalidArgument):
+        check_oid(oid)
+
+
+def test_options_defaults_and_errors() -> None:
+    opts = make_options({})
+    assert opts.lease_ttl == 30.0 and opts.heartbeat == pytest.approx(10.0)
+    assert make_options({"lease_ttl": 9}).heartbeat == pytest.approx(3.0)
+    with pytest.raises(errors.InvalidArgument, match="heartbeat_interval"):
+        make_options({"lease_ttl": 9, "heartbeat_interval": 4})
+    with pytest.raises(errors.InvalidArgument, match="unknown option"):
+        make_options({"leese_ttl": 9})
+    with pytest.raises(errors.InvalidArgument, match="lease_ttl"):
+        make_options({"lease_ttl": -1})
+    with pytest.raises(errors.InvalidArgument, match="lease_ttl"):
+        make_options({"lease_ttl": float("inf")})

@@ -1,0 +1,183 @@
+"""head.json: strict validation, unknown fields kept, every write new bytes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from durable_obj.errors import Corrupt, LimitExceeded
+from durable_obj.head import Head, Lease
+from durable_obj.protocol import MAX_HEAD_BYTES, MAX_SAFE_INT
+
+SHA = "ab" * 32
+
+
+def valid_doc() -> dict[str, Any]:
+    return {
+        "protocol": {"version": 1, "reader_features": [], "writer_features": []},
+        "engine": {"name": "chdb", "version": "26.9.0", "backup_format": 1, "min_reader": "26.9.0"},
+        "lease": {"generation": 3, "owner": "w", "instance": "i" * 32, "expires_at": 1.5e9},
+        "manifest": {
+            "db": "default",
+            "base": {"key": "checkpoints/1-1-aa.tar", "size": 10, "sha256": SHA},
+            "wal": [{"key": "wal/1-2-bb.jsonl", "size": 5, "sha256": SHA}],
+            "seq": 2,
+        },
+    }
+
+
+def encode(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc).encode()
+
+
+def test_roundtrip_keeps_unknown_fields_at_every_level() -> None:
+    doc = valid_doc()
+    doc["future"] = {"x": [1, 2]}
+    doc["protocol"]["p_extra"] = 1
+    doc["engine"]["e_extra"] = "e"
+    doc["lease"]["l_extra"] = None
+    doc["manifest"]["m_extra"] = {"deep": True}
+    doc["manifest"]["base"]["r_extra"] = 7
+    doc["manifest"]["wal"][0]["w_extra"] = "w"
+    head = Head.parse(encode(doc))
+    out = json.loads(head.to_bytes())
+    out.pop("durable_obj")
+    assert out == doc
+
+
+def test_every_write_changes_the_bytes() -> None:
+    head = Head.parse(encode(valid_doc()))
+    assert head.to_bytes() != head.to_bytes()
+
+
+def test_release_keeps_generation_and_extras() -> None:
+    from durable_obj import lease as leases
+
+    doc = valid_doc()
+    doc["lease"]["l_extra"] = 1
+    head = Head.parse(encode(doc))
+    head.lease = leases.release(head.lease)
+    out = json.loads(head.to_bytes())["lease"]
+    assert out == {
+        "generation": 3,
+        "owner": None,
+        "instance": None,
+        "expires_at": None,
+        "l_extra": 1,
+    }
+
+
+def test_cold_head() -> None:
+    head = Head.cold(
+        db="mem",
+        engine_version="26.9.0",
+        lease=Lease(generation=1, owner="a", instance="b", expires_at=2.0),
+    )
+    again = Head.parse(head.to_bytes())
+    assert again.manifest.db == "mem" and again.manifest.seq == 0 and again.manifest.base is None
+    assert again.engine.min_reader == "26.9.0"
+
+
+Mutation = Callable[[dict[str, Any]], None]
+
+BAD: dict[str, tuple[Mutation, str]] = {
+    "missing protocol": (lambda d: d.pop("protocol"), "head.protocol"),
+    "string seq": (lambda d: d["manifest"].__setitem__("seq", "2"), "head.manifest.seq"),
+    "bool generation": (
+        lambda d: d["lease"].__setitem__("generation", True),
+        "head.lease.generation",
+    ),
+    "negative size": (
+        lambda d: d["manifest"]["base"].__setitem__("size", -1),
+        "head.manifest.base.size",
+    ),
+    "huge seq": (lambda d: d["manifest"].__setitem__("seq", MAX_SAFE_INT + 1), "head.manifest.seq"),
+    "dotdot key": (
+        lambda d: d["manifest"]["wal"][0].__setitem__("key", "wal/../../other/head.json"),
+        "head.manifest.wal[0].key",
+    ),
+    "absolute key": (
+        lambda d: d["manifest"]["base"].__setitem__("key", "/etc/passwd"),
+        "head.manifest.base.key",
+    ),
+    "empty segment key": (
+        lambda d: d["manifest"]["base"].__setitem__("key", "checkpoints//x.tar"),
+        "head.manifest.base.key",
+    ),
+    "backslash key": (
+        lambda d: d["manifest"]["base"].__setitem__("key", "..\\x"),
+        "head.manifest.base.key",
+    ),
+    "bad sha": (
+        lambda d: d["manifest"]["wal"][0].__setitem__("sha256", "XYZ"),
+        "head.manifest.wal[0].sha256",
+    ),
+    "half released lease": (lambda d: d["lease"].__setitem__("owner", None), "head.lease"),
+    "held lease without expiry": (
+        lambda d: d["lease"].__setitem__("expires_at", None),
+        "head.lease",
+    ),
+    "nan expiry": (lambda d: d["lease"].__setitem__("expires_at", float("nan")), "expires_at"),
+    "wal not a list": (lambda d: d["manifest"].__setitem__("wal", {}), "head.manifest.wal"),
+    "empty db": (lambda d: d["manifest"].__setitem__("db", ""), "head.manifest.db"),
+    "feature not a string": (
+        lambda d: d["protocol"].__setitem__("reader_features", [1]),
+        "head.protocol.reader_features[0]",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD))
+def test_invalid_heads_are_corrupt_with_the_field_path(name: str) -> None:
+    mutate, path = BAD[name]
+    doc = valid_doc()
+    mutate(doc)
+    with pytest.raises(Corrupt) as info:
+        Head.parse(json.dumps(doc).encode())
+    assert path in str(info.value)
+    assert info.value.category == "corrupt"
+
+
+@pytest.mark.parametrize(
+    "data", [b"", b"not json", b"[]", b'"x"', b"\xff\xfe", b'{"manifest": {"base": "k"}}']
+)
+def test_garbage_is_corrupt(data: bytes) -> None:
+    with pytest.raises(Corrupt):
+        Head.parse(data)
+
+
+def test_oversize_head_is_limit_exceeded() -> None:
+    doc = valid_doc()
+    doc["pad"] = "x" * MAX_HEAD_BYTES
+    with pytest.raises(LimitExceeded):
+        Head.parse(encode(doc))
+
+
+def test_writer_refuses_to_publish_an_oversize_head() -> None:
+    head = Head.parse(encode(valid_doc()))
+    head.manifest.wal = head.manifest.wal * 12000
+    with pytest.raises(LimitExceeded, match="checkpoint"):
+        head.to_bytes()
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(),
+        lambda c: st.lists(c) | st.dictionaries(st.text(), c),
+        max_leaves=20,
+    )
+)
+def test_arbitrary_json_never_raises_anything_but_corrupt(value: object) -> None:
+    doc = valid_doc()
+    doc["manifest"]["base"] = value
+    try:
+        head = Head.parse(json.dumps(doc).encode())
+    except Corrupt:
+        return
+    # Whatever parses is a real reference (or none), never a coerced value.
+    assert head.manifest.base is None or isinstance(head.manifest.base.size, int)

@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import pytest
+
+from durable_obj import lease as leases
+from durable_obj.errors import LeaseHeld
+from durable_obj.head import Lease
+
+ME = leases.Holder("me", "i-me")
+OTHER = leases.Holder("other", "i-other")
+
+
+def held(by: leases.Holder, until: float, gen: int = 4) -> Lease:
+    return Lease(generation=gen, owner=by.owner, instance=by.instance, expires_at=until)
+
+
+def test_released_lease_is_free_and_moves_generation() -> None:
+    taken, forced = leases.acquire(Lease(generation=4), ME, 100.0, 30.0, clock_skew=5, force=False)
+    assert not forced
+    assert (taken.generation, taken.owner, taken.instance, taken.expires_at) == (
+        5,
+        "me",
+        "i-me",
+        130.0,
+    )
+
+
+def test_live_lease_of_other_is_held_even_with_same_owner_name() -> None:
+    twin = leases.Holder("me", "i-twin")
+    with pytest.raises(LeaseHeld, match="force=True"):
+        leases.acquire(held(twin, 200.0), ME, 100.0, 30.0, clock_skew=5, force=False)
+
+
+def test_clock_skew_allowance() -> None:
+    lease = held(OTHER, 100.0)
+    with pytest.raises(LeaseHeld):
+        leases.acquire(lease, ME, 104.0, 30.0, clock_skew=5, force=False)
+    taken, forced = leases.acquire(lease, ME, 105.5, 30.0, clock_skew=5, force=False)
+    assert not forced and taken.generation == 5
+
+
+def test_force_takes_live_lease_and_says_so() -> None:
+    taken, forced = leases.acquire(held(OTHER, 200.0), ME, 100.0, 30.0, clock_skew=5, force=True)
+    assert forced and taken.generation == 5 and taken.instance == "i-me"
+
+
+def test_renew_moves_only_expiry() -> None:
+    lease = held(ME, 100.0)
+    renewed = leases.renew(lease, 150.0, 30.0)
+    assert renewed.generation == 4 and renewed.expires_at == 180.0 and renewed.owner == "me"
+
+
+def test_owns_and_self_fence() -> None:
+    lease = held(ME, 100.0, gen=7)
+    assert leases.owns(lease, ME, 7)
+    assert not leases.owns(lease, ME, 6)
+    assert not leases.owns(lease, OTHER, 7)
+    assert leases.must_self_fence(100.0, 100.0)
+    assert not leases.must_self_fence(100.0, 99.9)
+
+
+def test_own_instance_is_never_held_against_us() -> None:
+    assert not leases.held_by_other(held(ME, 1e12), ME, 0.0, 0.0)
