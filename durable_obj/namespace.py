@@ -15,11 +15,10 @@ from durable_obj.object import DurableObject
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import valid_oid
 from durable_obj.stores import open_store
+from durable_obj.stores.base import Store
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
-
-    from durable_obj.stores.base import Store
 
 
 def split_object_url(url: str) -> tuple[str, str]:
@@ -51,11 +50,15 @@ def check_oid(oid: str) -> str:
 
 
 class Namespace:
-    """A folder of durable objects on one store."""
+    """A folder of durable objects on one store.
+
+    `url` is a namespace URL, or a `Store` instance (a custom store, or one
+    wrapped in `durable_obj.testing.FaultyStore`).
+    """
 
     def __init__(
         self,
-        url: str,
+        url: str | Store,
         *,
         owner: str | None = None,
         storage_options: dict[str, Any] | None = None,
@@ -65,7 +68,7 @@ class Namespace:
         self._options: Options = make_options(options)
         self._owner = owner
         self._progress = progress
-        self.store: Store = open_store(url, storage_options)
+        self.store: Store = url if isinstance(url, Store) else open_store(url, storage_options)
 
     @property
     def url(self) -> str:

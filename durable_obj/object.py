@@ -460,17 +460,20 @@ class DurableObject:
         self._head = self._version = None
 
     def _abort_open(self) -> None:
-        """Undo a partial open: release a lease we took, drop local state."""
-        if not self._read_only and self._head is not None and self._version is not None:
-            released = self._head.model_copy(deep=True)
-            released.lease = leases.release(released.lease)
-            try:
-                self._store.replace(self._key(HEAD_KEY), released.to_bytes(), self._version)
-            except DurableError:
-                log.warning("%s: could not release the lease after a failed open", self.url)
-        self._head = self._version = None
-        self._teardown_local()
-        self._state = _CLOSED
+        """Undo a partial open: release a lease we took, drop local state.
+        Local state goes even if the release is interrupted."""
+        try:
+            if not self._read_only and self._head is not None and self._version is not None:
+                released = self._head.model_copy(deep=True)
+                released.lease = leases.release(released.lease)
+                try:
+                    self._store.replace(self._key(HEAD_KEY), released.to_bytes(), self._version)
+                except DurableError:
+                    log.warning("%s: could not release the lease after a failed open", self.url)
+        finally:
+            self._head = self._version = None
+            self._teardown_local()
+            self._state = _CLOSED
 
     # -- reads and writes ----------------------------------------------------
     def _require_open(self) -> Engine:
@@ -792,6 +795,17 @@ class DurableObject:
                     self._state = _OPEN
                     self._start_heartbeat()
                 raise
+            self._teardown_local()
+            self._state = _CLOSED
+
+    def _abandon(self) -> None:
+        """What a SIGKILL leaves: no flush, no release, only local resources
+        freed (so a test can reopen in the same process). Testing only."""
+        self._hb_stop.set()
+        thread, self._hb_thread = self._hb_thread, None
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+        with self._lock:
             self._teardown_local()
             self._state = _CLOSED
 

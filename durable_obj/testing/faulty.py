@@ -1,0 +1,143 @@
+"""FaultyStore: wrap any store and make its calls fail, the way networks do.
+
+Chosen by a seed, so a failing sequence replays exactly. Per call it may:
+
+* fail before the inner store is reached (`BackendError`: known not applied);
+* answer ambiguously before (`StoreAmbiguous`, not applied) or after the
+  inner call succeeded (`StoreAmbiguous`, applied: the lost response);
+* add latency;
+* stop the "process" there (`SimulatedCrash`, before or after the inner call):
+  the caller must abandon the object without closing it, as a SIGKILL would.
+
+    store = FaultyStore(open_store("memory://t"), seed=7, rate=0.2)
+    store.enabled = False   # pass every call through, e.g. to check recovery
+"""
+
+from __future__ import annotations
+
+import enum
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, TypeVar
+
+from durable_obj.errors import BackendError, StoreAmbiguous
+from durable_obj.stores.base import Blob, Entry, Store, Version
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from fsspec.callbacks import Callback
+
+T = TypeVar("T")
+
+
+class SimulatedCrash(BaseException):
+    """The process stopped at this storage call. A BaseException, so no
+    `except Exception` in the library can swallow it."""
+
+
+class Fault(enum.Enum):
+    ERROR = "error"  # BackendError before the call: not applied
+    AMBIGUOUS_BEFORE = "ambiguous_before"  # StoreAmbiguous, not applied
+    LOST_RESPONSE = "lost_response"  # applied, then StoreAmbiguous
+    LATENCY = "latency"
+    CRASH_BEFORE = "crash_before"
+    CRASH_AFTER = "crash_after"
+
+
+#: Faults that make sense for a read (nothing to apply or lose).
+_READ_FAULTS = (Fault.ERROR, Fault.LATENCY, Fault.CRASH_BEFORE)
+WRITE_OPS = ("create", "create_file", "replace", "delete")
+
+
+class FaultyStore(Store):
+    """Forwards every call to `inner`, injecting faults chosen by `seed`."""
+
+    def __init__(
+        self,
+        inner: Store,
+        *,
+        seed: int,
+        rate: float = 0.1,
+        faults: Sequence[Fault] = tuple(Fault),
+        latency: float = 0.0,
+        ops: Sequence[str] | None = None,
+    ) -> None:
+        self.inner = inner
+        self.protocol = inner.protocol
+        self.rate = rate
+        self.faults = tuple(faults)
+        self.latency = latency
+        self.ops = None if ops is None else frozenset(ops)
+        self.enabled = True
+        self.injected: list[tuple[str, str, Fault]] = []
+        self._seed = seed
+        self._calls: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return self.inner.url
+
+    def _pick(self, op: str, key: str) -> Fault | None:
+        if not self.enabled or (self.ops is not None and op not in self.ops):
+            return None
+        allowed = (
+            self.faults if op in WRITE_OPS else tuple(f for f in self.faults if f in _READ_FAULTS)
+        )
+        with self._lock:
+            # Decided by (seed, op, how many calls of that op came before), not
+            # by one shared stream: parallel fetches may run in any order and
+            # still meet the same faults, so a seed replays.
+            count = self._calls.get(op, 0)
+            self._calls[op] = count + 1
+            rng = random.Random(f"{self._seed}:{op}:{count}")
+            if not allowed or rng.random() >= self.rate:
+                return None
+            fault = rng.choice(allowed)
+            self.injected.append((op, key, fault))
+            return fault
+
+    def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        fault = self._pick(op, key)
+        if fault is Fault.LATENCY:
+            time.sleep(self.latency or 0.01)
+        elif fault is Fault.ERROR:
+            raise BackendError(f"injected failure before {op} {key!r}")
+        elif fault is Fault.AMBIGUOUS_BEFORE:
+            raise StoreAmbiguous(f"injected timeout before {op} {key!r} (not applied)")
+        elif fault is Fault.CRASH_BEFORE:
+            raise SimulatedCrash(f"crash before {op} {key!r}")
+        if self.latency and fault is None and self.enabled:
+            time.sleep(self.latency)
+        result = fn()
+        if fault is Fault.LOST_RESPONSE:
+            raise StoreAmbiguous(f"injected lost response after {op} {key!r} (applied)")
+        if fault is Fault.CRASH_AFTER:
+            raise SimulatedCrash(f"crash after {op} {key!r}")
+        return result
+
+    def get(self, key: str) -> Blob | None:
+        return self._call("get", key, lambda: self.inner.get(key))
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        return self._call("create", key, lambda: self.inner.create(key, data))
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        return self._call("create_file", key, lambda: self.inner.create_file(key, path, callback))
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        return self._call("replace", key, lambda: self.inner.replace(key, data, version))
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._call("download", key, lambda: self.inner.download(key, path, callback))
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        return self._call("list_keys", prefix, lambda: self.inner.list_keys(prefix))
+
+    def delete(self, key: str) -> None:
+        self._call("delete", key, lambda: self.inner.delete(key))
+
+    def close(self) -> None:
+        self.inner.close()
