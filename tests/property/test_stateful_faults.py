@@ -14,6 +14,8 @@ are chosen by a seed drawn in @initialize. After every reopen:
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import uuid
 import warnings
 
@@ -23,6 +25,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import durable_obj
 from durable_obj import errors
+from durable_obj.stores.base import Store
+from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash, abandon
 
@@ -33,10 +37,13 @@ STATS = {"sequences": 0, "steps": 0, "faults": 0, "crashes": 0, "reopens": 0}
 
 
 class DurableMachine(RuleBasedStateMachine):
+    def make_inner(self) -> Store:
+        return MemoryStore(f"sm-{uuid.uuid4().hex}")
+
     def __init__(self) -> None:
         super().__init__()
         STATS["sequences"] += 1
-        self.inner = MemoryStore(f"sm-{uuid.uuid4().hex}")
+        self.inner = self.make_inner()
         self.obj: durable_obj.DurableObject | None = None
         self.acked: set[int] = set()
         self.pending: list[int] = []
@@ -161,16 +168,28 @@ class DurableMachine(RuleBasedStateMachine):
             STATS["faults_total"] = STATS.get("faults_total", 0) + len(self.store.injected)
         for entry in self.inner.list_keys():
             self.inner.delete(entry.key)
+        if isinstance(self.inner, FileStore):
+            shutil.rmtree(self.inner.url.removeprefix("file://"), ignore_errors=True)
+
+
+class FileDurableMachine(DurableMachine):
+    """The same machine on a local folder (real files, link, flock, fsync)."""
+
+    def make_inner(self) -> Store:
+        return FileStore(tempfile.mkdtemp(prefix="durable-sm-"))
 
 
 _PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
 #: chdb-core leaks a few file descriptors per engine start (measured: 3 per
 #: open/close of a bare connection), so one process runs a bounded number of
 #: reopens; the nightly profile is meant to be run in several processes.
-DurableMachine.TestCase.settings = settings(
-    max_examples={"ci": 60, "nightly": 600}.get(_PROFILE, 20),
+_SETTINGS = settings(
+    max_examples={"ci": 50, "nightly": 600}.get(_PROFILE, 20),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
+DurableMachine.TestCase.settings = _SETTINGS
+FileDurableMachine.TestCase.settings = _SETTINGS
 TestDurableMachine = DurableMachine.TestCase
+TestFileDurableMachine = FileDurableMachine.TestCase
