@@ -28,6 +28,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -189,7 +190,7 @@ class DurableObject:
         # operations with outcomes a caller must see. The lease expires alone.
         try:
             if self._state != _CLOSED:
-                self._teardown_local()
+                self._teardown_local(background=False)
         except Exception:
             pass
 
@@ -809,15 +810,20 @@ class DurableObject:
             self._teardown_local()
             self._state = _CLOSED
 
-    def _teardown_local(self) -> None:
+    def _teardown_local(self, *, background: bool = True) -> None:
         if self._engine is not None:
             self._engine.close()
             self._engine = None
         work, self._work = self._work, None
-        if work:
-            # In the background: a large scratch takes a while to unlink, and
-            # nothing waits on it. Not a daemon, so the process finishes it.
+        if not work:
+            return
+        if background and not sys.is_finalizing():
+            # A large scratch takes a while to unlink and nothing waits on it.
+            # Not a daemon, so the process finishes it before exiting.
             threading.Thread(target=shutil.rmtree, args=(work, True), name="durable_obj-rm").start()
+        else:
+            # From __del__ or at interpreter exit no thread may be started.
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def _safe(oid: str) -> str:

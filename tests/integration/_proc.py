@@ -1,0 +1,447 @@
+"""Subprocess helpers for the integration tests.
+
+chDB runs one engine per process, so every test that needs a writer and a
+reader alive at once, or durable_obj and chdb.durable side by side, runs them
+in fresh interpreters:
+
+* `run_py(code, params)`: run a snippet in a fresh interpreter and return its
+  stdout, or raise `ChildFailed` with its stderr. `run_json` returns the
+  value the snippet passed to `emit()`.
+* `Worker`: a long-lived child that opens one object (with durable_obj or
+  chdb.durable) and serves commands read from stdin, one JSON line each, so
+  a test can interleave two writers step by step, or SIGKILL one mid-flight.
+* `Script`: a child running a snippet with its stdout readable line by line
+  while it runs (for crash tests that kill it at a chosen moment).
+
+This file is also the worker's entry point (`python _proc.py serve IMPL`); at
+import time it needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+#: Prefix of the lines a child uses to talk to the test (anything else on
+#: stdout, from the engine or a library, is ignored).
+MARK = "@@"
+
+#: Put in front of every snippet: the parameters, `emit()` and `attempt()`.
+PRELUDE = '''\
+import json, sys, time, warnings
+P = json.loads(sys.argv[1])
+
+def emit(value):
+    print("@@" + json.dumps(value), flush=True)
+
+def attempt(fn, *args, **kwargs):
+    """{"ok": True, "value": ...} or the error's category, type and message."""
+    try:
+        return {"ok": True, "value": fn(*args, **kwargs)}
+    except Exception as exc:
+        return {"ok": False, "category": getattr(exc, "category", None),
+                "type": type(exc).__name__, "message": str(exc)}
+'''
+
+
+class ChildFailed(RuntimeError):
+    """A child exited non-zero, timed out, or answered out of protocol."""
+
+
+class OpFailed(RuntimeError):
+    """A worker operation raised in the child; `category` is the error's."""
+
+    def __init__(self, op: str, reply: dict[str, Any]) -> None:
+        self.op = op
+        self.category: str | None = reply.get("category")
+        self.type: str | None = reply.get("type")
+        self.reply = reply
+        super().__init__(f"{op}: {self.type} [{self.category}]: {reply.get('message')}")
+
+
+_scratch: str | None = None
+
+
+def scratch_dir() -> str:
+    """TMPDIR for every child: a SIGKILLed child cannot remove its scratch
+    copy, so they all go in one folder that this process removes at exit."""
+    global _scratch
+    if _scratch is None:
+        _scratch = tempfile.mkdtemp(prefix="durable_obj-it-children-")
+        atexit.register(shutil.rmtree, _scratch, True)
+    return _scratch
+
+
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ)
+    env["TMPDIR"] = scratch_dir()
+    env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _argv(code: str, params: dict[str, Any] | None) -> list[str]:
+    source = PRELUDE + textwrap.dedent(code)
+    return [sys.executable, "-c", source, json.dumps(params or {})]
+
+
+def _marked(stdout: str) -> list[Any]:
+    return [json.loads(line[len(MARK) :]) for line in stdout.splitlines() if line.startswith(MARK)]
+
+
+def run_raw(
+    code: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `code` (after PRELUDE) in a fresh interpreter, whatever its exit
+    status; `ChildFailed` only if it does not exit within `timeout`. `env`
+    adds to (or overrides) this process's environment."""
+    try:
+        return subprocess.run(
+            _argv(code, params),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=child_env(env),
+            cwd=REPO,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout
+        err = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+        raise ChildFailed(
+            f"child did not exit within {timeout} s\n--- stdout ---\n{out}\n--- stderr ---\n{err}"
+        ) from None
+
+
+def run_py(
+    code: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> str:
+    """Run `code` (after PRELUDE) in a fresh interpreter; its stdout."""
+    proc = run_raw(code, params, timeout=timeout, env=env)
+    if proc.returncode != 0:
+        raise ChildFailed(
+            f"child exited {proc.returncode}\n--- stdout ---\n{proc.stdout}"
+            f"\n--- stderr ---\n{proc.stderr}"
+        )
+    return proc.stdout
+
+
+def run_json(
+    code: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """Run `code`; the value of its last `emit()`."""
+    out = run_py(code, params, timeout=timeout, env=env)
+    values = _marked(out)
+    if not values:
+        raise ChildFailed(f"child emitted nothing; stdout:\n{out}")
+    return values[-1]
+
+
+class _Child:
+    """A child process with stdout lines delivered through a queue."""
+
+    def __init__(self, argv: list[str]) -> None:
+        # Closed by cleanup(): it outlives this call.
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._stderr,
+            text=True,
+            bufsize=1,
+            env=child_env(),
+            cwd=REPO,
+        )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr(self) -> str:
+        self._stderr.seek(0)
+        return self._stderr.read()
+
+    def next_marked(self, timeout: float) -> Any:
+        """The next `@@` value the child printed; ChildFailed on EOF or timeout."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            try:
+                line = self._lines.get(timeout=max(left, 0.001))
+            except queue.Empty:
+                raise ChildFailed(
+                    f"child {self.pid} said nothing for {timeout} s; stderr:\n{self.stderr()}"
+                ) from None
+            if line is None:
+                self.proc.wait()
+                raise ChildFailed(
+                    f"child {self.pid} exited {self.proc.returncode}; stderr:\n{self.stderr()}"
+                )
+            if line.startswith(MARK):
+                return json.loads(line[len(MARK) :])
+
+    def drain(self, timeout: float = 10) -> list[Any]:
+        """After the child is gone: every `@@` value it printed and we did not take."""
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                line = self._lines.get(timeout=max(deadline - time.monotonic(), 0.001))
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            if line.startswith(MARK):
+                out.append(json.loads(line[len(MARK) :]))
+        return out
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no close(), no atexit, no flush."""
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise ChildFailed(f"child {self.pid} did not exit in {timeout} s") from None
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self._stderr.close()
+
+
+class Script(_Child):
+    """Run a snippet (after PRELUDE) with its output readable while it runs."""
+
+    def __init__(self, code: str, params: dict[str, Any] | None = None) -> None:
+        super().__init__(_argv(code, params))
+
+    def __enter__(self) -> Script:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+
+class Worker(_Child):
+    """A long-lived child holding one object, driven command by command.
+
+    `impl` is "durable_obj" or "chdb.durable". Every call returns the value
+    or raises `OpFailed` with the child's error category; `warnings` holds
+    the warnings the last call emitted in the child (all are recorded).
+    """
+
+    def __init__(self, impl: str = "durable_obj", *, timeout: float = 90) -> None:
+        super().__init__([sys.executable, str(Path(__file__).resolve()), "serve", impl])
+        self.impl = impl
+        self.timeout = timeout
+        self.warnings: list[dict[str, str]] = []
+        hello = self.next_marked(timeout)
+        if hello != {"ready": impl}:
+            raise ChildFailed(f"unexpected greeting {hello!r}")
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    def request(self, op: str, **args: Any) -> dict[str, Any]:
+        """Send one command; the raw reply ({"ok": ..., "warnings": [...], ...})."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
+        self.proc.stdin.flush()
+        reply: dict[str, Any] = self.next_marked(self.timeout)
+        self.warnings = reply.get("warnings", [])
+        return reply
+
+    def call(self, op: str, **args: Any) -> Any:
+        reply = self.request(op, **args)
+        if not reply["ok"]:
+            raise OpFailed(op, reply)
+        return reply.get("value")
+
+    def open(
+        self,
+        url: str,
+        oid: str,
+        *,
+        owner: str | None = None,
+        read_only: bool = False,
+        force: bool = False,
+        **options: Any,
+    ) -> dict[str, Any]:
+        info: dict[str, Any] = self.call(
+            "open",
+            url=url,
+            oid=oid,
+            owner=owner,
+            read_only=read_only,
+            force=force,
+            options=options,
+        )
+        return info
+
+    def execute(self, sql: str) -> None:
+        self.call("execute", sql=sql)
+
+    def flush(self) -> str | None:
+        key: str | None = self.call("flush")
+        return key
+
+    def checkpoint(self) -> str:
+        key: str = self.call("checkpoint")
+        return key
+
+    def query(self, sql: str, fmt: str = "CSV") -> str:
+        out: str = self.call("query", sql=sql, fmt=fmt)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        info: dict[str, Any] = self.call("info")
+        return info
+
+    def close(self) -> None:
+        self.call("close")
+
+    def exit(self, timeout: float = 30) -> int:
+        """Ask the child to leave (without closing the object) and wait for it."""
+        assert self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"op": "exit"}) + "\n")
+            self.proc.stdin.flush()
+        except OSError:
+            pass
+        return self.wait(timeout)
+
+
+# -- the worker's side -------------------------------------------------------
+
+
+def _serve(impl: str) -> None:
+    import warnings
+
+    if impl == "durable_obj":
+        import durable_obj as lib
+    elif impl == "chdb.durable":
+        import chdb.durable as lib
+    else:
+        raise SystemExit(f"unknown impl {impl!r}")
+
+    obj: Any = None
+
+    def say(value: Any) -> None:
+        sys.stdout.write(MARK + json.dumps(value) + "\n")
+        sys.stdout.flush()
+
+    def info() -> dict[str, Any]:
+        return {
+            "generation": obj.generation,
+            "seq": obj.seq,
+            "pending": obj.pending,
+            "fenced": obj.fenced,
+            "closed": obj.closed,
+            "pid": os.getpid(),
+        }
+
+    def handle(req: dict[str, Any]) -> Any:
+        nonlocal obj
+        op = req["op"]
+        if op == "open":
+            ns = lib.Namespace(req["url"], owner=req.get("owner"), **req.get("options", {}))
+            obj = ns.open(req["oid"], read_only=req["read_only"], force=req["force"])
+            return info()
+        if op == "execute":
+            obj.execute(req["sql"])
+            return None
+        if op == "flush":
+            return obj.flush()
+        if op == "checkpoint":
+            return obj.checkpoint()
+        if op == "query":
+            return obj.query(req["sql"], req.get("fmt", "CSV")).data()
+        if op == "info":
+            return info()
+        if op == "close":
+            obj.close()
+            return None
+        raise ValueError(f"unknown op {op!r}")
+
+    say({"ready": impl})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req["op"] == "exit":
+            break
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                reply: dict[str, Any] = {"ok": True, "value": handle(req)}
+            except Exception as exc:
+                reply = {
+                    "ok": False,
+                    "category": getattr(exc, "category", None),
+                    "type": type(exc).__name__,
+                    "message": str(exc),
+                }
+        reply["warnings"] = [
+            {"category": w.category.__name__, "message": str(w.message)} for w in caught
+        ]
+        say(reply)
+    # Leave without close(): like a process that simply ends. os._exit skips
+    # interpreter teardown, so nothing is flushed or released behind our back.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "serve":
+        _serve(sys.argv[2])
+    else:
+        raise SystemExit("usage: _proc.py serve durable_obj|chdb.durable")

@@ -1,0 +1,260 @@
+"""Wire compatibility with chdb.durable, both directions, on a local folder.
+
+Each implementation runs in its own interpreter (chDB runs one engine per
+process); one `Worker` child opens objects one after another. An object is
+equal across implementations when a fixed set of queries prints identical
+CSV in both.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+try:
+    from . import _proc
+except ImportError:  # tests/integration is not a package: pytest put it on sys.path
+    import _proc  # type: ignore[no-redef]
+
+pytestmark = pytest.mark.slow
+
+SCHEMA = [
+    "CREATE TABLE events (id UInt64, name String, score Float64, at DateTime64(3, 'UTC'), "
+    "tags Array(String), note Nullable(String)) ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE kv (k String, v UInt32) ENGINE = ReplacingMergeTree ORDER BY k",
+]
+
+#: What makes two copies "the same object" for these tests.
+FINGERPRINT = [
+    "SELECT currentDatabase()",
+    "SELECT * FROM events ORDER BY id",
+    "SELECT * FROM kv FINAL ORDER BY k",
+    "SELECT count(), sum(score), min(at), max(at), uniqExact(name) FROM events",
+    "SELECT name, engine, create_table_query FROM system.tables "
+    "WHERE database = currentDatabase() ORDER BY name",
+]
+
+
+def batch(tag: str, start: int, n: int = 3) -> list[str]:
+    """`n` single-row inserts plus one multi-row insert and a kv upsert, with
+    quoting, unicode, NULLs and arrays in the data."""
+    stmts = []
+    for i in range(start, start + n):
+        note = "NULL" if i % 2 else f"'n{i} ü'"
+        stmts.append(
+            f"INSERT INTO events VALUES ({i}, '{tag}-{i} ''q'' é', {i}.25, "
+            f"'2024-01-02 03:04:{i % 60:02d}.{i % 1000:03d}', ['{tag}', 'x{i}'], {note})"
+        )
+    stmts.append(
+        f"INSERT INTO events SELECT {start} * 1000 + number, concat('{tag}', toString(number)), "
+        "number / 4, toDateTime64('2024-01-01 00:00:00', 3, 'UTC') + number, "
+        f"[toString(number)], if(number % 2 = 0, NULL, 'odd') FROM numbers(20)"
+    )
+    stmts.append(f"INSERT INTO kv VALUES ('{tag}', {start}), ('shared', {start})")
+    return stmts
+
+
+def head_of(root: Path, oid: str) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((root / oid / "head.json").read_text())
+    return doc
+
+
+def fingerprint(worker: _proc.Worker) -> list[str]:
+    return [worker.query(sql) for sql in FINGERPRINT]
+
+
+def run_all(worker: _proc.Worker, stmts: list[str]) -> None:
+    for sql in stmts:
+        worker.execute(sql)
+
+
+def add_unknown_fields(root: Path, oid: str) -> dict[str, Any]:
+    """Fields neither implementation knows, at every level of head.json, as a
+    newer writer would leave them. Written while no one has the object open."""
+    path = root / oid / "head.json"
+    doc = json.loads(path.read_text())
+    marks: dict[str, Any] = {
+        "x_top": {"nested": [1, "two", None]},
+        "protocol": {"x_proto": "p"},
+        "engine": {"x_engine": 7},
+        "lease": {"x_lease": True},
+        "manifest": {"x_manifest": {"k": "v"}},
+    }
+    doc["x_top"] = marks["x_top"]
+    for section in ("protocol", "engine", "lease", "manifest"):
+        doc[section].update(marks[section])
+    tmp = path.with_suffix(".edit")
+    tmp.write_text(json.dumps(doc))
+    tmp.replace(path)
+    return marks
+
+
+def assert_unknown_fields_kept(doc: dict[str, Any], marks: dict[str, Any]) -> None:
+    assert doc.get("x_top") == marks["x_top"]
+    for section in ("protocol", "engine", "lease", "manifest"):
+        for key, value in marks[section].items():
+            assert doc[section].get(key) == value, (section, key, doc[section])
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True], ids=["wal-only", "checkpoint+wal"])
+def test_durable_obj_writes_chdb_durable_reads_and_writes(
+    tmp_path: Path, with_checkpoint: bool
+) -> None:
+    oid = "made-by-durable-obj"
+    ours_url = str(tmp_path)
+    theirs_url = f"local:{tmp_path}"
+
+    # 1. durable_obj creates and writes the object.
+    with _proc.Worker("durable_obj") as w:
+        w.open(ours_url, oid, owner="do-writer", db="app")
+        run_all(w, SCHEMA + batch("a", 1))
+        w.flush()
+        run_all(w, batch("b", 10))
+        w.flush()
+        if with_checkpoint:
+            base_key = w.checkpoint()
+            assert base_key.endswith(".tar")
+            run_all(w, batch("c", 20))
+            w.flush()
+        written = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    assert "b-10" in written[1] and "app" in written[0]
+    head = head_of(tmp_path, oid)
+    assert "durable_obj" in head
+    if with_checkpoint:
+        assert head["manifest"]["base"]["key"].endswith(".tar")
+        assert len(head["manifest"]["wal"]) == 1
+    else:
+        assert head["manifest"]["base"] is None
+        assert len(head["manifest"]["wal"]) == 2
+    generation = head["lease"]["generation"]
+    assert head["lease"]["owner"] is None
+    marks = add_unknown_fields(tmp_path, oid)
+
+    # 2. chdb.durable opens it read-only, then as a writer, and appends.
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, read_only=True)
+        assert fingerprint(w) == written
+        w.close()
+        info = w.open(theirs_url, oid, owner="cd-writer")
+        assert w.warnings == []
+        assert info["generation"] > generation
+        assert fingerprint(w) == written
+        run_all(w, batch("d", 30))
+        w.flush()
+        appended = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    assert appended != written and "d-30" in appended[1]
+    head = head_of(tmp_path, oid)
+    assert head["lease"]["owner"] is None
+    assert "durable_obj" in head  # our extension survives chdb.durable's writes
+    assert_unknown_fields_kept(head, marks)
+    their_generation = head["lease"]["generation"]
+
+    # 3. durable_obj reopens (read-only, then writer) and sees everything.
+    with _proc.Worker("durable_obj") as w:
+        w.open(ours_url, oid, read_only=True)
+        assert fingerprint(w) == appended
+        w.close()
+        info = w.open(ours_url, oid, owner="do-writer")
+        assert w.warnings == []
+        assert info["generation"] == their_generation + 1
+        assert fingerprint(w) == appended
+        run_all(w, batch("e", 40))
+        w.flush()
+        final = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    head = head_of(tmp_path, oid)
+    assert_unknown_fields_kept(head, marks)
+    assert head["lease"] == {
+        "generation": their_generation + 1,
+        "owner": None,
+        "instance": None,
+        "expires_at": None,
+        "x_lease": True,
+    }
+
+    # 4. ... and chdb.durable reads durable_obj's latest writes in turn.
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, read_only=True)
+        assert fingerprint(w) == final
+        w.close()
+        assert w.exit() == 0
+
+
+@pytest.mark.parametrize("with_checkpoint", [False, True], ids=["wal-only", "checkpoint+wal"])
+def test_chdb_durable_writes_durable_obj_reads_and_writes(
+    tmp_path: Path, with_checkpoint: bool
+) -> None:
+    oid = "made-by-chdb-durable"
+    ours_url = f"file://{tmp_path}"
+    theirs_url = f"local:{tmp_path}"
+
+    # 1. chdb.durable creates and writes the object.
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, owner="cd-writer", db="shop")
+        run_all(w, SCHEMA + batch("a", 1))
+        w.flush()
+        run_all(w, batch("b", 10))
+        if with_checkpoint:
+            assert w.checkpoint().endswith(".tar.gz")
+            run_all(w, batch("c", 20))
+        w.flush()
+        written = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    assert "shop" in written[0] and "b-10" in written[1]
+    head = head_of(tmp_path, oid)
+    assert "durable_obj" not in head
+    if with_checkpoint:
+        assert head["manifest"]["base"]["key"].endswith(".tar.gz")
+        assert len(head["manifest"]["wal"]) == 1
+    else:
+        assert head["manifest"]["base"] is None
+        assert len(head["manifest"]["wal"]) == 2
+    generation = head["lease"]["generation"]
+    marks = add_unknown_fields(tmp_path, oid)
+
+    # 2. durable_obj opens it read-only, then as a writer, and writes more.
+    with _proc.Worker("durable_obj") as w:
+        w.open(ours_url, oid, read_only=True)
+        assert fingerprint(w) == written
+        w.close()
+        info = w.open(ours_url, oid, owner="do-writer")
+        assert w.warnings == []
+        assert info["generation"] == generation + 1
+        assert fingerprint(w) == written
+        run_all(w, batch("d", 30))
+        w.flush()
+        if with_checkpoint:
+            # Our own .tar base on top of theirs, then WAL after it.
+            assert w.checkpoint().endswith(".tar")
+            run_all(w, batch("e", 40))
+            w.flush()
+        appended = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    assert appended != written and "d-30" in appended[1]
+    head = head_of(tmp_path, oid)
+    assert head["manifest"]["db"] == "shop"
+    assert head["lease"]["owner"] is None
+    assert head["lease"]["generation"] == generation + 1
+    assert_unknown_fields_kept(head, marks)
+
+    # 3. chdb.durable reads it again, read-only and as a writer.
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, read_only=True)
+        assert fingerprint(w) == appended
+        w.close()
+        w.open(theirs_url, oid, owner="cd-writer")
+        assert w.warnings == []
+        assert fingerprint(w) == appended
+        w.close()
+        assert w.exit() == 0
+    assert head_of(tmp_path, oid)["lease"]["generation"] == generation + 2
