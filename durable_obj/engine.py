@@ -27,6 +27,7 @@ from durable_obj.errors import (
     ClassificationRefused,
     EngineError,
     EngineIncompatible,
+    InvalidArgument,
     SecretRefused,
 )
 from durable_obj.protocol import BACKUP_FORMAT, ENGINE_NAME, version_lt
@@ -123,6 +124,16 @@ class Engine:
     def use_database(self, db: str) -> None:
         """Pin the current database; the name goes through a parameter."""
         self.run_params("USE {db:Identifier}", {"db": db})
+
+    def set_timezone(self, tz: str) -> None:
+        """Pin the session time zone: DateTime literals and functions then mean
+        the same instant whatever the process's TZ."""
+        known = self.run_params(
+            "SELECT count() FROM system.time_zones WHERE time_zone = {tz:String}", {"tz": tz}
+        ).strip()
+        if known != "1":
+            raise InvalidArgument(f"unknown time zone {tz!r}; use an IANA name such as 'UTC'")
+        self.run("SET session_timezone = '" + tz.replace("\\", "").replace("'", "") + "'")
 
     def create_database(self, db: str) -> None:
         self.run_params("CREATE DATABASE IF NOT EXISTS {db:Identifier}", {"db": db})

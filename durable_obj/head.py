@@ -168,6 +168,13 @@ class Head(_Model):
         ext = (self.model_extra or {}).get(EXTENSION)
         return dict(ext) if isinstance(ext, dict) else {}
 
+    def set_extension(self, key: str, value: Any) -> None:
+        """Set one durable_obj extension field (kept by every V1 writer)."""
+        extra = self.__pydantic_extra__
+        assert extra is not None  # extra="allow"
+        ext = extra.get(EXTENSION)
+        extra[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), key: value}
+
 
 def _describe(exc: ValidationError) -> str:
     """'head.manifest.wal[0].sha256: ...' for the first error, plus a count."""

@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from durable_obj import lease as leases
+from durable_obj.determinism import Pinner
 from durable_obj.digest import bytes_digest, file_digest, verify, verify_bytes
 from durable_obj.engine import Engine, check_compatible, check_mutation, check_read
 from durable_obj.errors import (
@@ -49,6 +50,7 @@ from durable_obj.errors import (
     CommitAmbiguous,
     Corrupt,
     DurableError,
+    InvalidArgument,
     LeaseFenced,
     LeaseHeld,
     NotFound,
@@ -70,6 +72,7 @@ from durable_obj.protocol import (
     WAL_DIR,
     WAL_SUFFIX,
 )
+from durable_obj.replay import Replayer
 from durable_obj.stores.base import Store, Version
 from durable_obj.wal import WalBuffer, parse_segment
 
@@ -124,6 +127,8 @@ class DurableObject:
         self._work: str | None = None
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
+        self._pinner: Pinner | None = None
+        self._timezone = options.timezone
 
     # -- introspection -------------------------------------------------------
     @property
@@ -162,6 +167,11 @@ class DurableObject:
     @property
     def read_only(self) -> bool:
         return self._read_only
+
+    @property
+    def timezone(self) -> str:
+        """The object's session time zone: every statement runs and replays in it."""
+        return self._timezone
 
     @property
     def head(self) -> Head | None:
@@ -313,6 +323,8 @@ class DurableObject:
             engine_version=self._engine.version,
             lease=leases.cold(self._me, now, self._opts.lease_ttl),
         )
+        head.set_extension("timezone", self._opts.timezone)
+        self._pin_session(head)  # validates the time zone before anything is written
         body = head.to_bytes()
         try:
             version = self._store.create(self._key(HEAD_KEY), body)
@@ -353,6 +365,9 @@ class DurableObject:
             log.warning(message)
         desired = head.model_copy(deep=True)
         desired.lease = taken
+        if "timezone" not in desired.extension():
+            # Replay of a head without one runs in UTC; say so from now on.
+            desired.set_extension("timezone", "UTC")
         assert self._engine is not None
         desired.engine.version = self._engine.version
         body = desired.to_bytes()
@@ -423,6 +438,7 @@ class DurableObject:
         engine = self._engine
         assert engine is not None
         db = head.manifest.db
+        self._pin_session(head)
         pending = list(futures)
         if head.manifest.base is not None:
             path = pending.pop(0).result()
@@ -433,15 +449,35 @@ class DurableObject:
         else:
             engine.create_database(db)
         engine.use_database(db)
-        replayed = 0
-        for fut in pending:
+        replayer = Replayer(engine, db)
+        for ref, fut in zip(head.manifest.wal, pending, strict=True):
             statements = fut.result()
             assert isinstance(statements, list)
-            for sql in statements:
-                engine.run(sql)
-            replayed += len(statements)
-        if replayed:
-            log.debug("%s: replayed %d statement(s)", self.url, replayed)
+            for n, sql in enumerate(statements, start=1):
+                replayer.apply(sql, f"{ref.key} statement {n}")
+        replayer.finish()
+        if replayer.statements:
+            log.debug(
+                "%s: replayed %d statement(s) in %d engine call(s)",
+                self.url,
+                replayer.statements,
+                replayer.engine_calls,
+            )
+
+    def _pin_session(self, head: Head) -> None:
+        """The object's time zone (head extension; UTC when absent) and the
+        determinism gate, set before anything is restored or replayed."""
+        engine = self._engine
+        assert engine is not None
+        tz = head.extension().get("timezone", "UTC")
+        if not isinstance(tz, str):
+            raise Corrupt(f"{self.url}: head.durable_obj.timezone is not a string")
+        try:
+            engine.set_timezone(tz)
+        except InvalidArgument as exc:
+            raise Corrupt(f"{self.url}: head.durable_obj.timezone: {exc}") from None
+        self._timezone = tz
+        self._pinner = Pinner(engine, mode=self._opts.nondeterminism, timezone=tz)
 
     def _start_engine(self) -> None:
         assert self._work is not None
@@ -511,16 +547,37 @@ class DurableObject:
             check_read(analysis, syntax)
             return Result(engine.text(sql, fmt, redact=analysis.has_secrets))
 
-    def execute(self, sql: str) -> None:
-        """Run one mutation locally and buffer it. NOT durable until flush()."""
+    def execute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
+        """Run one mutation locally and buffer it. NOT durable until flush().
+
+        A statement whose replay could differ (now(), rand(), a table function
+        reading outside, ...) is pinned to the values it has now, or refused
+        with `Nondeterministic`; see `durable_obj.determinism`. An expert who
+        accepts divergent replicas passes `allow_nondeterministic=True`: the
+        statement is logged as written, with a warning.
+        """
         with self._lock:
             engine = self._require_writable()
-            line = self._buf.admit(sql)  # limits before anything runs
+            self._buf.admit(sql)  # limits before anything runs
             analysis = engine.analyze(sql, self.db)
             syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
             check_mutation(analysis, self.db, syntax)
-            engine.run(sql)
+            if allow_nondeterministic:
+                text = sql
+                warnings.warn(
+                    f"{self.url}: logging a statement unchecked for determinism; replicas "
+                    "may replay it to other values",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
+            else:
+                assert self._pinner is not None
+                text = self._pinner.prepare(sql, self.db)
+            line = self._buf.admit(text)
+            engine.run(text)
             self._buf.append(line)
+            if not _is_insert(text) and self._pinner is not None:
+                self._pinner.schema_changed()
 
     # -- durability ----------------------------------------------------------
     def flush(self) -> str | None:
@@ -824,6 +881,10 @@ class DurableObject:
         else:
             # From __del__ or at interpreter exit no thread may be started.
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _is_insert(sql: str) -> bool:
+    return sql.lstrip()[:6].lower() == "insert"
 
 
 def _safe(oid: str) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -35,6 +35,11 @@ class Options(BaseModel):
     db: str = Field(default=DEFAULT_DATABASE, min_length=1, max_length=200)
     #: Parallel fetches of base and WAL segments during open.
     fetch_concurrency: int = Field(default=8, ge=1, le=64)
+    #: Session time zone of a new object (an existing object's head decides).
+    timezone: str = Field(default="UTC", min_length=1, max_length=64)
+    #: "pin": evaluate non-deterministic values once and log literals;
+    #: "refuse": never rewrite a statement, refuse it instead.
+    nondeterminism: Literal["pin", "refuse"] = "pin"
 
     @model_validator(mode="after")
     def _heartbeat_fits(self) -> Options:
