@@ -1,0 +1,265 @@
+# ruff: noqa: E501 - the corpus reads best one statement per line
+"""Replay fidelity over a labelled corpus, across processes and time zones.
+
+Every statement is labelled: `keep` (deterministic: logged as written, only
+an INSERT gains the object's `session_timezone` setting), `pin` (accepted,
+with its non-deterministic values replaced by literals) or `refuse`
+(`nondeterministic`). A writer runs the corpus under one TZ; a second later
+readers under TZ=UTC, Asia/Tokyo and America/Los_Angeles reopen the object in
+fresh processes and must see exactly the writer's tables.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.integration import _proc
+
+SCHEMA = [
+    "CREATE TABLE e (id UInt32, s String, d DateTime, d64 DateTime64(6), f Float64) "
+    "ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE dflt (id UInt32, u UUID DEFAULT generateUUIDv4(), "
+    "t DateTime DEFAULT now(), m DateTime MATERIALIZED now()) ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE c (id UInt32, s String) ENGINE = MergeTree ORDER BY id",
+]
+
+KEEP, PIN, REFUSE = "keep", "pin", "refuse"
+
+CORPUS: list[tuple[str, str]] = [
+    # -- deterministic: accepted unchanged --------------------------------
+    (
+        "INSERT INTO e VALUES (1, 'a', '2024-01-01 00:00:00', '2024-01-01 00:00:00.123456', 1.5)",
+        KEEP,
+    ),
+    ("INSERT INTO e (id, s) VALUES (2, 'now()')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (3, 'rand() and generateUUIDv4()')", KEEP),
+    ("INSERT INTO e (id, `s`) VALUES (4, 'quoted column')", KEEP),
+    ("INSERT INTO e (id, \"s\") VALUES (5, 'double-quoted column')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (6, 'x') -- now() in a comment", KEEP),
+    ("INSERT INTO e (id, s) /* rand() */ VALUES (7, 'block comment')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (8, 'it''s now()')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (9, 'back\\\\slash now()')", KEEP),
+    ("INSERT INTO e (id, d) VALUES (10, toDateTime('2024-06-01 12:00:00'))", KEEP),
+    ("INSERT INTO e (id, d) VALUES (11, toDateTime(1704067200))", KEEP),
+    ("INSERT INTO e (id, d) VALUES (12, toDateTime('2024-06-01 12:00:00', 'Asia/Tokyo'))", KEEP),
+    ("INSERT INTO e (id, d64) VALUES (13, toDateTime64('2024-06-01 12:00:00.5', 6))", KEEP),
+    ("INSERT INTO e (id, s) VALUES (14, toString(toDate('2024-02-29')))", KEEP),
+    ("INSERT INTO e (id, s) VALUES (15, upper('abc')), (16, lower('DEF'))", KEEP),
+    ("INSERT INTO e (id, f) VALUES (17, sqrt(2)), (18, pi())", KEEP),
+    ("INSERT INTO e (id, s) VALUES (19, concat('a', toString(1 + 2)))", KEEP),
+    ("INSERT INTO e (id, s) VALUES (20, hex(MD5('x')))", KEEP),
+    ("INSERT INTO e (id, s) VALUES (21, toString(cityHash64('x')))", KEEP),
+    ("INSERT INTO e (id, s) VALUES (22, arrayStringConcat(['a', 'b'], '-'))", KEEP),
+    (
+        "INSERT INTO e (id, s) VALUES (23, formatDateTime(toDateTime('2024-01-01 00:00:00'), '%F'))",
+        KEEP,
+    ),
+    (
+        "INSERT INTO e (id, s) VALUES (24, toString(toStartOfDay(toDateTime('2024-01-01 13:00:00'))))",
+        KEEP,
+    ),
+    (
+        "INSERT INTO e (id, s) VALUES (25, toString(dateDiff('day', toDate('2024-01-01'), toDate('2024-03-01'))))",
+        KEEP,
+    ),
+    ("INSERT INTO e (id, s) VALUES (26, currentDatabase())", KEEP),
+    ("INSERT INTO e (id, s) VALUES (27, timezone())", KEEP),
+    ("INSERT INTO e (id, s) SELECT 28, toString(arrayJoin([1]))", KEEP),
+    ("insert into e (id, s) values (29, 'lower-case keywords')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (30, 'unicode ✓ ü 😀')", KEEP),
+    ("INSERT INTO e (id, s) VALUES (31, $$heredoc now()$$)", KEEP),
+    ("INSERT INTO e (id, s) SELECT 32, 'select'", KEEP),
+    ("INSERT INTO e (id, s) SELECT number + 33, toString(number) FROM numbers(3)", KEEP),
+    ("INSERT INTO e (id, s) SELECT number + 36, 'x' FROM system.numbers LIMIT 2", KEEP),
+    ("INSERT INTO e (id, s) SELECT 38, s FROM e WHERE id = 1", KEEP),
+    ("INSERT INTO e (id, s) SELECT id + 100, concat(s, '!') FROM e WHERE id < 5", KEEP),
+    ("INSERT INTO e (id, s) SELECT generate_series + 200, 'g' FROM generateSeries(1, 3)", KEEP),
+    ("INSERT INTO e (id, s) SELECT 210, 'x' FROM system.one", KEEP),
+    ("INSERT INTO e (id, s) WITH 'cte' AS v SELECT 211, v", KEEP),
+    ("INSERT INTO e (id, s) SELECT * FROM values('id UInt32, s String', (212, 'v'))", KEEP),
+    ("INSERT INTO e (id, s) SELECT 213, `now()` FROM (SELECT 'q' AS `now()`)", KEEP),
+    ("ALTER TABLE e UPDATE s = 'updated' WHERE id = 2", KEEP),
+    ("ALTER TABLE e UPDATE s = upper(s) WHERE id = 3", KEEP),
+    ("ALTER TABLE e DELETE WHERE id = 4", KEEP),
+    ("DELETE FROM e WHERE id = 5", KEEP),
+    ("ALTER TABLE e ADD COLUMN extra String DEFAULT 'x'", KEEP),
+    ("ALTER TABLE e DROP COLUMN extra", KEEP),
+    ("ALTER TABLE e ADD COLUMN stamp DateTime DEFAULT now()", KEEP),  # stored, not evaluated
+    ("ALTER TABLE e DROP COLUMN stamp", KEEP),
+    ("CREATE TABLE c2 (id UInt32, t DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY id", KEEP),
+    ("CREATE VIEW v_now AS SELECT now() AS t", KEEP),
+    ("CREATE VIEW v_e AS SELECT id, s FROM e WHERE id < 10", KEEP),
+    ("CREATE TABLE c3 ENGINE = MergeTree ORDER BY id AS SELECT number AS id FROM numbers(3)", KEEP),
+    ("INSERT INTO c (id, s) VALUES (1, 'c')", KEEP),
+    ("TRUNCATE TABLE c", KEEP),
+    ("INSERT INTO c (id, s) VALUES (2, 'after truncate')", KEEP),
+    ("RENAME TABLE c2 TO c4", KEEP),
+    ("DROP TABLE c4", KEEP),
+    ("OPTIMIZE TABLE e FINAL", KEEP),
+    (
+        "INSERT INTO dflt (id, u, t, m) SETTINGS insert_allow_materialized_columns = 1 "
+        "VALUES (1, '00000000-0000-0000-0000-000000000001', '2024-01-01 00:00:00', "
+        "'2024-01-01 00:00:00')",
+        KEEP,
+    ),
+    # -- pinned: accepted with values made literal ------------------------
+    ("INSERT INTO e (id, d) VALUES (300, now())", PIN),
+    ("INSERT INTO e (id, d) VALUES (301, NOW())", PIN),
+    ("INSERT INTO e (id, d64) VALUES (302, now64(6))", PIN),
+    ("INSERT INTO e (id, d64) VALUES (303, now64())", PIN),
+    ("INSERT INTO e (id, d) VALUES (304, current_timestamp())", PIN),
+    ("INSERT INTO e (id, s) VALUES (305, toString(today()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (306, toString(yesterday()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (307, toString(rand()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (308, toString(rand64()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (309, toString(generateUUIDv4()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (310, toString(generateUUIDv7()))", PIN),
+    ("INSERT INTO e (id, f) VALUES (311, randCanonical())", PIN),
+    ("INSERT INTO e (id, s) VALUES (312, randomPrintableASCII(8))", PIN),
+    ("INSERT INTO e (id, s) VALUES (313, toString(randConstant()))", PIN),
+    ("INSERT INTO e (id, s) VALUES (314, toString(rand())), (315, toString(rand()))", PIN),
+    ("INSERT INTO e (id, s, d) VALUES (316, 'a', now()), (317, 'now()', now())", PIN),
+    ("INSERT INTO e (id, s) VALUES (318, concat('x', toString(rand(1)), toString(rand(2))))", PIN),
+    ("INSERT INTO e (id, s) VALUES (319, hostName())", PIN),
+    ("INSERT INTO e (id, s) VALUES (320, toString(generateSnowflakeID()))", PIN),
+    ("INSERT INTO e (id, s) SELECT 321, toString(now())", PIN),
+    ("INSERT INTO e (id, d) SELECT number + 322, now() FROM numbers(2)", PIN),
+    ("INSERT INTO e (id, s) SELECT 324, toString(randConstant()) FROM numbers(1)", PIN),
+    ("ALTER TABLE e UPDATE d = now() WHERE id = 1", PIN),
+    ("ALTER TABLE e UPDATE s = toString(today()) WHERE id = 6", PIN),
+    ("DELETE FROM e WHERE d > now() + INTERVAL 100 YEAR", PIN),
+    ("INSERT INTO dflt (id) VALUES (2)", PIN),
+    ("INSERT INTO dflt (id) VALUES (3), (4)", PIN),
+    (
+        "INSERT INTO dflt VALUES (5, '00000000-0000-0000-0000-000000000005', '2024-01-01 00:00:00')",
+        PIN,
+    ),
+    ("INSERT INTO dflt (id, u) VALUES (6, generateUUIDv4())", PIN),
+    ("CREATE TABLE c5 ENGINE = MergeTree ORDER BY id AS SELECT 1 AS id, now() AS t", PIN),
+    # -- refused ----------------------------------------------------------
+    ("INSERT INTO e (id, s) SELECT number + 400, toString(rand()) FROM numbers(3)", REFUSE),
+    (
+        "INSERT INTO e (id, s) SELECT number + 410, 'x' FROM numbers(10) WHERE rand() % 2 = 0",
+        REFUSE,
+    ),
+    (
+        "INSERT INTO e (id, s) SELECT number + 420, toString(generateUUIDv4()) FROM numbers(2)",
+        REFUSE,
+    ),
+    ("INSERT INTO e (id, s) SELECT 430, toString(rowNumberInAllBlocks())", REFUSE),
+    ("INSERT INTO e (id, s) SELECT 431, name FROM system.tables LIMIT 1", REFUSE),
+    ("INSERT INTO e (id, s) SELECT 432, name FROM `system`.`functions` LIMIT 1", REFUSE),
+    ("INSERT INTO e (id, s) SELECT 433, table_name FROM information_schema.tables LIMIT 1", REFUSE),
+    (
+        "INSERT INTO e (id, s) SELECT 434, x FROM url('http://127.0.0.1:9/x.csv', CSV, 'x String')",
+        REFUSE,
+    ),
+    ("INSERT INTO e (id, s) SELECT 435, x FROM file('x.csv', CSV, 'x String')", REFUSE),
+    (
+        "INSERT INTO e (id, s) SELECT 436, toString(number) FROM generateRandom('number UInt8') LIMIT 1",
+        REFUSE,
+    ),
+    ("ALTER TABLE e UPDATE s = toString(rand()) WHERE id = 1", REFUSE),
+    ("ALTER TABLE e DELETE WHERE rand() % 2 = 0", REFUSE),
+    ("INSERT INTO dflt (id) SELECT number + 500 FROM numbers(2)", REFUSE),
+    (
+        "CREATE TABLE c6 ENGINE = MergeTree ORDER BY id AS SELECT number AS id, rand() AS r FROM numbers(3)",
+        REFUSE,
+    ),
+    (
+        "CREATE MATERIALIZED VIEW mv ENGINE = MergeTree ORDER BY id AS SELECT id, now() AS t FROM c",
+        REFUSE,
+    ),
+    ("CREATE TABLE ext (x String) ENGINE = URL('http://127.0.0.1:9/x', CSV)", REFUSE),
+    ("CREATE TABLE ext2 (x String) ENGINE = File(CSV)", REFUSE),
+]
+
+
+def test_corpus_is_large_and_labelled() -> None:
+    assert len(CORPUS) >= 80
+    assert {label for _, label in CORPUS} == {KEEP, PIN, REFUSE}
+    assert len({sql for sql, _ in CORPUS}) == len(CORPUS)
+
+
+WRITER = r"""
+import json, time
+import durable_obj
+obj = durable_obj.Namespace(P["url"], owner="corpus").open(P["oid"])
+for ddl in P["schema"]:
+    obj.execute(ddl)
+outcomes = []
+for sql in P["corpus"]:
+    before = len(obj._buf)
+    try:
+        obj.execute(sql)
+    except durable_obj.DurableError as exc:
+        outcomes.append({"status": exc.category, "message": str(exc)})
+        continue
+    logged = json.loads(obj._buf._lines[-1])["sql"] if len(obj._buf) > before else None
+    outcomes.append({"status": "accepted", "logged": logged})
+obj.flush()
+tables = obj.query(
+    "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine != 'View'",
+    "TSV",
+).split()
+dump = {t: obj.query(f"SELECT * FROM `{t}` ORDER BY ALL", "JSONCompact").data() for t in tables}
+obj.close()
+emit({"outcomes": outcomes, "dump": dump})
+"""
+
+READER = r"""
+import time
+import durable_obj
+time.sleep(P["delay"])
+obj = durable_obj.Namespace(P["url"]).open(P["oid"], read_only=True)
+tables = obj.query(
+    "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine != 'View'",
+    "TSV",
+).split()
+dump = {t: obj.query(f"SELECT * FROM `{t}` ORDER BY ALL", "JSONCompact").data() for t in tables}
+obj.close()
+emit({"dump": dump, "tz": obj.timezone})
+"""
+
+_SETTINGS = re.compile(
+    r"SETTINGS (?:insert_allow_materialized_columns = 1, )?session_timezone = 'UTC' "
+)
+
+
+def _strip_tz(sql: str) -> str:
+    return _SETTINGS.sub("", sql, count=1)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("writer_tz", ["UTC", "Asia/Tokyo", "America/Los_Angeles"])
+def test_corpus_replays_exactly_in_every_time_zone(tmp_path: Path, writer_tz: str) -> None:
+    corpus = [sql for sql, _ in CORPUS]
+    params = {"url": str(tmp_path), "oid": "corpus", "schema": SCHEMA, "corpus": corpus}
+    wrote = _proc.run_json(WRITER, params, env={"TZ": writer_tz}, timeout=300)
+    problems = []
+    for (sql, label), outcome in zip(CORPUS, wrote["outcomes"], strict=True):
+        if outcome["status"] == "accepted":
+            logged = outcome["logged"]
+            got = KEEP if logged is not None and _strip_tz(logged) == sql else PIN
+        elif outcome["status"] == "nondeterministic":
+            got = REFUSE
+        else:
+            got = f"error {outcome['status']}: {outcome['message']}"
+        if got != label:
+            problems.append(f"{label} -> {got}: {sql}")
+    assert not problems, "\n".join(problems)
+    for reader_tz in ("UTC", "Asia/Tokyo", "America/Los_Angeles"):
+        seen = _proc.run_json(
+            READER, {**params, "delay": 1.1 if reader_tz == "UTC" else 0}, env={"TZ": reader_tz}
+        )
+        assert seen["tz"] == "UTC"
+        assert set(seen["dump"]) == set(wrote["dump"])
+        for table, rows in wrote["dump"].items():
+            assert json.loads(seen["dump"][table])["data"] == json.loads(rows)["data"], (
+                f"table {table} differs after replay under TZ={reader_tz} "
+                f"(written under TZ={writer_tz})"
+            )
