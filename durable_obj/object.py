@@ -253,25 +253,26 @@ class DurableObject:
             )
 
     def _open_once(self, force: bool) -> bool:
+        # The head first: a missing or invalid one needs no engine. The engine
+        # then starts while the base and the segments download.
+        got = self._read_head()
+        if got is not None:
+            self._check_protocol(got[0])
+        elif self._read_only:
+            raise NotFound(
+                f"no durable object at {self.url} (no {HEAD_KEY}); a read-only open "
+                "never creates one. Check the URL and storage_options."
+            )
         with ThreadPoolExecutor(self._opts.fetch_concurrency) as pool:
-            head_f = pool.submit(self._read_head)
-            self._start_engine()  # overlaps the head read
-            got = head_f.result()
-            if got is None:
-                if self._read_only:
-                    raise NotFound(
-                        f"no durable object at {self.url} (no {HEAD_KEY}); a read-only open "
-                        "never creates one. Check the URL and storage_options."
-                    )
-                if self._create_cold():
-                    return False
-                got = self._read_head()
-                if got is None:
-                    raise _HeadMoved()
-            head, version = got
-            self._check_head(head)
-            futures = self._start_fetches(pool, head)
+            futures = [] if got is None else self._start_fetches(pool, got[0])
             try:
+                self._start_engine()
+                if got is None:
+                    if self._create_cold():
+                        return False
+                    raise _HeadMoved()  # lost the creation race: read it again
+                head, version = got
+                self._check_engine(head)
                 if self._read_only:
                     self._head, self._version = head, version
                 else:
@@ -287,7 +288,7 @@ class DurableObject:
             self._commit()
         return True
 
-    def _check_head(self, head: Head) -> None:
+    def _check_protocol(self, head: Head) -> None:
         proto = head.protocol
         if proto.version > PROTOCOL_VERSION:
             raise ProtocolUnsupported(
@@ -306,6 +307,8 @@ class DurableObject:
                 f"{self.url} requires writer feature(s) {unknown} this library lacks; "
                 "open it read_only=True instead. Nothing was changed."
             )
+
+    def _check_engine(self, head: Head) -> None:
         assert self._engine is not None
         check_compatible(
             name=head.engine.name,
