@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable_obj.determinism import insert_shape, tokenize
-from durable_obj.errors import EngineError
+from durable_obj.errors import Corrupt, EngineError
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -79,9 +79,13 @@ class Replayer:
         try:
             self._engine.run(sql)
         except EngineError as exc:
-            raise EngineError(
-                f"replaying {where} failed: {exc}. The object's committed state cannot be "
-                "rebuilt by this engine; nothing was changed in storage."
+            # The segment passed its size and SHA-256 check, so these are the
+            # committed bytes: a statement in them that no longer runs means
+            # the committed state cannot be rebuilt (a corrupt writer, or an
+            # engine that stopped accepting it). Never skipped.
+            raise Corrupt(
+                f"replaying {where} failed, so the committed state cannot be rebuilt by this "
+                f"engine; the object was not opened and nothing was changed. {exc}"
             ) from exc
 
     def _split(self, sql: str) -> tuple[str, list[str]] | None:

@@ -72,6 +72,9 @@ class FaultyStore(Store):
         self.ops = None if ops is None else frozenset(ops)
         self.enabled = True
         self.injected: list[tuple[str, str, Fault]] = []
+        #: Every call as (op, key), faulted or not: lets a test check that
+        #: nothing outside an object's prefix was ever read or written.
+        self.calls: list[tuple[str, str]] = []
         self._seed = seed
         self._calls: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -100,6 +103,8 @@ class FaultyStore(Store):
             return fault
 
     def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        with self._lock:
+            self.calls.append((op, key))
         fault = self._pick(op, key)
         if fault is Fault.LATENCY:
             time.sleep(self.latency or 0.01)

@@ -4,9 +4,13 @@ import pytest
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    from tests.property.test_stateful_faults import STATS
+    """The counts the CI log must show: sequences run, inputs fuzzed."""
+    from tests.property import test_hostile_input, test_stateful_faults
 
-    if STATS["sequences"]:
-        terminalreporter.write_line(
-            "durable state machine: " + ", ".join(f"{k}={v}" for k, v in sorted(STATS.items()))
-        )
+    for name, stats in (
+        ("durable state machine", test_stateful_faults.STATS),
+        ("hostile input", test_hostile_input.STATS),
+    ):
+        if any(stats.values()):
+            line = ", ".join(f"{k}={v}" for k, v in sorted(stats.items()))
+            terminalreporter.write_line(f"{name}: {line}")
