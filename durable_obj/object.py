@@ -128,6 +128,7 @@ class DurableObject:
         self._hb_stop = threading.Event()
         self._hb_thread: threading.Thread | None = None
         self._pinner: Pinner | None = None
+        self._buffered_since = 0.0
         self._timezone = options.timezone
 
     # -- introspection -------------------------------------------------------
@@ -578,7 +579,12 @@ class DurableObject:
                 text = self._pinner.prepare(sql, self.db)
             line = self._buf.admit(text)
             engine.run(text)
+            if not self._buf:
+                self._buffered_since = time.monotonic()
             self._buf.append(line)
+            if self._auto_flush_due():
+                self._flush_locked()
+                self._maybe_fold()
             if not _is_insert(text) and self._pinner is not None:
                 self._pinner.schema_changed()
 
@@ -592,7 +598,34 @@ class DurableObject:
         """
         with self._lock:
             self._require_writable()
-            return self._flush_locked()
+            key = self._flush_locked()
+            self._maybe_fold()
+            return key
+
+    def _auto_flush_due(self) -> bool:
+        opts = self._opts
+        if not opts.auto_flush or not self._buf:
+            return False
+        if self._buf.nbytes >= opts.auto_flush_bytes:
+            return True
+        age = time.monotonic() - self._buffered_since
+        return opts.auto_flush_age is not None and age >= opts.auto_flush_age
+
+    def _maybe_fold(self, segments: int | None = None) -> None:
+        """Growth policy: fold a long WAL into a new checkpoint, so the head
+        stays small and the next open replays little."""
+        assert self._head is not None
+        wal = self._head.manifest.wal
+        limit = self._opts.fold_segments if segments is None else segments
+        size_limit = self._opts.fold_bytes if segments is None else 0
+        if (limit and len(wal) >= limit) or (size_limit and sum(r.size for r in wal) >= size_limit):
+            log.info("%s: folding %d WAL segment(s) into a checkpoint", self.url, len(wal))
+            try:
+                self._checkpoint_locked()
+            except DurableError as exc:
+                # The flush before it is committed; folding only saves replay
+                # time, so a failure is reported, never raised over a success.
+                log.warning("%s: folding the WAL failed (%s); will retry", self.url, exc)
 
     def _flush_locked(self) -> str | None:
         if not self._buf:
@@ -628,45 +661,49 @@ class DurableObject:
         buffered statements, which it makes durable too.
         """
         with self._lock:
-            engine = self._require_writable()
-            assert self._head is not None and self._work is not None
-            started = time.monotonic()
-            manifest = self._head.manifest
-            seq = manifest.seq + 1
-            name = f"{self.generation}-{seq}-{uuid.uuid4().hex[:8]}{CHECKPOINT_SUFFIX}"
-            local = os.path.join(self._work, "backups", name)
-            engine.backup(manifest.db, local)
-            try:
-                size, sha256 = file_digest(local)
-                ref = ObjectRef(key=f"{CHECKPOINT_DIR}/{name}", size=size, sha256=sha256)
-                self._publish(
-                    ref, lambda: self._store.create_file(self._key(ref.key), local, self._progress)
-                )
-            finally:
-                os.unlink(local)
-            saved = self._head.model_copy(deep=True)
-            manifest.base = ref
-            manifest.wal = []
-            manifest.seq = seq
-            # This engine wrote the archive: it is now the oldest that reads it.
-            self._head.engine.version = engine.version
-            self._head.engine.min_reader = engine.version
-            self._head.engine.backup_format = BACKUP_FORMAT
-            try:
-                self._commit()
-            except BaseException:
-                saved.lease = self._head.lease
-                self._head = saved
-                raise
-            self._buf.clear()
-            log.info(
-                "%s: checkpoint %s, %d bytes, %.3f s",
-                self.url,
-                ref.key,
-                size,
-                time.monotonic() - started,
+            self._require_writable()
+            return self._checkpoint_locked()
+
+    def _checkpoint_locked(self) -> str:
+        engine = self._require_writable()
+        assert self._head is not None and self._work is not None
+        started = time.monotonic()
+        manifest = self._head.manifest
+        seq = manifest.seq + 1
+        name = f"{self.generation}-{seq}-{uuid.uuid4().hex[:8]}{CHECKPOINT_SUFFIX}"
+        local = os.path.join(self._work, "backups", name)
+        engine.backup(manifest.db, local)
+        try:
+            size, sha256 = file_digest(local)
+            ref = ObjectRef(key=f"{CHECKPOINT_DIR}/{name}", size=size, sha256=sha256)
+            self._publish(
+                ref, lambda: self._store.create_file(self._key(ref.key), local, self._progress)
             )
-            return ref.key
+        finally:
+            os.unlink(local)
+        saved = self._head.model_copy(deep=True)
+        manifest.base = ref
+        manifest.wal = []
+        manifest.seq = seq
+        # This engine wrote the archive: it is now the oldest that reads it.
+        self._head.engine.version = engine.version
+        self._head.engine.min_reader = engine.version
+        self._head.engine.backup_format = BACKUP_FORMAT
+        try:
+            self._commit()
+        except BaseException:
+            saved.lease = self._head.lease
+            self._head = saved
+            raise
+        self._buf.clear()
+        log.info(
+            "%s: checkpoint %s, %d bytes, %.3f s",
+            self.url,
+            ref.key,
+            size,
+            time.monotonic() - started,
+        )
+        return ref.key
 
     def _publish(self, ref: ObjectRef, create: Callable[[], Version | None]) -> None:
         """Create an immutable, uniquely named key; settle an unknown answer by
@@ -795,7 +832,11 @@ class DurableObject:
                 if self._state != _OPEN or self._fenced:
                     return
                 try:
-                    self._commit()
+                    if self._auto_flush_due():
+                        self._flush_locked()  # its commit renews the lease too
+                        self._maybe_fold()
+                    else:
+                        self._commit()
                 except LeaseFenced:
                     return
                 except DurableError as exc:
@@ -830,6 +871,7 @@ class DurableObject:
                 if not self._read_only and not self._fenced:
                     if not discard:
                         self._flush_locked()
+                        self._maybe_fold(self._opts.close_fold_segments)
                     elif self._buf:
                         log.warning(
                             "%s: close(discard=True) dropped %d unflushed statement(s)",

@@ -35,6 +35,19 @@ class Options(BaseModel):
     db: str = Field(default=DEFAULT_DATABASE, min_length=1, max_length=200)
     #: Parallel fetches of base and WAL segments during open.
     fetch_concurrency: int = Field(default=8, ge=1, le=64)
+    #: Growth policy: after a flush, fold the WAL into a new checkpoint when it
+    #: holds this many segments (0: never) ...
+    fold_segments: int = Field(default=64, ge=0, le=100_000)
+    #: ... or this many bytes (0: never).
+    fold_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    #: On close, fold instead of just flushing when the WAL holds more segments.
+    close_fold_segments: int = Field(default=8, ge=0)
+    #: Flush by itself when the buffer reaches auto_flush_bytes or its oldest
+    #: statement is auto_flush_age seconds old (checked on execute and on the
+    #: heartbeat). Off by default: flush() stays the explicit durability boundary.
+    auto_flush: bool = False
+    auto_flush_bytes: int = Field(default=1024 * 1024, gt=0)
+    auto_flush_age: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: Session time zone of a new object (an existing object's head decides).
     timezone: str = Field(default="UTC", min_length=1, max_length=64)
     #: "pin": evaluate non-deterministic values once and log literals;
