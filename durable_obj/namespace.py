@@ -8,12 +8,18 @@ The last path segment of an object URL is its id; the rest is the namespace.
 
 from __future__ import annotations
 
+import builtins
+import uuid
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from durable_obj import ops
+from durable_obj.digest import file_digest
 from durable_obj.errors import InvalidArgument
-from durable_obj.object import DurableObject
+from durable_obj.head import Head, Lease, ObjectRef
+from durable_obj.object import DurableObject, Result
 from durable_obj.options import Options, make_options
-from durable_obj.protocol import valid_oid
+from durable_obj.protocol import CHECKPOINT_DIR, CHECKPOINT_SUFFIX, HEAD_KEY, valid_oid
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
 
@@ -88,8 +94,116 @@ class Namespace:
         obj._open(force)
         return obj
 
+    # -- operations ------------------------------------------------------------
+    def list(self) -> builtins.list[ops.ObjectInfo]:
+        """Every object here: id, seq, generation, lease holder and expiry,
+        segment count, live and stored bytes, last write time."""
+        return ops.list_objects(self.store)
+
+    def info(self, oid: str) -> ops.ObjectInfo:
+        return ops.describe(self.store, check_oid(oid))
+
+    def gc(
+        self, oid: str, *, grace: float = ops.DEFAULT_GC_GRACE, dry_run: bool = False
+    ) -> ops.GcReport:
+        """Delete superseded bases, folded segments and orphans of failed
+        commits that no head can still need; safe beside a live writer.
+        See `durable_obj.ops` for the exact rule."""
+        return ops.gc(self.store, check_oid(oid), grace=grace, dry_run=dry_run)
+
+    def verify(self, oid: str, *, restore: bool = False) -> ops.VerifyReport:
+        """Download and check every key the head references; with `restore`,
+        also restore and replay it and count each table's rows."""
+        report = ops.verify_object(self.store, check_oid(oid), callback=self._progress)
+        if restore:
+            with self.open(oid, read_only=True) as obj:
+                report.rows = {
+                    t: int(obj.query(f"SELECT count() FROM `{t}`", "TSV").strip())
+                    for t in obj.tables()
+                }
+        return report
+
+    def release(self, oid: str) -> None:
+        """Release the lease whoever holds it (administrative: a live holder is
+        fenced at its next commit and loses what it did not flush)."""
+        ops.release(self.store, check_oid(oid))
+
+    def scan(
+        self, sql: str, ids: Iterable[str] | None = None, fmt: str = "CSV"
+    ) -> builtins.list[tuple[str, Result]]:
+        """Run one read-only query on each object (all of them by default),
+        one after another: chDB runs one engine per process."""
+        targets = [info.oid for info in self.list()] if ids is None else list(ids)
+        out = []
+        for oid in targets:
+            with self.open(oid, read_only=True) as obj:
+                out.append((oid, obj.query(sql, fmt)))
+        return out
+
+    def fork(self, src: str, dst: str) -> ops.ObjectInfo:
+        """A new object `dst` whose base is the current state of `src` (its
+        base with the WAL folded in). `src` is only read."""
+        check_oid(src)
+        check_oid(dst)
+        ops.ensure_absent(self.store, dst)
+        with self.open(src, read_only=True) as obj:
+            path = obj.snapshot()
+            size, sha256 = file_digest(path)
+            name = f"0-1-{uuid.uuid4().hex[:8]}{CHECKPOINT_SUFFIX}"
+            ref = ObjectRef(key=f"{CHECKPOINT_DIR}/{name}", size=size, sha256=sha256)
+            if self.store.create_file(f"{dst}/{ref.key}", path, self._progress) is None:
+                raise InvalidArgument(f"{dst}/{ref.key} already exists; nothing was changed")
+            source = obj.head
+            assert source is not None
+        head = Head.cold(
+            db=source.manifest.db,
+            engine_version=source.engine.version,
+            lease=Lease(generation=0),
+        )
+        head.engine.min_reader = source.engine.min_reader
+        head.manifest.base = ref
+        head.manifest.seq = 1
+        head.set_extension("timezone", source.extension().get("timezone", "UTC"))
+        head.set_extension("forked_from", {"oid": src, "seq": source.manifest.seq})
+        if self.store.create(f"{dst}/{HEAD_KEY}", head.to_bytes()) is None:
+            self.store.delete(f"{dst}/{ref.key}")
+            raise InvalidArgument(f"{dst!r} was created meanwhile; the fork was abandoned")
+        return ops.describe(self.store, dst)
+
+    def export(
+        self,
+        oid: str,
+        to: str,
+        *,
+        format: str = "parquet",
+        storage_options: dict[str, Any] | None = None,
+    ) -> builtins.list[str]:
+        """Write each table of `oid` as `to/<table>.parquet` (or csv, jsonl)."""
+        with self.open(oid, read_only=True) as obj:
+            return obj.export(
+                to, format=format, storage_options=storage_options, callback=self._progress
+            )
+
     def __repr__(self) -> str:
         return f"Namespace({self.url!r})"
+
+
+def export(
+    obj_or_url: DurableObject | str,
+    to: str,
+    *,
+    format: str = "parquet",
+    storage_options: dict[str, Any] | None = None,
+    to_storage_options: dict[str, Any] | None = None,
+) -> list[str]:
+    """Export every table of an object (an open one, or a URL opened
+    read-only) to Parquet files under `to` (any fsspec URL)."""
+    if isinstance(obj_or_url, DurableObject):
+        return obj_or_url.export(to, format=format, storage_options=to_storage_options)
+    namespace, oid = split_object_url(obj_or_url)
+    ns = Namespace(namespace, storage_options=storage_options)
+    with ns.open(check_oid(oid), read_only=True) as obj:
+        return obj.export(to, format=format, storage_options=to_storage_options)
 
 
 def open(

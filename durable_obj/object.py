@@ -24,6 +24,7 @@ Lease arithmetic lives in `lease.py`, the entry gates in `engine.py`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -37,7 +38,7 @@ import warnings
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable_obj import lease as leases
 from durable_obj.determinism import Pinner
@@ -588,6 +589,76 @@ class DurableObject:
             if not _is_insert(text) and self._pinner is not None:
                 self._pinner.schema_changed()
 
+    def tables(self) -> list[str]:
+        """The object's tables (views excluded), by name."""
+        with self._lock:
+            engine = self._require_open()
+            out = engine.run_params(
+                "SELECT name FROM system.tables WHERE database = {db:String} AND "
+                "engine NOT IN ('View', 'MaterializedView') ORDER BY name "
+                "FORMAT JSONCompactEachRow",
+                {"db": self.db},
+            )
+            return [json.loads(line)[0] for line in out.splitlines() if line]
+
+    def snapshot(self) -> str:
+        """A full BACKUP of the local state as a `.tar` in this object's scratch
+        (removed on close). Works on a read-only object too; used by fork."""
+        with self._lock:
+            engine = self._require_open()
+            assert self._work is not None
+            path = os.path.join(self._work, "backups", f"snapshot-{uuid.uuid4().hex}.tar")
+            engine.backup(self.db, path)
+            return path
+
+    def export(
+        self,
+        to: str,
+        *,
+        format: str = "parquet",
+        storage_options: dict[str, Any] | None = None,
+        callback: Callback | None = None,
+    ) -> list[str]:
+        """Write every table to `to/<table>.<ext>` on any fsspec location, for
+        ClickHouse, DuckDB or Spark to read many objects at once. Returns the
+        URLs written. Each file is written locally first, then streamed."""
+        import fsspec
+
+        kind = EXPORT_FORMATS.get(format.lower())
+        if kind is None:
+            raise InvalidArgument(
+                f"unknown export format {format!r}; use one of {sorted(EXPORT_FORMATS)}"
+            )
+        engine_format, ext = kind
+        written = []
+        with self._lock:
+            engine = self._require_open()
+            assert self._work is not None
+            fs, root = fsspec.core.url_to_fs(to, **(storage_options or {}))
+            for table in self.tables():
+                local = os.path.join(self._work, f"export-{uuid.uuid4().hex}.{ext}")
+                engine.run_params(
+                    "SELECT * FROM {db:Identifier}.{t:Identifier} INTO OUTFILE "
+                    f"'{_sql_string(local)}' FORMAT {engine_format}",
+                    {"db": self.db, "t": table},
+                )
+                target = f"{root.rstrip('/')}/{table}.{ext}"
+                try:
+                    fs.makedirs(root, exist_ok=True)
+                    if callback is not None:
+                        fs.put_file(local, target, callback=callback)
+                    else:
+                        fs.put_file(local, target)
+                except OSError as exc:
+                    raise BackendError(
+                        f"exporting {table} to {to} failed: {exc.strerror or type(exc).__name__}"
+                    ) from exc
+                finally:
+                    os.unlink(local)
+                written.append(fs.unstrip_protocol(target))
+        log.info("%s: exported %d table(s) to %s", self.url, len(written), to)
+        return written
+
     # -- durability ----------------------------------------------------------
     def flush(self) -> str | None:
         """Publish the buffered statements as one WAL segment and commit it.
@@ -665,8 +736,8 @@ class DurableObject:
             return self._checkpoint_locked()
 
     def _checkpoint_locked(self) -> str:
-        engine = self._require_writable()
-        assert self._head is not None and self._work is not None
+        engine = self._engine
+        assert engine is not None and self._head is not None and self._work is not None
         started = time.monotonic()
         manifest = self._head.manifest
         seq = manifest.seq + 1
@@ -926,6 +997,18 @@ class DurableObject:
         else:
             # From __del__ or at interpreter exit no thread may be started.
             shutil.rmtree(work, ignore_errors=True)
+
+
+#: export format -> (engine output format, file extension)
+EXPORT_FORMATS = {
+    "parquet": ("Parquet", "parquet"),
+    "csv": ("CSVWithNames", "csv"),
+    "jsonl": ("JSONEachRow", "jsonl"),
+}
+
+
+def _sql_string(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("'", "\\'")
 
 
 def _is_insert(sql: str) -> bool:

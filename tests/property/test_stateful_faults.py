@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import durable_obj
-from durable_obj import errors
+from durable_obj import errors, ops
 from durable_obj.stores.base import Store
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
@@ -113,6 +113,15 @@ class DurableMachine(RuleBasedStateMachine):
     def checkpoint(self) -> None:
         STATS["steps"] += 1
         self._durable_call("checkpoint")
+
+    @rule()
+    def gc(self) -> None:
+        """Garbage collection with no grace at all, between any two steps of
+        the writer: it must never take anything the writer or a reopen needs."""
+        STATS["steps"] += 1
+        STATS["gc_deleted"] = STATS.get("gc_deleted", 0) + len(
+            ops.gc(self.inner, "o", grace=0).deleted
+        )
 
     @precondition(lambda self: self.obj is not None)
     @rule()

@@ -1,0 +1,236 @@
+"""Operations over stored objects: list, inspect, verify, collect garbage,
+release a lease, fork, export. Used by `Namespace` and the CLI.
+
+Garbage collection deletes only what no head can still need:
+
+* only keys under the object's `wal/` and `checkpoints/`, never head.json or
+  anything else a user put there;
+* never a key the current head references;
+* only keys whose sequence number is below the current base's: the commit
+  that made that base current retired every older key, and a key at or
+  above it may be an upload a live writer is about to commit;
+* only when that base was uploaded more than `grace` seconds ago, so a
+  reader that read an older head (and still needs the older base or
+  segments) has had `grace` seconds to finish. The default, one hour, is far
+  above any lease TTL or open.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from durable_obj import lease as leases
+from durable_obj.digest import file_digest, verify, verify_bytes
+from durable_obj.errors import Corrupt, DurableError, LeaseHeld, NotFound
+from durable_obj.head import Head, ObjectRef
+from durable_obj.protocol import CHECKPOINT_DIR, HEAD_KEY, WAL_DIR
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.stores.base import Entry, Store
+
+log = logging.getLogger("durable_obj")
+
+DEFAULT_GC_GRACE = 3600.0
+_SEQ = re.compile(r"\A(\d+)-(\d+)-[0-9A-Za-z]+\.")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What `Namespace.list()` and `info()` report about one object."""
+
+    oid: str
+    seq: int
+    generation: int
+    owner: str | None
+    expires_at: float | None
+    segments: int
+    live_bytes: int  # head + base + WAL the head references
+    stored_bytes: int  # everything under the object's prefix
+    last_write: float | None  # head.json's modification time
+    db: str
+    timezone: str
+    head: Head = field(repr=False)
+
+
+@dataclass
+class GcReport:
+    oid: str
+    dry_run: bool
+    deleted: list[str] = field(default_factory=list)
+    deleted_bytes: int = 0
+    kept: int = 0
+    kept_bytes: int = 0
+
+
+def read_head(store: Store, oid: str) -> Head:
+    blob = store.get(f"{oid}/{HEAD_KEY}")
+    if blob is None:
+        raise NotFound(f"no durable object {oid!r} in {store.url}")
+    return Head.parse(blob.data)
+
+
+def live_refs(head: Head) -> list[ObjectRef]:
+    base = [head.manifest.base] if head.manifest.base is not None else []
+    return base + list(head.manifest.wal)
+
+
+def describe(store: Store, oid: str, entries: list[Entry] | None = None) -> ObjectInfo:
+    head = read_head(store, oid)
+    if entries is None:
+        entries = store.list_keys(oid)
+    head_entry = next((e for e in entries if e.key == f"{oid}/{HEAD_KEY}"), None)
+    refs = live_refs(head)
+    return ObjectInfo(
+        oid=oid,
+        seq=head.manifest.seq,
+        generation=head.lease.generation,
+        owner=head.lease.owner,
+        expires_at=head.lease.expires_at,
+        segments=len(head.manifest.wal),
+        live_bytes=sum(r.size for r in refs) + (head_entry.size if head_entry else 0),
+        stored_bytes=sum(e.size for e in entries),
+        last_write=head_entry.modified if head_entry else None,
+        db=head.manifest.db,
+        timezone=str(head.extension().get("timezone", "UTC")),
+        head=head,
+    )
+
+
+def list_objects(store: Store) -> list[ObjectInfo]:
+    """Every object in the namespace (a folder with a head.json), by id."""
+    by_oid: dict[str, list[Entry]] = {}
+    for entry in store.list_keys():
+        oid, _, rest = entry.key.partition("/")
+        if rest:
+            by_oid.setdefault(oid, []).append(entry)
+    out = []
+    for oid, entries in sorted(by_oid.items()):
+        if any(e.key == f"{oid}/{HEAD_KEY}" for e in entries):
+            out.append(describe(store, oid, entries))
+    return out
+
+
+def _seq_of(name: str) -> int | None:
+    match = _SEQ.match(name)
+    return int(match.group(2)) if match else None
+
+
+def gc(
+    store: Store, oid: str, *, grace: float = DEFAULT_GC_GRACE, dry_run: bool = False
+) -> GcReport:
+    """Delete what no current or recent head references (module docstring)."""
+    if grace < 0:
+        raise ValueError("grace must be >= 0 seconds")
+    head = read_head(store, oid)
+    entries = store.list_keys(oid)
+    referenced = {f"{oid}/{r.key}" for r in live_refs(head)}
+    base = head.manifest.base
+    base_entry = (
+        None if base is None else next((e for e in entries if e.key == f"{oid}/{base.key}"), None)
+    )
+    base_seq = None if base is None else _seq_of(base.key.rsplit("/", 1)[-1])
+    settled = (
+        base_entry is not None
+        and base_entry.modified is not None
+        and time.time() - base_entry.modified >= grace
+    )
+    report = GcReport(oid, dry_run)
+    for entry in entries:
+        rel = entry.key[len(oid) + 1 :]
+        folder, _, name = rel.partition("/")
+        seq = _seq_of(name)
+        deletable = (
+            folder in (WAL_DIR, CHECKPOINT_DIR)
+            and entry.key not in referenced
+            and seq is not None
+            and base_seq is not None
+            and seq < base_seq
+            and settled
+        )
+        if not deletable:
+            report.kept += 1
+            report.kept_bytes += entry.size
+            continue
+        report.deleted.append(entry.key)
+        report.deleted_bytes += entry.size
+        if not dry_run:
+            store.delete(entry.key)
+    log.info(
+        "gc %s/%s: %s %d key(s), %d bytes; kept %d key(s), %d bytes",
+        store.url,
+        oid,
+        "would delete" if dry_run else "deleted",
+        len(report.deleted),
+        report.deleted_bytes,
+        report.kept,
+        report.kept_bytes,
+    )
+    return report
+
+
+@dataclass
+class VerifyReport:
+    oid: str
+    checked: list[str] = field(default_factory=list)
+    checked_bytes: int = 0
+    rows: dict[str, int] | None = None
+
+
+def verify_object(store: Store, oid: str, *, callback: Callback | None = None) -> VerifyReport:
+    """Download every key the head references and check size and SHA-256."""
+    head = read_head(store, oid)
+    report = VerifyReport(oid)
+    with tempfile.TemporaryDirectory(prefix="durable_obj-verify-") as tmp:
+        for ref in live_refs(head):
+            key = f"{oid}/{ref.key}"
+            if ref.key.startswith(f"{CHECKPOINT_DIR}/"):
+                path = os.path.join(tmp, uuid.uuid4().hex)
+                if not store.download(key, path, callback):
+                    raise Corrupt(f"{key} is referenced by the head but missing")
+                verify(*file_digest(path), ref, "base checkpoint")
+                os.unlink(path)
+            else:
+                blob = store.get(key)
+                if blob is None:
+                    raise Corrupt(f"{key} is referenced by the head but missing")
+                verify_bytes(blob.data, ref, "WAL segment")
+            report.checked.append(key)
+            report.checked_bytes += ref.size
+    return report
+
+
+def release(store: Store, oid: str) -> Head:
+    """Release whoever holds the lease (an administrative act: that writer, if
+    alive, is fenced at its next commit, and its unflushed writes are lost)."""
+    blob = store.get(f"{oid}/{HEAD_KEY}")
+    if blob is None:
+        raise NotFound(f"no durable object {oid!r} in {store.url}")
+    head = Head.parse(blob.data)
+    if head.lease.released:
+        return head
+    # Owner and instance go: the old holder's next commit sees another
+    # instance and is fenced; the next writer moves the generation.
+    head.lease = leases.release(head.lease)
+    if store.replace(f"{oid}/{HEAD_KEY}", head.to_bytes(), blob.version) is None:
+        raise LeaseHeld(f"the head of {oid!r} changed while releasing; nothing was changed")
+    log.warning("%s/%s: lease released by an administrator", store.url, oid)
+    return head
+
+
+def stored_keys(store: Store, oid: str) -> dict[str, Any]:
+    """{key: size} of everything under the object (for tests and `info`)."""
+    return {e.key: e.size for e in store.list_keys(oid)}
+
+
+def ensure_absent(store: Store, oid: str) -> None:
+    if store.get(f"{oid}/{HEAD_KEY}") is not None:
+        raise DurableError(f"{oid!r} already exists in {store.url}; nothing was changed")

@@ -1,0 +1,174 @@
+"""Growth policies, gc, list/info, verify, release, fork, export, scan."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+import durable_obj
+from durable_obj import errors, ops
+from durable_obj.stores import open_store
+
+DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
+
+
+def test_long_running_writer_stays_bounded_and_gc_reclaims(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    segments_seen = []
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        for i in range(200):
+            obj.execute(f"INSERT INTO m VALUES ({i}, '{'x' * 100}')")
+            obj.flush()
+            head = obj.head
+            assert head is not None
+            segments_seen.append(len(head.manifest.wal))
+    assert max(segments_seen) < 64
+    info = ns.info("o")
+    store = ns.store
+    stored_before = info.stored_bytes
+    assert info.live_bytes < stored_before  # superseded bases and folded segments
+    # nothing is collected within the grace period
+    assert ns.gc("o").deleted == []
+    report = ns.gc("o", grace=0, dry_run=True)
+    assert report.deleted and all(store.get(k) is not None for k in report.deleted)
+    report = ns.gc("o", grace=0)
+    after = ns.info("o")
+    assert after.stored_bytes == stored_before - report.deleted_bytes
+    assert after.stored_bytes - after.live_bytes < after.live_bytes  # only fresh orphans left
+    assert all(store.get(k) is None for k in report.deleted)
+    with ns.open("o", read_only=True) as reader:
+        assert reader.query("SELECT count(), sum(k) FROM m") == f"200,{sum(range(200))}\n"
+    assert ns.verify("o", restore=True).rows == {"m": 200}
+
+
+def test_gc_keeps_everything_a_live_writer_may_commit(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (2, 'b')")
+        obj.flush()
+        # an upload a writer is about to commit: newer than the base
+        ns.store.create("o/wal/1-99-deadbeef.jsonl", b'{"sql": "SELECT 1"}\n')
+        ns.store.create("o/notes.txt", b"user file")
+        report = ns.gc("o", grace=0)
+        assert report.deleted == []
+        obj.execute("INSERT INTO m VALUES (3, 'c')")
+        obj.flush()
+    with ns.open("o", read_only=True) as reader:
+        assert reader.query("SELECT count() FROM m") == "3\n"
+
+
+def test_list_and_info(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="lister")
+    for oid in ("b", "a"):
+        with ns.open(oid) as obj:
+            obj.execute(DDL)
+    holder = ns.open("c")
+    try:
+        listed = ns.list()
+        assert [i.oid for i in listed] == ["a", "b", "c"]
+        c = next(i for i in listed if i.oid == "c")
+        assert c.owner == "lister" and c.expires_at is not None and c.expires_at > time.time()
+        a = ns.info("a")
+        assert a.owner is None and a.segments == 1 and a.seq == 1 and a.timezone == "UTC"
+        assert a.live_bytes > 0 and a.last_write is not None
+    finally:
+        holder.close()
+    with pytest.raises(errors.NotFound):
+        ns.info("nope")
+
+
+def test_release_fences_the_holder(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    obj = ns.open("o")
+    obj.execute(DDL)
+    obj.flush()
+    ns.release("o")
+    assert ns.info("o").owner is None
+    obj.execute("INSERT INTO m VALUES (1, 'lost')")
+    with pytest.raises(errors.LeaseFenced):
+        obj.flush()
+    with pytest.raises(errors.LeaseFenced):
+        obj.close()
+    with ns.open("o") as again:
+        assert again.query("SELECT count() FROM m") == "0\n"
+
+
+def test_fork_holds_the_same_rows_and_is_independent(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("src") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a'), (2, 'b')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (3, 'c')")
+        obj.flush()
+        expected = obj.query("SELECT * FROM m ORDER BY k")
+    info = ns.fork("src", "dst")
+    assert info.seq == 1 and info.segments == 0 and info.owner is None
+    with ns.open("dst") as fork:
+        assert fork.query("SELECT * FROM m ORDER BY k") == expected
+        fork.execute("INSERT INTO m VALUES (4, 'only in the fork')")
+    with ns.open("src", read_only=True) as src:
+        assert src.query("SELECT * FROM m ORDER BY k") == expected
+    with pytest.raises(errors.DurableError, match="already exists"):
+        ns.fork("src", "dst")
+
+
+def test_export_parquet_roundtrip(ns_url: str, tmp_path: Path) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        obj.execute("CREATE TABLE n (x Float64) ENGINE = MergeTree ORDER BY x")
+        obj.execute("INSERT INTO m VALUES (1, 'a'), (2, 'b')")
+        obj.execute("INSERT INTO n VALUES (0.5)")
+        obj.execute("CREATE VIEW v AS SELECT k FROM m")
+    out = tmp_path / "export"
+    written = ns.export("o", str(out))
+    assert sorted(os.path.basename(w) for w in written) == ["m.parquet", "n.parquet"]
+    table = pq.read_table(out / "m.parquet").to_pydict()
+    assert table == {"k": [1, 2], "v": ["a", "b"]}
+    assert pq.read_table(out / "n.parquet").to_pydict() == {"x": [0.5]}
+    # the module-level form, from a URL, to an fsspec memory location
+    written = durable_obj.export(f"{ns_url}/o", "memory://exports/o", format="csv")
+    assert len(written) == 2
+    with pytest.raises(errors.InvalidArgument):
+        durable_obj.export(f"{ns_url}/o", str(out), format="xlsx")
+
+
+def test_scan_reads_each_object(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    for i, oid in enumerate(("a", "b")):
+        with ns.open(oid) as obj:
+            obj.execute(DDL)
+            obj.execute(f"INSERT INTO m VALUES ({i}, '{oid}')")
+    assert ns.scan("SELECT v FROM m", fmt="TSV") == [("a", "a\n"), ("b", "b\n")]
+
+
+def test_close_folds_a_long_wal(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        for i in range(9):
+            obj.execute(f"INSERT INTO m VALUES ({i}, 'x')")
+            obj.flush()
+    info = ns.info("o")
+    assert info.segments == 0 and info.head.manifest.base is not None
+
+
+def test_auto_flush_by_size(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w", auto_flush=True, auto_flush_bytes=500)
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        for i in range(10):
+            obj.execute(f"INSERT INTO m VALUES ({i}, '{'x' * 100}')")
+        assert obj.pending < 5  # flushed by itself along the way
+        seq = obj.seq
+    assert seq > 1
+    assert ops.read_head(open_store(ns_url), "o").lease.owner is None
