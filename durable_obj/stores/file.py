@@ -25,9 +25,9 @@ import fcntl
 import hashlib
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from durable_obj.errors import BackendError
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative
@@ -62,6 +62,13 @@ def _nonce(fd: int) -> str:
         return os.getxattr(fd, _XATTR).decode("ascii", "replace")
     except OSError:
         return ""
+
+
+def _chunks(handle: BinaryIO, callback: Callback | None) -> Iterator[bytes]:
+    while chunk := handle.read(_CHUNK):
+        if callback is not None:
+            callback.relative_update(len(chunk))
+        yield chunk
 
 
 def _fsync_dir(path: str) -> None:
@@ -126,46 +133,41 @@ class FileStore(Store):
             raise self._fail("reading", key, exc) from exc
         return Blob(data, _version_of(data, nonce))
 
-    def create(self, key: str, data: bytes) -> Version | None:
-        path = self._path(key)
-        try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            staged = f"{path}.{uuid.uuid4().hex}.staging"
-            with open(staged, "wb") as handle:
-                nonce = _stamp(handle.fileno())
-                handle.write(data)
-                handle.flush()
-                if self._fsync:
-                    os.fsync(handle.fileno())
-            if not self._publish_staged(staged, path):
-                return None
-        except OSError as exc:
-            raise self._fail("creating", key, exc) from exc
-        return _version_of(data, nonce)
-
-    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
-        target = self._path(key)
+    def _write(self, path: str, chunks: Iterable[bytes]) -> Version:
+        """Write a new file, stamped and fsynced; its version."""
         digest = hashlib.sha256()
+        with open(path, "wb") as handle:
+            nonce = _stamp(handle.fileno())
+            for chunk in chunks:
+                handle.write(chunk)
+                digest.update(chunk)
+            handle.flush()
+            if self._fsync:
+                os.fsync(handle.fileno())
+        return Version(f"{nonce}:{digest.hexdigest()}")
+
+    def _create(self, key: str, chunks: Iterable[bytes]) -> Version | None:
+        target = self._path(key)
         try:
             os.makedirs(os.path.dirname(target), exist_ok=True)
             staged = f"{target}.{uuid.uuid4().hex}.staging"
-            if callback is not None:
-                callback.set_size(os.path.getsize(path))
-            with open(path, "rb") as src, open(staged, "wb") as dst:
-                nonce = _stamp(dst.fileno())
-                while chunk := src.read(_CHUNK):
-                    dst.write(chunk)
-                    digest.update(chunk)
-                    if callback is not None:
-                        callback.relative_update(len(chunk))
-                dst.flush()
-                if self._fsync:
-                    os.fsync(dst.fileno())
-            if not self._publish_staged(staged, target):
-                return None
+            version = self._write(staged, chunks)
+            return version if self._publish_staged(staged, target) else None
         except OSError as exc:
-            raise self._fail("uploading", key, exc) from exc
-        return Version(f"{nonce}:{digest.hexdigest()}")
+            raise self._fail("creating", key, exc) from exc
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        return self._create(key, [data])
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        try:
+            src = open(path, "rb")  # noqa: SIM115 - closed below
+        except OSError as exc:
+            raise self._fail("reading the local file for", key, exc) from exc
+        with src:
+            if callback is not None:
+                callback.set_size(os.fstat(src.fileno()).st_size)
+            return self._create(key, _chunks(src, callback))
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         path = self._path(key)
@@ -180,18 +182,13 @@ class FileStore(Store):
                 if current != version:
                     return None
                 tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-                with open(tmp, "wb") as handle:
-                    nonce = _stamp(handle.fileno())
-                    handle.write(data)
-                    handle.flush()
-                    if self._fsync:
-                        os.fsync(handle.fileno())
+                new = self._write(tmp, [data])
                 os.replace(tmp, path)
                 if self._fsync:
                     _fsync_dir(os.path.dirname(path))
         except OSError as exc:
             raise self._fail("replacing", key, exc) from exc
-        return _version_of(data, nonce)
+        return new
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         source = self._path(key)
@@ -204,10 +201,8 @@ class FileStore(Store):
             with src, open(tmp, "wb") as dst:
                 if callback is not None:
                     callback.set_size(os.fstat(src.fileno()).st_size)
-                while chunk := src.read(_CHUNK):
+                for chunk in _chunks(src, callback):
                     dst.write(chunk)
-                    if callback is not None:
-                        callback.relative_update(len(chunk))
             os.replace(tmp, path)
         except OSError as exc:
             if os.path.exists(tmp):
