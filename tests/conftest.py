@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+# The S3 / GCS / Azure protocol servers, started on 127.0.0.1 once per session.
+pytest_plugins = ["tests.servers"]
+
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

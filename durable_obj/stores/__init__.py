@@ -28,6 +28,11 @@ REGISTRY: dict[str, _Registration] = {
     "file": _Registration("durable_obj.stores.file:FileStore", None),
     "local": _Registration("durable_obj.stores.file:FileStore", None),
     "memory": _Registration("durable_obj.stores.memory:MemoryStore", None),
+    "s3": _Registration("durable_obj.stores.s3:S3Store", "s3", ("s3fs",)),
+    "gs": _Registration("durable_obj.stores.gcs:GCSStore", "gcs", ("gcsfs",)),
+    "gcs": _Registration("durable_obj.stores.gcs:GCSStore", "gcs", ("gcsfs",)),
+    "az": _Registration("durable_obj.stores.azure:AzureStore", "azure", ("adlfs",)),
+    "abfs": _Registration("durable_obj.stores.azure:AzureStore", "azure", ("adlfs",)),
 }
 
 

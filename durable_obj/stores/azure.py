@@ -1,0 +1,542 @@
+"""Azure Blob Storage stores (az://, abfs://) with ETag preconditions.
+
+Credentials come from `storage_options`, exactly as adlfs takes them
+(connection_string, account_name + account_key / sas_token / credential,
+anon, ...). The store drives the async `BlobServiceClient` that its
+`AzureBlobFileSystem` holds, on fsspec's IO loop:
+
+* create: `upload_blob(overwrite=False)`, i.e. `If-None-Match: *`; a large
+  file is staged as blocks under IDs unique to this upload, and the block
+  list is committed with `If-None-Match: *`, so the blob appears whole or not
+  at all, and only for one creator.
+* replace: `upload_blob(etag=..., match_condition=IfNotModified)`.
+* read: one download whose follow-up ranges (for a large blob) are pinned
+  to the first response's ETag, so bytes and version always agree.
+* version token: the ETag.
+
+adlfs's own `open(...)` ignores these conditions, so it is never used for a
+write. The SDK's retries are switched off per call: a conditional write is
+sent once (a retry after a lost answer would meet its own success as a
+failed precondition), and idempotent calls are retried here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import importlib
+import io
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+T = TypeVar("T")
+
+#: Bodies up to this size go in one Put Blob; larger ones are staged as blocks
+#: (aiohttp also warns about raw bodies over 1 MiB).
+SINGLE_PUT_LIMIT = 1024 * 1024
+BLOCK_SIZE = 4 * 1024 * 1024
+MAX_BLOCKS = 50_000
+#: Blocks in flight at once: memory use is about BLOCK_CONCURRENCY * BLOCK_SIZE.
+BLOCK_CONCURRENCY = 4
+#: Download request size: the first GET and every later range.
+GET_SIZE = 4 * 1024 * 1024
+#: Attempts for idempotent calls (a conditional write is always sent once).
+DEFAULT_ATTEMPTS = 5
+
+_AUTH_CODES = frozenset(
+    {
+        "AuthenticationFailed",
+        "AuthorizationFailure",
+        "AuthorizationPermissionMismatch",
+        "AuthorizationProtocolMismatch",
+        "AuthorizationResourceTypeMismatch",
+        "AuthorizationServiceMismatch",
+        "AuthorizationSourceIPMismatch",
+        "InsufficientAccountPermissions",
+        "InvalidAuthenticationInfo",
+        "KeyBasedAuthenticationNotPermitted",
+        "NoAuthenticationInformation",
+    }
+)
+
+
+def _code(exc: BaseException) -> str:
+    code = getattr(exc, "error_code", None)
+    if code is None:
+        return ""
+    return str(getattr(code, "value", code))
+
+
+def _kind(exc: BaseException) -> str:
+    """precondition | exists | missing_key | missing_bucket | auth | unreachable |
+    server | network | invalid_blocks | other"""
+    from azure.core import exceptions as az
+
+    if isinstance(exc, az.ClientAuthenticationError):
+        return "auth"
+    if isinstance(exc, az.HttpResponseError):
+        status = exc.status_code or 0
+        code = _code(exc)
+        if status == 412:
+            return "precondition"
+        if status == 409 and code == "BlobAlreadyExists":
+            return "exists"
+        if code == "ContainerNotFound":
+            return "missing_bucket"
+        if status == 404:
+            return "missing_key"
+        if code in _AUTH_CODES or status in (401, 403):
+            return "auth"
+        if code == "InvalidBlockList":
+            return "invalid_blocks"
+        if status in (408, 429) or status >= 500:
+            return "server"
+        return "other"
+    if isinstance(exc, az.ServiceRequestError):
+        # azure-core files every aiohttp client error here, including a server
+        # that hung up after reading the request; only a failed connect (or a
+        # connect timeout) proves that nothing was sent.
+        if isinstance(exc, az.ServiceRequestTimeoutError):
+            return "unreachable"
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        try:
+            import aiohttp
+
+            if isinstance(inner, aiohttp.ClientConnectorError):
+                return "unreachable"
+        except ImportError:  # pragma: no cover - the async SDK needs aiohttp
+            pass
+        return "network"
+    if isinstance(exc, az.ServiceResponseError | az.IncompleteReadError):
+        return "network"
+    if isinstance(exc, OSError | asyncio.TimeoutError):
+        return "network"
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return "network"
+    except ImportError:  # pragma: no cover - the async SDK needs aiohttp
+        pass
+    return "other"
+
+
+def _safe_endpoint(url: str) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+class _SharedFS:
+    """One AzureBlobFileSystem (and its service client) per process and options."""
+
+    _lock = threading.Lock()
+    _by_token: ClassVar[dict[str, _SharedFS]] = {}
+
+    def __init__(self, token: str, fs: Any) -> None:
+        self.token = token
+        self.fs = fs
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, opts: dict[str, Any], url: str) -> _SharedFS:
+        # adlfs ships no type information; imported by name, used as Any.
+        AzureBlobFileSystem = importlib.import_module("adlfs").AzureBlobFileSystem
+        from fsspec.utils import tokenize
+
+        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
+        with cls._lock:
+            shared = cls._by_token.get(token)
+            if shared is None:
+                try:
+                    fs = AzureBlobFileSystem(**opts)
+                except (TypeError, ValueError, KeyError) as exc:
+                    raise InvalidArgument(
+                        f"{url}: storage_options were refused by adlfs "
+                        f"({type(exc).__name__}); pass a connection_string, or an "
+                        f"account_name with account_key, sas_token or credential. "
+                        f"Nothing was touched."
+                    ) from exc
+                shared = cls._by_token[token] = _SharedFS(token, fs)
+            shared.users += 1
+            return shared
+
+    def release(self) -> bool:
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return False
+            if self._by_token.get(self.token) is self:
+                del self._by_token[self.token]
+            return True
+
+
+class AzureStore(Store):
+    """A namespace `container/prefix` in Azure Blob Storage."""
+
+    protocol = "az"
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        container, _, prefix = root.strip("/").partition("/")
+        if "@" in container:
+            # abfs://container@account.dfs.core.windows.net/path
+            container = container.split("@", 1)[0]
+        if not container:
+            raise InvalidArgument(
+                f"az://{root} names no container: use az://CONTAINER/PREFIX. Nothing was touched."
+            )
+        self._container = container
+        self._prefix = prefix.strip("/")
+        opts = dict(storage_options or {})
+        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
+        opts["skip_instance_cache"] = True
+        self._shared = _SharedFS.acquire(opts, self.url)
+        self._fs: Any = self._shared.fs
+        self._timeouts: dict[str, Any] = dict(getattr(self._fs, "_timeout_kwargs", {}) or {})
+        service = self._fs.service_client
+        self._endpoint = _safe_endpoint(str(getattr(service, "url", "")))
+        self._account = str(getattr(service, "account_name", "") or "")
+        self._client: Any = service.get_container_client(container)
+        config = getattr(self._client, "_config", None)
+        if config is not None:
+            # Bounded memory for large blobs (the SDK's first GET is 32 MiB otherwise).
+            config.max_single_get_size = GET_SIZE
+            config.max_chunk_get_size = GET_SIZE
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"az://{join_key(self._container, self._prefix)}"
+
+    def _blob(self, key: str) -> Any:
+        if self._closed:
+            raise BackendError(f"{self.url}: this store was closed")
+        return self._client.get_blob_client(join_key(self._prefix, check_relative(key, self)))
+
+    def _opts(self, **extra: Any) -> dict[str, Any]:
+        """Per-call keywords: no SDK retries, the user's timeouts."""
+        return {"retry_total": 0, **self._timeouts, **extra}
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        from fsspec.asyn import sync
+
+        result: T = sync(self._fs.loop, fn, *args)
+        return result
+
+    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """`fn()` for an idempotent call, retried on transient failures (and, for
+        reads, when the blob changed between the ranges of one download)."""
+        for attempt in range(self._attempts):
+            try:
+                return await fn()
+            except Exception as exc:
+                kind = _kind(exc)
+                retry = kind in ("server", "network", "unreachable", "precondition")
+                if attempt + 1 >= self._attempts or not retry:
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        kind = _kind(exc)
+        where = f"{action} {key!r} in {self.url}"
+        if isinstance(exc, BackendError):
+            return BackendError(str(exc))  # already ours (a closed store, a bad key)
+        code = _code(exc)
+        status = getattr(exc, "status_code", None)
+        detail = ", ".join(p for p in (code, f"HTTP {status}" if status else "") if p)
+        detail = detail or type(exc).__name__
+        account = f" of account {self._account!r}" if self._account else ""
+        if kind == "auth":
+            return BackendError(
+                f"{where} was refused ({detail}): check the Azure credentials in "
+                f"storage_options (connection_string, account_key, sas_token or credential) "
+                f"and that they may read and write container {self._container!r}{account}."
+            )
+        if kind == "missing_bucket":
+            return BackendError(
+                f"{where} failed: container {self._container!r}{account} does not exist at "
+                f"{self._endpoint}. Create the container, or fix its name in the URL."
+            )
+        if kind == "unreachable":
+            return BackendError(
+                f"{where} failed: cannot connect to {self._endpoint}. Check the account "
+                f"endpoint and that the service for container {self._container!r} is "
+                f"reachable."
+            )
+        return BackendError(f"{where} failed ({detail}); nothing was changed by it.")
+
+    def _conditional_error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        if _kind(exc) in ("server", "network"):
+            return StoreAmbiguous(
+                f"{action} {key!r} in {self.url}: the outcome is unknown "
+                f"({_code(exc) or type(exc).__name__}); read the key back to learn whether "
+                f"it applied."
+            )
+        return self._error(action, key, exc)
+
+    # -- reads ----------------------------------------------------------
+    async def _get(self, key: str) -> Blob | None:
+        blob = self._blob(key)
+
+        async def once() -> Blob:
+            stream = await blob.download_blob(**self._opts())
+            data = await stream.readall()
+            return Blob(bytes(data), Version(str(stream.properties.etag)))
+
+        try:
+            return await self._retry(once)
+        except Exception as exc:
+            if _kind(exc) == "missing_key":
+                return None
+            raise self._error("reading", key, exc) from exc
+
+    def get(self, key: str) -> Blob | None:
+        return self._run(self._get, key)
+
+    async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+        blob = self._blob(key)
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+
+        async def once() -> None:
+            stream = await blob.download_blob(**self._opts(max_concurrency=1))
+            if callback is not None:
+                callback.set_size(int(stream.size or 0))
+            with open(tmp, "wb") as dst:
+                async for chunk in stream.chunks():
+                    dst.write(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
+
+        try:
+            await self._retry(once)
+            os.replace(tmp, path)
+        except Exception as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if _kind(exc) == "missing_key":
+                return False
+            raise self._error("downloading", key, exc) from exc
+        return True
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._run(self._download, key, path, callback)
+
+    async def _list(self, prefix: str) -> list[Entry]:
+        if self._closed:
+            raise BackendError(f"{self.url}: this store was closed")
+        prefix = prefix.strip("/")
+        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
+        start = base + "/" if base else ""
+        cut = len(self._prefix) + 1 if self._prefix else 0
+
+        async def once() -> list[Entry]:
+            found: list[Entry] = []
+            async for item in self._client.list_blobs(
+                name_starts_with=start or None, **self._opts()
+            ):
+                name = str(item.name)
+                if name.endswith("/"):
+                    continue  # a "directory" placeholder, not a key
+                modified = item.last_modified
+                found.append(
+                    Entry(
+                        name[cut:],
+                        int(item.size or 0),
+                        modified.timestamp() if modified is not None else None,
+                    )
+                )
+            return found
+
+        try:
+            entries = await self._retry(once)
+        except Exception as exc:
+            raise self._error("listing", prefix or "/", exc) from exc
+        entries.sort(key=lambda e: e.key)
+        return entries
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        return self._run(self._list, prefix)
+
+    # -- conditional writes ---------------------------------------------
+    def _condition(self, version: Version | None) -> dict[str, Any]:
+        from azure.core import MatchConditions
+
+        if version is None:
+            return {"match_condition": MatchConditions.IfMissing}
+        return {"etag": version.token, "match_condition": MatchConditions.IfNotModified}
+
+    def _lost(self, kind: str, version: Version | None) -> bool:
+        """Whether a refused conditional write means "precondition failed"."""
+        if version is None:
+            return kind in ("exists", "precondition")
+        return kind in ("precondition", "missing_key")
+
+    async def _put_small(self, key: str, data: bytes, version: Version | None) -> Version | None:
+        """One Put Blob carrying the precondition (bodies up to SINGLE_PUT_LIMIT)."""
+        blob = self._blob(key)
+        action = "creating" if version is None else "replacing"
+        # overwrite=False is the SDK's own spelling of If-None-Match: *.
+        condition = {"overwrite": False} if version is None else self._condition(version)
+        if version is not None:
+            condition["overwrite"] = True
+        try:
+            out = await blob.upload_blob(data, length=len(data), **condition, **self._opts())
+        except Exception as exc:
+            if self._lost(_kind(exc), version):
+                return None
+            raise self._conditional_error(action, key, exc) from exc
+        return Version(str(out["etag"]))
+
+    async def _put_blocks(
+        self,
+        key: str,
+        chunks: Iterator[bytes],
+        version: Version | None,
+        callback: Callback | None,
+    ) -> Version | None:
+        """Stage `chunks` as blocks only this call knows, then commit the block list
+        with the precondition: the blob changes whole, or not at all."""
+        from azure.storage.blob import BlobBlock
+
+        blob = self._blob(key)
+        action = "creating" if version is None else "replacing"
+        # IDs unique to this upload: a racing writer stages its own blocks on the
+        # same blob name, and only the committed list decides the content.
+        nonce = uuid.uuid4().hex
+
+        async def send(block_id: str, chunk: bytes) -> None:
+            await self._retry(
+                lambda: blob.stage_block(
+                    block_id, io.BytesIO(chunk), length=len(chunk), **self._opts()
+                )
+            )
+            if callback is not None:
+                callback.relative_update(len(chunk))
+
+        ids: list[str] = []
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            for chunk in chunks:
+                block_id = base64.b64encode(f"{nonce}{len(ids):08d}".encode()).decode()
+                ids.append(block_id)
+                pending.add(asyncio.ensure_future(send(block_id, chunk)))
+                if len(pending) >= BLOCK_CONCURRENCY:
+                    done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                    for task in done:
+                        task.result()
+            if pending:
+                done, pending = await asyncio.wait(pending)
+                for task in done:
+                    task.result()
+        except Exception as exc:
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            if isinstance(exc, BackendError):
+                raise
+            raise self._error("uploading", key, exc) from exc
+        try:
+            out = await blob.commit_block_list(
+                [BlobBlock(block_id=i) for i in ids], **self._condition(version), **self._opts()
+            )
+        except Exception as exc:
+            kind = _kind(exc)
+            if self._lost(kind, version):
+                return None
+            if kind == "invalid_blocks" and await self._changed(blob, version):
+                # Another writer committed first, which discards every uncommitted
+                # block of the blob, ours included: the precondition no longer holds.
+                return None
+            raise self._conditional_error(action, key, exc) from exc
+        return Version(str(out["etag"]))
+
+    async def _changed(self, blob: Any, version: Version | None) -> bool:
+        """Whether the blob now fails the precondition (exists, or has another ETag)."""
+        try:
+            props = await self._retry(lambda: blob.get_blob_properties(**self._opts()))
+        except Exception as exc:
+            return version is not None and _kind(exc) == "missing_key"
+        return version is None or str(props.etag) != version.token
+
+    async def _put(self, key: str, data: bytes, version: Version | None) -> Version | None:
+        if len(data) <= SINGLE_PUT_LIMIT:
+            return await self._put_small(key, data, version)
+        view = memoryview(data)
+        chunks = (bytes(view[i : i + BLOCK_SIZE]) for i in range(0, len(data), BLOCK_SIZE))
+        return await self._put_blocks(key, chunks, version, None)
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        return self._run(self._put, key, bytes(data), None)
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        return self._run(self._put, key, bytes(data), version)
+
+    async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
+        self._blob(key)  # refuse a bad key before reading anything
+        try:
+            size = os.path.getsize(path)
+            src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        except OSError as exc:
+            raise BackendError(
+                f"uploading {key!r} to {self.url}: cannot read the local file "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
+        try:
+            if callback is not None:
+                callback.set_size(size)
+            if size <= SINGLE_PUT_LIMIT:
+                created = await self._put_small(key, src.read(), None)
+                if callback is not None:
+                    callback.relative_update(size)
+                return created
+            block_size = max(BLOCK_SIZE, -(-size // MAX_BLOCKS))
+            chunks = iter(lambda: src.read(block_size), b"")
+            return await self._put_blocks(key, chunks, None, callback)
+        finally:
+            src.close()
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        return self._run(self._create_file, key, path, callback)
+
+    # -- delete and close -----------------------------------------------
+    async def _delete(self, key: str) -> None:
+        blob = self._blob(key)
+        try:
+            await self._retry(lambda: blob.delete_blob(**self._opts()))
+        except Exception as exc:
+            if _kind(exc) == "missing_key":
+                return
+            raise self._error("deleting", key, exc) from exc
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, key)
+
+    async def _close(self) -> None:
+        await self._fs.service_client.close()
+        credential = getattr(self._fs, "credential", None)
+        close = getattr(credential, "close", None)
+        if close is not None:
+            await close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._shared.release():
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._run(self._close)

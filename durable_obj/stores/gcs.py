@@ -1,0 +1,526 @@
+"""Google Cloud Storage stores (gs://, gcs://) with generation preconditions.
+
+Credentials, project and endpoint come from `storage_options`, exactly as
+gcsfs takes them (token, project, endpoint_url, requester_pays, ...). The
+store speaks the GCS JSON API through the aiohttp session and credentials
+that its `gcsfs.core.GCSFileSystem` holds, on fsspec's IO loop:
+
+* create: an upload with `ifGenerationMatch=0`; a file is streamed from disk
+  as one multipart upload, so the precondition is evaluated once, when the
+  object would appear, exactly as for small bodies.
+* replace: an upload with `ifGenerationMatch=<generation>`.
+* read: `alt=media` returns the bytes and, in `x-goog-generation`, the
+  generation they belong to, from one request.
+* version token: the object generation.
+
+The core `GCSFileSystem` class is used on purpose: gcsfs's default
+"extended" class probes for zonal buckets and drops `ifGenerationMatch`.
+A conditional write is sent once, never retried (a retry after a lost
+answer would meet its own success as a failed precondition); idempotent
+calls are retried here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import io
+import json
+import os
+import re
+import threading
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+T = TypeVar("T")
+
+#: Streaming read and upload chunk.
+CHUNK = 1024 * 1024
+#: Attempts for idempotent calls (a conditional write is always sent once).
+DEFAULT_ATTEMPTS = 5
+_TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_FRACTION = re.compile(r"\.(\d{6})\d+")
+
+
+def _safe_endpoint(endpoint: str) -> str:
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _parse_time(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    text = _FRACTION.sub(r".\1", value.replace("Z", "+00:00"))
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
+
+
+def _error_message(body: bytes) -> str:
+    try:
+        error = json.loads(body).get("error", {})
+        return str(error.get("message", "")) if isinstance(error, dict) else str(error)
+    except (ValueError, AttributeError):
+        return body[:200].decode("utf-8", "replace")
+
+
+class _Answer(Exception):
+    """An HTTP answer that is not a success, carried to the code that decides."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(f"HTTP {status}")
+        self.status = status
+        self.body = body
+
+    @property
+    def transient(self) -> bool:
+        return self.status in _TRANSIENT_STATUS
+
+
+def _kind(exc: BaseException) -> str:
+    """precondition | missing | auth | unreachable | server | network | other"""
+    import aiohttp
+
+    if isinstance(exc, _Answer):
+        if exc.status == 412:
+            return "precondition"
+        if exc.status == 404:
+            return "missing"
+        if exc.status in (401, 403):
+            return "auth"
+        if exc.transient:
+            return "server"
+        return "other"
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        # The connection could not be made: the request was never sent.
+        return "unreachable"
+    if isinstance(exc, aiohttp.ClientError | OSError | asyncio.TimeoutError):
+        return "network"
+    try:
+        import google.auth.exceptions
+
+        HttpError = importlib.import_module("gcsfs.retry").HttpError
+
+        if isinstance(exc, google.auth.exceptions.GoogleAuthError):
+            return "auth"
+        if isinstance(exc, HttpError) and exc.code in (401, 403):
+            return "auth"
+    except ImportError:  # pragma: no cover - gcsfs brings both
+        pass
+    return "other"
+
+
+def _transient(exc: BaseException) -> bool:
+    return _kind(exc) in ("server", "network", "unreachable")
+
+
+class _SharedFS:
+    """One GCSFileSystem (session and credentials) per process and options."""
+
+    _lock = threading.Lock()
+    _by_token: ClassVar[dict[str, _SharedFS]] = {}
+
+    def __init__(self, token: str, fs: Any) -> None:
+        self.token = token
+        self.fs = fs
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, opts: dict[str, Any], url: str) -> _SharedFS:
+        from fsspec.utils import tokenize
+
+        # gcsfs ships no type information; imported by name, used as Any. The core
+        # class on purpose: see the module docstring.
+        GCSFileSystem = importlib.import_module("gcsfs.core").GCSFileSystem
+
+        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
+        with cls._lock:
+            shared = cls._by_token.get(token)
+            if shared is None:
+                try:
+                    fs = GCSFileSystem(**opts)
+                except (TypeError, ValueError, KeyError, OSError) as exc:
+                    raise InvalidArgument(
+                        f"{url}: storage_options were refused by gcsfs "
+                        f"({type(exc).__name__}); check the token and other options. "
+                        f"Nothing was touched."
+                    ) from exc
+                shared = cls._by_token[token] = _SharedFS(token, fs)
+            shared.users += 1
+            return shared
+
+    def release(self) -> bool:
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return False
+            if self._by_token.get(self.token) is self:
+                del self._by_token[self.token]
+            return True
+
+
+class GCSStore(Store):
+    """A namespace `bucket/prefix` in Google Cloud Storage."""
+
+    protocol = "gs"
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        bucket, _, prefix = root.strip("/").partition("/")
+        if not bucket:
+            raise InvalidArgument(
+                f"gs://{root} names no bucket: use gs://BUCKET/PREFIX. Nothing was touched."
+            )
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        opts = dict(storage_options or {})
+        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
+        opts["skip_instance_cache"] = True
+        self._shared = _SharedFS.acquire(opts, self.url)
+        self._fs: Any = self._shared.fs
+        self._endpoint = _safe_endpoint(str(self._fs._location))
+        self._bucket_exists = False
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"gs://{join_key(self._bucket, self._prefix)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self._prefix, check_relative(key, self))
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        from fsspec.asyn import sync
+
+        result: T = sync(self._fs.loop, fn, *args)
+        return result
+
+    def _object_url(self, full: str) -> str:
+        return (
+            f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}"
+            f"/o/{quote(full, safe='')}"
+        )
+
+    def _upload_url(self) -> str:
+        return f"{self._fs._location}/upload/storage/v1/b/{quote(self._bucket, safe='')}/o"
+
+    async def _session(self) -> Any:
+        if self._closed:
+            raise BackendError(f"{self.url}: this store was closed")
+        return await self._fs._set_session()
+
+    def _timeout(self) -> dict[str, Any]:
+        """gcsfs's requests_timeout if set; else the session's own default."""
+        import aiohttp
+
+        seconds = self._fs.requests_timeout
+        if seconds is None:
+            return {}
+        if isinstance(seconds, aiohttp.ClientTimeout):
+            return {"timeout": seconds}
+        return {"timeout": aiohttp.ClientTimeout(total=float(seconds))}
+
+    def _prepare(
+        self, params: dict[str, Any], headers: dict[str, str] | None
+    ) -> tuple[dict[str, Any], dict[str, str]]:
+        return self._fs._get_params(params), self._fs._get_headers(headers)
+
+    async def _call(
+        self,
+        method: str,
+        url: str,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        data: Any = None,
+    ) -> tuple[Mapping[str, str], bytes]:
+        """One request; a non-2xx answer is raised as `_Answer`."""
+        session = await self._session()
+        query, heads = self._prepare(params or {}, headers)
+        async with session.request(
+            method, url, params=query, headers=heads, data=data, **self._timeout()
+        ) as resp:
+            body = await resp.read()
+            if resp.status >= 300:
+                raise _Answer(resp.status, body)
+            self._bucket_exists = True
+            return resp.headers, body
+
+    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
+        for attempt in range(self._attempts):
+            try:
+                return await fn()
+            except Exception as exc:
+                if attempt + 1 >= self._attempts or not _transient(exc):
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _bucket_missing(self) -> bool:
+        """After a 404: is it the bucket (not just the object) that is missing?"""
+        if self._bucket_exists:
+            return False
+        url = f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}"
+        try:
+            await self._retry(lambda: self._call("GET", url, {"fields": "name"}))
+        except _Answer as answer:
+            return answer.status == 404
+        except Exception:
+            return False  # cannot tell; the object is missing either way
+        return False
+
+    def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        kind = _kind(exc)
+        where = f"{action} {key!r} in {self.url}"
+        if isinstance(exc, BackendError):
+            return BackendError(str(exc))  # already ours (a closed store, a bad key)
+        detail = f"HTTP {exc.status}" if isinstance(exc, _Answer) else type(exc).__name__
+        if kind == "auth":
+            return BackendError(
+                f"{where} was refused ({detail}): check the GCS credentials in "
+                f"storage_options (token: a service-account file, 'google_default' or "
+                f"OAuth credentials) and that they may read and write bucket "
+                f"{self._bucket!r}."
+            )
+        if kind == "missing":
+            return BackendError(
+                f"{where} failed: bucket {self._bucket!r} does not exist at "
+                f"{self._endpoint}. Create the bucket, or fix the bucket name in the URL."
+            )
+        if kind == "unreachable":
+            return BackendError(
+                f"{where} failed: cannot connect to {self._endpoint}. Check endpoint_url and "
+                f"that the server for bucket {self._bucket!r} is reachable."
+            )
+        if isinstance(exc, _Answer):
+            message = _error_message(exc.body)
+            detail = f"{detail}: {message}" if message else detail
+        return BackendError(f"{where} failed ({detail}); nothing was changed by it.")
+
+    def _conditional_error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        if _kind(exc) in ("server", "network"):
+            detail = f"HTTP {exc.status}" if isinstance(exc, _Answer) else type(exc).__name__
+            return StoreAmbiguous(
+                f"{action} {key!r} in {self.url}: the outcome is unknown ({detail}); "
+                f"read the key back to learn whether it applied."
+            )
+        return self._error(action, key, exc)
+
+    # -- reads ----------------------------------------------------------
+    async def _get(self, key: str) -> Blob | None:
+        url = self._object_url(self._key(key))
+        try:
+            headers, body = await self._retry(lambda: self._call("GET", url, {"alt": "media"}))
+        except Exception as exc:
+            if _kind(exc) == "missing" and not await self._bucket_missing():
+                return None
+            raise self._error("reading", key, exc) from exc
+        generation = headers.get("x-goog-generation")
+        if not generation:
+            raise BackendError(
+                f"reading {key!r} in {self.url}: the server sent no x-goog-generation header, "
+                f"so the bytes cannot be tied to a version"
+            )
+        return Blob(bytes(body), Version(generation))
+
+    def get(self, key: str) -> Blob | None:
+        return self._run(self._get, key)
+
+    async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+        url = self._object_url(self._key(key))
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+
+        async def once() -> None:
+            session = await self._session()
+            query, heads = self._prepare({"alt": "media"}, None)
+            async with session.get(url, params=query, headers=heads, **self._timeout()) as resp:
+                if resp.status >= 300:
+                    raise _Answer(resp.status, await resp.read())
+                if callback is not None:
+                    callback.set_size(int(resp.headers.get("Content-Length") or 0))
+                with open(tmp, "wb") as dst:
+                    async for chunk in resp.content.iter_chunked(CHUNK):
+                        dst.write(chunk)
+                        if callback is not None:
+                            callback.relative_update(len(chunk))
+            self._bucket_exists = True
+
+        try:
+            await self._retry(once)
+            os.replace(tmp, path)
+        except Exception as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if _kind(exc) == "missing" and not await self._bucket_missing():
+                return False
+            raise self._error("downloading", key, exc) from exc
+        return True
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._run(self._download, key, path, callback)
+
+    async def _list(self, prefix: str) -> list[Entry]:
+        prefix = prefix.strip("/")
+        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
+        start = base + "/" if base else ""
+        cut = len(self._prefix) + 1 if self._prefix else 0
+        url = f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}/o"
+
+        async def once() -> list[Entry]:
+            found: list[Entry] = []
+            page: str | None = None
+            while True:
+                params: dict[str, Any] = {
+                    "prefix": start,
+                    "fields": "items(name,size,updated),nextPageToken",
+                    "maxResults": 1000,
+                }
+                if page:
+                    params["pageToken"] = page
+                _, body = await self._call("GET", url, params)
+                listing = json.loads(body) if body else {}
+                for item in listing.get("items", []):
+                    name = str(item["name"])
+                    if name.endswith("/"):
+                        continue  # a "directory" placeholder, not a key
+                    size = int(item.get("size", 0))
+                    found.append(Entry(name[cut:], size, _parse_time(item.get("updated"))))
+                page = listing.get("nextPageToken")
+                if not page:
+                    return found
+
+        try:
+            entries = await self._retry(once)
+        except Exception as exc:
+            raise self._error("listing", prefix or "/", exc) from exc
+        entries.sort(key=lambda e: e.key)
+        return entries
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        return self._run(self._list, prefix)
+
+    # -- conditional writes ---------------------------------------------
+    def _multipart_head(self, full: str) -> tuple[str, bytes, bytes]:
+        boundary = f"durable_obj_{uuid.uuid4().hex}"
+        meta = json.dumps({"name": full}).encode()
+        head = (
+            f"--{boundary}\r\nContent-Type: application/json; charset=UTF-8\r\n\r\n".encode()
+            + meta
+            + f"\r\n--{boundary}\r\nContent-Type: application/octet-stream\r\n\r\n".encode()
+        )
+        tail = f"\r\n--{boundary}--\r\n".encode()
+        return boundary, head, tail
+
+    async def _upload(
+        self, key: str, generation: str, body: Any, boundary: str, length: int
+    ) -> Version | None:
+        """One multipart upload with `ifGenerationMatch`; sent once, never retried."""
+        action = "creating" if generation == "0" else "replacing"
+        headers = {
+            "Content-Type": f"multipart/related; boundary={boundary}",
+            "Content-Length": str(length),
+        }
+        params = {"uploadType": "multipart", "ifGenerationMatch": generation}
+        try:
+            _, answer = await self._call("POST", self._upload_url(), params, headers, body)
+        except Exception as exc:
+            if _kind(exc) == "precondition":
+                return None
+            raise self._conditional_error(action, key, exc) from exc
+        try:
+            return Version(str(json.loads(answer)["generation"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise StoreAmbiguous(
+                f"{action} {key!r} in {self.url}: the server's answer carried no generation; "
+                f"read the key back to learn whether it applied."
+            ) from exc
+
+    async def _put(self, key: str, data: bytes, generation: str) -> Version | None:
+        boundary, head, tail = self._multipart_head(self._key(key))
+        body = head + data + tail
+        # aiohttp warns about (and blocks its loop on) large raw-bytes bodies.
+        payload = io.BytesIO(body) if len(body) > 512 * 1024 else body
+        return await self._upload(key, generation, payload, boundary, len(body))
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        return self._run(self._put, key, bytes(data), "0")
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        token = version.token
+        if not token.isdigit() or token == "0":
+            return None  # no object ever has this generation
+        return self._run(self._put, key, bytes(data), token)
+
+    async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
+        try:
+            size = os.path.getsize(path)
+            src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
+        except OSError as exc:
+            raise BackendError(
+                f"uploading {key!r} to {self.url}: cannot read the local file "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
+        boundary, head, tail = self._multipart_head(self._key(key))
+        if callback is not None:
+            callback.set_size(size)
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield head
+            sent = 0
+            while sent < size:
+                chunk = src.read(min(CHUNK, size - sent))
+                if not chunk:
+                    raise BackendError(f"uploading {key!r} to {self.url}: {path} shrank")
+                sent += len(chunk)
+                yield chunk
+                if callback is not None:
+                    callback.relative_update(len(chunk))
+            yield tail
+
+        try:
+            return await self._upload(key, "0", stream(), boundary, len(head) + size + len(tail))
+        finally:
+            src.close()
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        return self._run(self._create_file, key, path, callback)
+
+    # -- delete and close -----------------------------------------------
+    async def _delete(self, key: str) -> None:
+        url = self._object_url(self._key(key))
+        try:
+            await self._retry(lambda: self._call("DELETE", url))
+        except Exception as exc:
+            if _kind(exc) == "missing" and not await self._bucket_missing():
+                return
+            raise self._error("deleting", key, exc) from exc
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, key)
+
+    async def _close(self) -> None:
+        session = getattr(self._fs, "_session", None)
+        self._fs._session = None
+        if session is not None and not session.closed:
+            await session.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._shared.release():
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._run(self._close)

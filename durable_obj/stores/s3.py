@@ -1,0 +1,553 @@
+"""S3 and S3-compatible stores (AWS, MinIO, R2, SeaweedFS) with real preconditions.
+
+Credentials, endpoint and client settings come from `storage_options`, exactly
+as s3fs takes them (key, secret, token, profile, endpoint_url, client_kwargs,
+config_kwargs, anon, ...). The store drives the aiobotocore client that its
+`S3FileSystem` holds, on fsspec's IO loop:
+
+* create: `PutObject` with `If-None-Match: *`; a large file goes through a
+  multipart upload whose `CompleteMultipartUpload` carries `If-None-Match: *`,
+  so the key appears whole or not at all, and only for one creator.
+* replace: `PutObject` with `If-Match: <etag>`.
+* version token: the ETag, exactly as the server spells it.
+
+A conditional write is sent once, never retried: a retry after a lost answer
+would meet its own success as a failed precondition. Botocore's own retries
+are therefore switched off (whatever `config_kwargs` says); idempotent calls
+(reads, listings, parts, deletes) are retried here instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import math
+import os
+import threading
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+T = TypeVar("T")
+
+#: Bodies up to this size go in one PutObject; larger files are uploaded in parts.
+SINGLE_PUT_LIMIT = 16 * 1024 * 1024
+#: Part size for multipart uploads (S3's minimum is 5 MiB, at most 10,000 parts).
+PART_SIZE = 8 * 1024 * 1024
+MAX_PARTS = 10_000
+#: Parts in flight at once: memory use is about PART_CONCURRENCY * PART_SIZE.
+PART_CONCURRENCY = 4
+#: Download and streaming read size.
+READ_CHUNK = 1024 * 1024
+#: Attempts for idempotent calls (a conditional write is always sent once).
+DEFAULT_ATTEMPTS = 5
+
+_AUTH_CODES = frozenset(
+    {
+        "AccessDenied",
+        "AccountProblem",
+        "AllAccessDisabled",
+        "AuthorizationHeaderMalformed",
+        "ExpiredToken",
+        "InvalidAccessKeyId",
+        "InvalidClientTokenId",
+        "InvalidSecurity",
+        "InvalidToken",
+        "SignatureDoesNotMatch",
+        "TokenRefreshRequired",
+        "UnrecognizedClientException",
+    }
+)
+_THROTTLE_CODES = frozenset(
+    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
+)
+
+
+def _safe_endpoint(endpoint: str | None) -> str:
+    """The endpoint for messages, without any userinfo."""
+    if not endpoint:
+        return "the default AWS S3 endpoint"
+    parts = urlsplit(endpoint)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+class _Failure:
+    """What went wrong with one S3 call, in the terms the store decides on."""
+
+    __slots__ = ("code", "kind", "status")
+
+    def __init__(self, kind: str, code: str = "", status: int | None = None) -> None:
+        #: precondition | missing_key | missing_bucket | auth | no_credentials |
+        #: unreachable | conflict | server | network | other
+        self.kind = kind
+        self.code = code
+        self.status = status
+
+    @property
+    def transient(self) -> bool:
+        return self.kind in ("unreachable", "conflict", "server", "network")
+
+    def describe(self) -> str:
+        if self.code and self.status:
+            return f"{self.code}, HTTP {self.status}"
+        return self.code or (f"HTTP {self.status}" if self.status else self.kind)
+
+
+def _classify(exc: BaseException) -> _Failure:
+    # botocore and s3fs ship no type information: imported by name, used as Any.
+    bex = importlib.import_module("botocore.exceptions")
+
+    if isinstance(exc, bex.ClientError):
+        response: dict[str, Any] = dict(exc.response or {})
+        error = response.get("Error") or {}
+        code = str(error.get("Code") or "")
+        meta = response.get("ResponseMetadata") or {}
+        raw_status = meta.get("HTTPStatusCode")
+        status = int(raw_status) if raw_status is not None else None
+        if code == "PreconditionFailed" or status == 412:
+            return _Failure("precondition", code, status)
+        if code == "ConditionalRequestConflict" or status == 409:
+            return _Failure("conflict", code, status)
+        if code == "NoSuchBucket":
+            return _Failure("missing_bucket", code, status)
+        if code in ("NoSuchKey", "NotFound") or status == 404:
+            return _Failure("missing_key", code, status)
+        if code in _AUTH_CODES or status in (401, 403):
+            return _Failure("auth", code, status)
+        if code in _THROTTLE_CODES or (status is not None and status >= 500):
+            return _Failure("server", code, status)
+        return _Failure("other", code, status)
+    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
+        return _Failure("no_credentials", type(exc).__name__)
+    if isinstance(exc, bex.EndpointConnectionError):
+        # Raised when the connection could not be made: the request was never sent.
+        return _Failure("unreachable", type(exc).__name__)
+    if isinstance(
+        exc,
+        bex.ConnectionError
+        | bex.HTTPClientError
+        | bex.ResponseStreamingError
+        | bex.ChecksumError
+        | bex.IncompleteReadError
+        | OSError
+        | asyncio.TimeoutError,
+    ):
+        return _Failure("network", type(exc).__name__)
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return _Failure("network", type(exc).__name__)
+    except ImportError:  # pragma: no cover - aiobotocore always brings aiohttp
+        pass
+    return _Failure("other", type(exc).__name__)
+
+
+class _SharedFS:
+    """One S3FileSystem (and its client) per process and options, shared by stores.
+
+    Making a botocore client costs a few hundred milliseconds of CPU, and an
+    object opens a store per operation in some paths; so stores with equal
+    options share one, and the last `close()` closes it.
+    """
+
+    _lock = threading.Lock()
+    _by_token: ClassVar[dict[str, _SharedFS]] = {}
+
+    def __init__(self, token: str, fs: Any) -> None:
+        self.token = token
+        self.fs = fs
+        self.users = 0
+
+    @classmethod
+    def acquire(cls, opts: dict[str, Any], store: S3Store) -> _SharedFS:
+        s3fs = importlib.import_module("s3fs")
+        from fsspec.utils import tokenize
+
+        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
+        with cls._lock:
+            shared = cls._by_token.get(token)
+            if shared is None:
+                try:
+                    fs = s3fs.S3FileSystem(**opts)
+                except (TypeError, ValueError, KeyError) as exc:
+                    raise InvalidArgument(
+                        f"{store.url}: storage_options were refused by s3fs "
+                        f"({type(exc).__name__}); check their names and types. "
+                        f"Nothing was touched."
+                    ) from exc
+                shared = cls._by_token[token] = _SharedFS(token, fs)
+            shared.users += 1
+            return shared
+
+    def release(self) -> bool:
+        """Drop one user; True if that was the last and the client should close."""
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return False
+            if self._by_token.get(self.token) is self:
+                del self._by_token[self.token]
+            return True
+
+
+class S3Store(Store):
+    """A namespace `bucket/prefix` in an S3-compatible object store."""
+
+    protocol = "s3"
+
+    def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
+        bucket, _, prefix = root.strip("/").partition("/")
+        if not bucket:
+            raise InvalidArgument(
+                f"s3://{root} names no bucket: use s3://BUCKET/PREFIX. Nothing was touched."
+            )
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        opts = dict(storage_options or {})
+        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
+        config = dict(opts.pop("config_kwargs", None) or {})
+        # One attempt per botocore call: see the module docstring.
+        config["retries"] = {"total_max_attempts": 1, "mode": "standard"}
+        opts["config_kwargs"] = config
+        opts["skip_instance_cache"] = True
+        client_kwargs = opts.get("client_kwargs") or {}
+        self._endpoint = _safe_endpoint(
+            opts.get("endpoint_url") or client_kwargs.get("endpoint_url")
+        )
+        self._shared = _SharedFS.acquire(opts, self)
+        self._fs: Any = self._shared.fs
+        self._closed = False
+
+    # -- plumbing -------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"s3://{join_key(self._bucket, self._prefix)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self._prefix, check_relative(key, self))
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        from fsspec.asyn import sync
+
+        result: T = sync(self._fs.loop, fn, *args)
+        return result
+
+    async def _s3(self) -> Any:
+        if self._closed:
+            raise BackendError(f"{self.url}: this store was closed")
+        try:
+            return await self._fs.set_session()
+        except Exception as exc:
+            raise BackendError(
+                f"{self.url}: cannot set up an S3 client ({type(exc).__name__}); check "
+                f"storage_options (profile, endpoint_url, client_kwargs, config_kwargs)."
+            ) from exc
+
+    def _error(self, action: str, key: str, exc: BaseException, failure: _Failure) -> BackendError:
+        where = f"{action} {key!r} in {self.url}"
+        if isinstance(exc, BackendError):
+            return BackendError(str(exc))  # already ours (a closed store, a bad key)
+        if failure.kind == "auth":
+            return BackendError(
+                f"{where} was refused ({failure.describe()}): check the S3 credentials in "
+                f"storage_options (key/secret, token or profile) and that they may read and "
+                f"write bucket {self._bucket!r} at {self._endpoint}."
+            )
+        if failure.kind == "no_credentials":
+            return BackendError(
+                f"{where} failed: no S3 credentials were found. Pass key and secret (or a "
+                f"profile) in storage_options, or anon=True for a public bucket "
+                f"{self._bucket!r}."
+            )
+        if failure.kind == "missing_bucket":
+            return BackendError(
+                f"{where} failed: bucket {self._bucket!r} does not exist at {self._endpoint}. "
+                f"Create the bucket, or fix the bucket name in the URL."
+            )
+        if failure.kind == "unreachable":
+            return BackendError(
+                f"{where} failed: cannot connect to {self._endpoint}. Check endpoint_url and "
+                f"that the server for bucket {self._bucket!r} is reachable."
+            )
+        return BackendError(f"{where} failed ({failure.describe()}); nothing was changed by it.")
+
+    def _fail(self, action: str, key: str, exc: BaseException) -> BackendError:
+        return self._error(action, key, exc, _classify(exc))
+
+    def _conditional_fail(self, action: str, key: str, exc: BaseException) -> BackendError:
+        """The error for a conditional write that did not report success."""
+        failure = _classify(exc)
+        if failure.kind in ("conflict", "server", "network"):
+            return StoreAmbiguous(
+                f"{action} {key!r} in {self.url}: the outcome is unknown "
+                f"({failure.describe()}); read the key back to learn whether it applied."
+            )
+        return self._error(action, key, exc, failure)
+
+    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """`fn()` for an idempotent call, retried on transient failures."""
+        for attempt in range(self._attempts):
+            try:
+                return await fn()
+            except Exception as exc:
+                if attempt + 1 >= self._attempts or not _classify(exc).transient:
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- reads ----------------------------------------------------------
+    async def _get(self, key: str) -> Blob | None:
+        s3 = await self._s3()
+        full = self._key(key)
+
+        async def once() -> Blob:
+            resp = await s3.get_object(Bucket=self._bucket, Key=full)
+            body = resp["Body"]
+            try:
+                data = await body.read()
+            finally:
+                body.close()
+            return Blob(bytes(data), Version(str(resp["ETag"])))
+
+        try:
+            return await self._retry(once)
+        except Exception as exc:
+            if _classify(exc).kind == "missing_key":
+                return None
+            raise self._fail("reading", key, exc) from exc
+
+    def get(self, key: str) -> Blob | None:
+        return self._run(self._get, key)
+
+    async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+        s3 = await self._s3()
+        full = self._key(key)
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+
+        async def once() -> None:
+            resp = await s3.get_object(Bucket=self._bucket, Key=full)
+            body = resp["Body"]
+            try:
+                if callback is not None:
+                    callback.set_size(int(resp.get("ContentLength") or 0))
+                with open(tmp, "wb") as dst:
+                    while chunk := await body.read(READ_CHUNK):
+                        dst.write(chunk)
+                        if callback is not None:
+                            callback.relative_update(len(chunk))
+            finally:
+                body.close()
+
+        try:
+            await self._retry(once)
+            os.replace(tmp, path)
+        except Exception as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if _classify(exc).kind == "missing_key":
+                return False
+            raise self._fail("downloading", key, exc) from exc
+        return True
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._run(self._download, key, path, callback)
+
+    async def _list(self, prefix: str) -> list[Entry]:
+        s3 = await self._s3()
+        prefix = prefix.strip("/")
+        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
+        start = base + "/" if base else ""
+        cut = len(self._prefix) + 1 if self._prefix else 0
+
+        async def once() -> list[Entry]:
+            found: list[Entry] = []
+            paginator = s3.get_paginator("list_objects_v2")
+            async for page in paginator.paginate(Bucket=self._bucket, Prefix=start):
+                for item in page.get("Contents", []):
+                    name = str(item["Key"])
+                    if name.endswith("/"):
+                        continue  # a "directory" marker, not a key
+                    modified = item.get("LastModified")
+                    found.append(
+                        Entry(
+                            name[cut:],
+                            int(item.get("Size", 0)),
+                            modified.timestamp() if modified is not None else None,
+                        )
+                    )
+            return found
+
+        try:
+            entries = await self._retry(once)
+        except Exception as exc:
+            raise self._fail("listing", prefix or "/", exc) from exc
+        entries.sort(key=lambda e: e.key)
+        return entries
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        return self._run(self._list, prefix)
+
+    # -- conditional writes ---------------------------------------------
+    async def _put(self, key: str, data: bytes, condition: dict[str, str]) -> Version | None:
+        s3 = await self._s3()
+        full = self._key(key)
+        try:
+            resp = await s3.put_object(Bucket=self._bucket, Key=full, Body=data, **condition)
+        except Exception as exc:
+            failure = _classify(exc)
+            if failure.kind == "precondition":
+                return None
+            if failure.kind == "missing_key" and "IfMatch" in condition:
+                return None  # some servers answer If-Match on a missing key with 404
+            action = "creating" if "IfNoneMatch" in condition else "replacing"
+            raise self._conditional_fail(action, key, exc) from exc
+        return Version(str(resp["ETag"]))
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        return self._run(self._put, key, bytes(data), {"IfNoneMatch": "*"})
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        return self._run(self._put, key, bytes(data), {"IfMatch": version.token})
+
+    async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
+        try:
+            size = os.path.getsize(path)
+        except OSError as exc:
+            raise BackendError(
+                f"uploading {key!r} to {self.url}: cannot read the local file "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
+        if callback is not None:
+            callback.set_size(size)
+        if size <= SINGLE_PUT_LIMIT:
+            with open(path, "rb") as src:
+                data = src.read()
+            created = await self._put(key, data, {"IfNoneMatch": "*"})
+            if callback is not None:
+                callback.relative_update(size)
+            return created
+        return await self._multipart_create(key, path, size, callback)
+
+    async def _multipart_create(
+        self, key: str, path: str, size: int, callback: Callback | None
+    ) -> Version | None:
+        s3 = await self._s3()
+        full = self._key(key)
+        part_size = max(PART_SIZE, math.ceil(size / MAX_PARTS / (1 << 20)) << 20)
+        try:
+            upload = await self._retry(
+                lambda: s3.create_multipart_upload(Bucket=self._bucket, Key=full)
+            )
+        except Exception as exc:
+            raise self._fail("uploading", key, exc) from exc
+        upload_id = str(upload["UploadId"])
+
+        async def send(number: int, chunk: bytes) -> dict[str, Any]:
+            out = await self._retry(
+                lambda: s3.upload_part(
+                    Bucket=self._bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    PartNumber=number,
+                    Body=chunk,
+                )
+            )
+            if callback is not None:
+                callback.relative_update(len(chunk))
+            return {"PartNumber": number, "ETag": out["ETag"]}
+
+        parts: list[dict[str, Any]] = []
+        pending: set[asyncio.Task[dict[str, Any]]] = set()
+        completed = False
+        try:
+            try:
+                with open(path, "rb") as src:
+                    number = 0
+                    while chunk := src.read(part_size):
+                        number += 1
+                        pending.add(asyncio.ensure_future(send(number, chunk)))
+                        if len(pending) >= PART_CONCURRENCY:
+                            done, pending = await asyncio.wait(
+                                pending, return_when=asyncio.FIRST_COMPLETED
+                            )
+                            parts.extend(task.result() for task in done)
+                if pending:
+                    done, pending = await asyncio.wait(pending)
+                    parts.extend(task.result() for task in done)
+            except Exception as exc:
+                raise self._fail("uploading", key, exc) from exc
+            parts.sort(key=lambda p: int(p["PartNumber"]))
+            try:
+                resp = await s3.complete_multipart_upload(
+                    Bucket=self._bucket,
+                    Key=full,
+                    UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                    IfNoneMatch="*",
+                )
+            except Exception as exc:
+                if _classify(exc).kind == "precondition":
+                    return None
+                failure = _classify(exc)
+                if failure.kind in ("conflict", "server", "network"):
+                    # The upload may have completed: leave it for the read-back to judge.
+                    completed = True
+                raise self._conditional_fail("creating", key, exc) from exc
+            completed = True
+            return Version(str(resp["ETag"]))
+        finally:
+            for task in pending:
+                task.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            if not completed:
+                await self._abort(full, upload_id)
+
+    async def _abort(self, full: str, upload_id: str) -> None:
+        s3 = await self._s3()
+        # Best effort: a bucket lifecycle rule reaps whatever is left.
+        with contextlib.suppress(Exception):
+            await s3.abort_multipart_upload(Bucket=self._bucket, Key=full, UploadId=upload_id)
+
+    def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
+        return self._run(self._create_file, key, path, callback)
+
+    # -- delete and close -----------------------------------------------
+    async def _delete(self, key: str) -> None:
+        s3 = await self._s3()
+        full = self._key(key)
+        try:
+            await self._retry(lambda: s3.delete_object(Bucket=self._bucket, Key=full))
+        except Exception as exc:
+            if _classify(exc).kind == "missing_key":
+                return
+            raise self._fail("deleting", key, exc) from exc
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, key)
+
+    async def _close(self) -> None:
+        creator = getattr(self._fs, "_s3creator", None)
+        if creator is not None and getattr(self._fs, "_s3", None) is not None:
+            self._fs._s3 = None
+            await creator.__aexit__(None, None, None)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._shared.release():
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._run(self._close)

@@ -1,0 +1,441 @@
+"""The cloud stores against real protocol servers on 127.0.0.1.
+
+Each server class runs the whole store conformance suite (including the
+cross-process create/CAS race) on a fresh prefix per test, then the error
+mapping: bad credentials, a missing bucket, a failed precondition, and the
+answers that leave a conditional write's outcome unknown.
+
+The servers come from tests/servers.py (the `moto_s3`, `seaweed_s3`,
+`fake_gcs` and `azurite` session fixtures).
+"""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from durable_obj.errors import BackendError, StoreAmbiguous
+from durable_obj.stores import Store, Version, open_store
+from durable_obj.testing.conformance import SharedStoreTests
+
+pytestmark = pytest.mark.slow
+
+Server = tuple[str, dict[str, Any]]
+
+#: Options each open store was made with, for the cross-process race.
+_OPTIONS: dict[int, dict[str, Any]] = {}
+
+
+def _with(options: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    out = dict(options)
+    out.update(changes)
+    return out
+
+
+def _root_of(url: str) -> tuple[str, str]:
+    """("s3", "bucket/prefix") of a server root URL."""
+    proto, _, path = url.partition("://")
+    return proto, path
+
+
+class CloudStoreTests(SharedStoreTests):
+    """The conformance suite plus error mapping, on one server fixture."""
+
+    stream_bytes = 200 * 1024 * 1024
+    #: Name of the session fixture yielding (root_url, storage_options).
+    server_fixture: ClassVar[str] = ""
+
+    @pytest.fixture
+    def server(self, request: pytest.FixtureRequest) -> Server:
+        value: Server = request.getfixturevalue(self.server_fixture)
+        return value
+
+    @pytest.fixture
+    def store(self, server: Server) -> Iterator[Store]:
+        root, options = server
+        opened = open_store(f"{root}/{uuid.uuid4().hex}", options)
+        _OPTIONS[id(opened)] = options
+        try:
+            yield opened
+        finally:
+            _OPTIONS.pop(id(opened), None)
+            opened.close()
+
+    def storage_options(self, store: Store) -> dict[str, Any]:
+        return _OPTIONS[id(store)]
+
+    # -- preconditions are answers, not errors ----------------------------
+    def test_failed_preconditions_are_none(self, store: Store) -> None:
+        v1 = store.create("h", b"v1")
+        assert v1 is not None
+        assert store.create("h", b"again") is None
+        assert store.replace("h", b"x", Version(v1.token + "0")) is None
+        assert store.replace("never-created", b"x", v1) is None
+        blob = store.get("h")
+        assert blob is not None and blob.data == b"v1" and blob.version == v1
+
+    def test_large_single_bodies(self, store: Store, tmp_path: Any) -> None:
+        # Bodies past the HTTP client's "large body" threshold, below multipart size.
+        data = bytes(range(256)) * (12 * 1024 + 3)
+        v1 = store.create("big/head", data)
+        assert v1 is not None
+        v2 = store.replace("big/head", data[::-1], v1)
+        assert v2 is not None
+        blob = store.get("big/head")
+        assert blob is not None and blob.data == data[::-1] and blob.version == v2
+        src = tmp_path / "mid.bin"
+        src.write_bytes(data)
+        assert store.create_file("big/file", str(src)) is not None
+        assert store.create_file("big/file", str(src)) is None
+        dst = tmp_path / "back.bin"
+        assert store.download("big/file", str(dst))
+        assert dst.read_bytes() == data
+
+    def test_progress_callbacks(self, store: Store, tmp_path: Any) -> None:
+        from fsspec.callbacks import Callback
+
+        size = 17 * 1024 * 1024 + 5  # past every store's single-request limit
+        src = tmp_path / "up.bin"
+        src.write_bytes(os.urandom(size))
+        up = Callback()
+        assert store.create_file("ckpt/x.tar", str(src), callback=up) is not None
+        assert (up.size, up.value) == (size, size)
+        down = Callback()
+        dst = tmp_path / "down.bin"
+        assert store.download("ckpt/x.tar", str(dst), callback=down)
+        assert (down.size, down.value) == (size, size)
+        assert dst.read_bytes() == src.read_bytes()
+        # No temporary file left beside the download.
+        assert {p.name for p in tmp_path.iterdir()} == {"up.bin", "down.bin"}
+
+    def test_url_has_no_credential(self, store: Store, server: Server) -> None:
+        root, options = server
+        assert store.url.startswith(root + "/")
+        for secret in _secrets(options):
+            assert secret not in store.url
+            assert secret not in repr(store)
+
+    def test_close_is_per_store(self, server: Server) -> None:
+        root, options = server
+        url = f"{root}/{uuid.uuid4().hex}"
+        first, second = open_store(url, options), open_store(url, options)
+        try:
+            assert first.create("k", b"1") is not None
+            first.close()
+            first.close()
+            with pytest.raises(BackendError):
+                first.get("k")
+            # Stores with equal options share one client: the other one still works.
+            blob = second.get("k")
+            assert blob is not None and blob.data == b"1"
+        finally:
+            second.close()
+
+    # -- a missing bucket ---------------------------------------------------
+    def test_missing_bucket(self, server: Server) -> None:
+        root, options = server
+        proto, path = _root_of(root)
+        bucket = f"no-such-bucket-{uuid.uuid4().hex[:12]}"
+        store = open_store(f"{proto}://{bucket}/{path.partition('/')[2]}", options)
+        try:
+            for attempt in (
+                lambda: store.get("head.json"),
+                lambda: store.create("head.json", b"x"),
+                lambda: store.list_keys(),
+            ):
+                with pytest.raises(BackendError) as caught:
+                    attempt()
+                assert not isinstance(caught.value, StoreAmbiguous)
+                message = str(caught.value)
+                assert bucket in message
+                assert "does not exist" in message
+        finally:
+            store.close()
+
+
+def _secrets(options: dict[str, Any]) -> list[str]:
+    found = []
+    for name in ("secret", "account_key", "connection_string", "token"):
+        value = options.get(name)
+        if isinstance(value, str) and value not in ("anon", ""):
+            found.append(value)
+    conn = options.get("connection_string")
+    if isinstance(conn, str):
+        for part in conn.split(";"):
+            if part.startswith("AccountKey="):
+                found.append(part[len("AccountKey=") :])
+    return found
+
+
+def _assert_auth_error(exc: BackendError, bucket: str, secret: str) -> None:
+    message = str(exc)
+    assert not isinstance(exc, StoreAmbiguous)
+    assert bucket in message, message
+    assert "credential" in message.lower(), message
+    assert secret not in message
+    assert secret not in repr(exc)
+
+
+class TestMotoS3(CloudStoreTests):
+    server_fixture = "moto_s3"
+
+
+class TestSeaweedS3(CloudStoreTests):
+    server_fixture = "seaweed_s3"
+
+    def test_wrong_credentials(self, server: Server) -> None:
+        root, options = server
+        wrong_secret = "not-the-secret-" + uuid.uuid4().hex
+        store = open_store(f"{root}/{uuid.uuid4().hex}", _with(options, secret=wrong_secret))
+        bucket = _root_of(root)[1].partition("/")[0]
+        try:
+            for attempt in (
+                lambda: store.create("k", b"x"),
+                lambda: store.get("k"),
+                lambda: store.replace("k", b"x", Version('"abc"')),
+                lambda: store.list_keys(),
+            ):
+                with pytest.raises(BackendError) as caught:
+                    attempt()
+                _assert_auth_error(caught.value, bucket, wrong_secret)
+        finally:
+            store.close()
+
+
+class TestFakeGCS(CloudStoreTests):
+    server_fixture = "fake_gcs"
+
+
+class TestAzurite(CloudStoreTests):
+    server_fixture = "azurite"
+
+    def test_wrong_credentials(self, server: Server) -> None:
+        import base64
+
+        root, options = server
+        wrong_key = base64.b64encode(uuid.uuid4().bytes * 4).decode()
+        conn = str(options["connection_string"])
+        real_key = next(p for p in conn.split(";") if p.startswith("AccountKey="))
+        bad = conn.replace(real_key, "AccountKey=" + wrong_key)
+        store = open_store(f"{root}/{uuid.uuid4().hex}", _with(options, connection_string=bad))
+        bucket = _root_of(root)[1].partition("/")[0]
+        try:
+            for attempt in (
+                lambda: store.create("k", b"x"),
+                lambda: store.get("k"),
+                lambda: store.replace("k", b"x", Version('"0x1"')),
+                lambda: store.list_keys(),
+            ):
+                with pytest.raises(BackendError) as caught:
+                    attempt()
+                _assert_auth_error(caught.value, bucket, wrong_key)
+        finally:
+            store.close()
+
+
+# -- answers a real server rarely gives, from a loopback stub --------------------
+class _Stub:
+    """An HTTP server on 127.0.0.1 that answers every request the same way."""
+
+    def __init__(self, status: int, body: bytes, content_type: str, drop: bool = False) -> None:
+        stub = self
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            # HTTP/1.1, so that "Expect: 100-continue" (botocore sends it on
+            # uploads) is answered and the body arrives.
+            protocol_version = "HTTP/1.1"
+
+            def _answer(self) -> None:
+                stub.requests.append(f"{self.command} {self.path}")
+                if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                    while size := int(self.rfile.readline().split(b";")[0].strip() or b"0", 16):
+                        self.rfile.read(size + 2)
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass  # trailers
+                else:
+                    length = int(self.headers.get("Content-Length") or 0)
+                    if length:
+                        self.rfile.read(length)
+                if drop:
+                    # Hang up without an answer: the request may or may not have applied.
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _answer
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+_S3_500 = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code>'
+    b"<Message>We encountered an internal error.</Message></Error>"
+)
+_S3_409 = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ConditionalRequestConflict</Code>'
+    b"<Message>A conflicting operation occurred.</Message></Error>"
+)
+_GCS_503 = b'{"error": {"code": 503, "message": "Backend Error"}}'
+_GCS_401 = b'{"error": {"code": 401, "message": "Invalid Credentials"}}'
+_AZ_500 = (
+    b'<?xml version="1.0" encoding="utf-8"?><Error><Code>InternalError</Code>'
+    b"<Message>Server encountered an internal error.</Message></Error>"
+)
+
+
+def _s3_options(endpoint: str) -> dict[str, Any]:
+    return {
+        "key": "stub-key",
+        "secret": "stub-secret-value",
+        "endpoint_url": endpoint,
+        "client_kwargs": {"region_name": "us-east-1"},
+        "retries": 2,
+    }
+
+
+def _gcs_options(endpoint: str) -> dict[str, Any]:
+    return {"endpoint_url": endpoint, "token": "anon", "project": "stub", "retries": 2}
+
+
+def _az_options(endpoint: str) -> dict[str, Any]:
+    key = "c3R1Yi1hY2NvdW50LWtleS1ub3QtcmVhbC1zdHViLWFjY291bnQta2V5LW5vdC1yZWFs"
+    conn = (
+        f"DefaultEndpointsProtocol=http;AccountName=stubaccount;AccountKey={key};"
+        f"BlobEndpoint={endpoint}/stubaccount;"
+    )
+    return {"connection_string": conn, "retries": 2}
+
+
+_CASES: dict[str, tuple[Callable[[str], dict[str, Any]], str]] = {
+    "s3": (_s3_options, "s3"),
+    "gs": (_gcs_options, "gs"),
+    "az": (_az_options, "az"),
+}
+
+
+def _open(proto: str, endpoint: str) -> Store:
+    make, scheme = _CASES[proto]
+    return open_store(f"{scheme}://stub-bucket/ns", make(endpoint))
+
+
+@pytest.mark.parametrize(
+    ("proto", "status", "body", "ctype"),
+    [
+        ("s3", 500, _S3_500, "application/xml"),
+        ("s3", 409, _S3_409, "application/xml"),
+        ("gs", 503, _GCS_503, "application/json"),
+        ("az", 500, _AZ_500, "application/xml"),
+    ],
+    ids=["s3-500", "s3-409-conflict", "gs-503", "az-500"],
+)
+def test_server_error_on_conditional_write_is_ambiguous(
+    loopback_only_env: None, proto: str, status: int, body: bytes, ctype: str
+) -> None:
+    stub = _Stub(status, body, ctype)
+    store = _open(proto, stub.endpoint)
+    try:
+        with pytest.raises(StoreAmbiguous):
+            store.create("head.json", b"x")
+        sent = len(stub.requests)
+        assert sent >= 1
+        with pytest.raises(StoreAmbiguous):
+            store.replace("head.json", b"y", Version('"0x1"' if proto != "gs" else "1"))
+        # A conditional write is sent exactly once: a retry could meet its own success.
+        assert len(stub.requests) == sent + 1
+        # A read is not conditional: it is retried (retries=2: two attempts), then
+        # reported as a plain failure.
+        with pytest.raises(BackendError) as caught:
+            store.get("head.json")
+        assert not isinstance(caught.value, StoreAmbiguous)
+        assert "stub-bucket" in str(caught.value)
+        assert len(stub.requests) == sent + 1 + 2
+    finally:
+        store.close()
+        stub.close()
+
+
+@pytest.mark.parametrize("proto", ["s3", "gs", "az"])
+def test_dropped_connection_on_conditional_write_is_ambiguous(
+    loopback_only_env: None, proto: str
+) -> None:
+    stub = _Stub(200, b"", "text/plain", drop=True)
+    store = _open(proto, stub.endpoint)
+    try:
+        with pytest.raises(StoreAmbiguous):
+            store.create("head.json", b"x")
+    finally:
+        store.close()
+        stub.close()
+
+
+@pytest.mark.parametrize("proto", ["s3", "gs", "az"])
+def test_unreachable_endpoint_is_not_ambiguous(loopback_only_env: None, proto: str) -> None:
+    store = _open(proto, f"http://127.0.0.1:{_closed_port()}")
+    try:
+        with pytest.raises(BackendError) as caught:
+            store.create("head.json", b"x")
+        # Nothing was sent, so nothing can have applied.
+        assert not isinstance(caught.value, StoreAmbiguous)
+        assert "stub-bucket" in str(caught.value)
+    finally:
+        store.close()
+
+
+def test_gcs_rejected_token(loopback_only_env: None) -> None:
+    stub = _Stub(401, _GCS_401, "application/json")
+    store = _open("gs", stub.endpoint)
+    try:
+        with pytest.raises(BackendError) as caught:
+            store.create("head.json", b"x")
+        _assert_auth_error(caught.value, "stub-bucket", "never-a-secret-here")
+    finally:
+        store.close()
+        stub.close()
+
+
+def test_missing_server_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from _pytest.outcomes import Failed, Skipped
+
+    from tests.servers import missing
+
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(Failed, match="CI=true"):
+        missing("weed")
+    monkeypatch.delenv("CI")
+    with pytest.raises(Skipped, match="install_servers"):
+        missing("weed")
