@@ -1,0 +1,173 @@
+"""The object-level path on every store: memory, a folder, S3 on moto and on
+SeaweedFS, GCS on fake-gcs-server, Azure on Azurite (servers on 127.0.0.1,
+started by tests/servers.py). Writers and readers in separate processes."""
+
+from __future__ import annotations
+
+import uuid
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durable_obj
+from durable_obj import errors
+from tests.integration import _proc
+
+STORES = ["memory", "file", "moto_s3", "seaweed_s3", "fake_gcs", "azurite"]
+SHARED = [s for s in STORES if s != "memory"]
+DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
+
+
+def _target(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    kind = request.param
+    if kind == "memory":
+        return f"memory://objstores-{uuid.uuid4().hex}", {}
+    if kind == "file":
+        return str(tmp_path / "ns"), {}
+    root, options = request.getfixturevalue(kind)
+    return f"{root}/t-{uuid.uuid4().hex[:12]}", dict(options)
+
+
+@pytest.fixture(params=STORES)
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    return _target(request, tmp_path)
+
+
+@pytest.fixture(params=SHARED)
+def shared_store(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, dict[str, Any]]:
+    return _target(request, tmp_path)
+
+
+def test_lifecycle(any_store: tuple[str, dict[str, Any]]) -> None:
+    url, options = any_store
+    ns = durable_obj.Namespace(url, owner="w", storage_options=options)
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a')")
+        assert obj.flush() is not None
+        obj.execute("INSERT INTO m VALUES (2, 'b')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (3, 'c')")
+    with ns.open("o") as again:
+        assert again.generation == 2 and again.seq == 3
+        assert again.query("SELECT * FROM m ORDER BY k") == '1,"a"\n2,"b"\n3,"c"\n'
+        again.execute("INSERT INTO m VALUES (4, 'd')")
+        again.flush()
+    with ns.open("o", read_only=True) as reader:
+        assert reader.query("SELECT count() FROM m") == "4\n"
+    assert [i.oid for i in ns.list()] == ["o"]
+    assert ns.verify("o").checked
+
+
+WRITE = """
+import durable_obj
+ns = durable_obj.Namespace(P["url"], owner=P["owner"], storage_options=P["options"])
+with ns.open("o") as obj:
+    if P["create"]:
+        obj.execute("CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k")
+    obj.execute(f"INSERT INTO m VALUES ({P['k']}, '{P['owner']}')")
+    obj.flush()
+    emit(obj.generation)
+"""
+
+READ = """
+import durable_obj
+ns = durable_obj.Namespace(P["url"], storage_options=P["options"])
+with ns.open("o", read_only=True) as obj:
+    emit(obj.query("SELECT k, v FROM m ORDER BY k", "CSV").data())
+"""
+
+
+@pytest.mark.slow
+def test_written_on_one_machine_reopens_in_another(
+    shared_store: tuple[str, dict[str, Any]],
+) -> None:
+    url, options = shared_store
+    params = {"url": url, "options": options}
+    assert _proc.run_json(WRITE, {**params, "owner": "first", "k": 1, "create": True}) == 1
+    assert _proc.run_json(WRITE, {**params, "owner": "second", "k": 2, "create": False}) == 2
+    assert _proc.run_json(READ, params) == '1,"first"\n2,"second"\n'
+
+
+@pytest.mark.slow
+def test_lease_held_force_takeover_and_fencing(shared_store: tuple[str, dict[str, Any]]) -> None:
+    url, options = shared_store
+    with _proc.Worker() as a, _proc.Worker() as b:
+        a.open(url, "o", owner="A", storage_options=options)
+        a.execute(DDL)
+        a.execute("INSERT INTO m VALUES (1, 'a1')")
+        a.flush()
+        reply = b.request("open", url=url, oid="o", owner="B", read_only=False, force=False,
+                          options={"storage_options": options})  # fmt: skip
+        assert (reply["ok"], reply["category"]) == (False, "lease_held"), reply
+        # a reader beside the writer sees exactly what was flushed
+        a.execute("INSERT INTO m VALUES (2, 'a2 unflushed')")
+        assert _proc.run_json(READ, {"url": url, "options": options}) == '1,"a1"\n'
+        taken = b.open(url, "o", owner="B", force=True, storage_options=options)
+        assert taken["generation"] == 2
+        assert any(w["category"] == "RuntimeWarning" for w in b.warnings)
+        b.execute("INSERT INTO m VALUES (3, 'b1')")
+        b.flush()
+        reply = a.request("flush")
+        assert (reply["ok"], reply["category"]) == (False, "lease_fenced"), reply
+        b.close()
+        a.request("close")
+    assert _proc.run_json(READ, {"url": url, "options": options}) == '1,"a1"\n3,"b1"\n'
+
+
+RACE = """
+import time, durable_obj
+ns = durable_obj.Namespace(P["url"], owner=P["owner"], storage_options=P["options"])
+delay = P["start_at"] - time.time()
+if delay > 0:
+    time.sleep(delay)
+try:
+    obj = ns.open("raced")
+except durable_obj.DurableError as exc:
+    emit(exc.category)
+else:
+    emit("won")
+    time.sleep(2)  # hold the lease while the others try
+    obj.close()
+"""
+
+
+@pytest.mark.slow
+def test_eight_processes_open_one_new_object(shared_store: tuple[str, dict[str, Any]]) -> None:
+    import time
+
+    url, options = shared_store
+    start_at = time.time() + 4.0  # after every interpreter has imported chdb
+    scripts = [
+        _proc.Script(RACE, {"url": url, "options": options, "owner": f"p{i}", "start_at": start_at})
+        for i in range(8)
+    ]
+    try:
+        outcomes = sorted(str(s.next_marked(timeout=120)) for s in scripts)
+    finally:
+        for script in scripts:
+            script.wait(60)
+            script.cleanup()
+    assert outcomes == ["lease_held"] * 7 + ["won"], outcomes
+
+
+def test_unsupported_protocols_are_refused() -> None:
+    for url in ("http://127.0.0.1:9/ns/o", "ftp://127.0.0.1/ns/o"):
+        with pytest.raises(errors.UnsupportedStore) as info:
+            durable_obj.open(url)
+        message = str(info.value)
+        for name in ("s3://", "gs://", "az://", "file://", "memory://"):
+            assert name in message
+
+
+def test_missing_bucket_is_a_clear_backend_error(
+    moto_s3: tuple[str, dict[str, Any]],
+) -> None:
+    _, options = moto_s3
+    bucket = f"no-such-bucket-{uuid.uuid4().hex[:8]}"
+    with warnings.catch_warnings(), pytest.raises(errors.BackendError) as info:
+        durable_obj.open(f"s3://{bucket}/ns/o", storage_options=options)
+    assert bucket in str(info.value)
+    assert options["secret"] not in str(info.value)
