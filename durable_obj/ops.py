@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj import lease as leases
 from durable_obj.digest import file_digest, verify, verify_bytes
-from durable_obj.errors import Corrupt, DurableError, LeaseHeld, NotFound
+from durable_obj.errors import Corrupt, InvalidArgument, LeaseHeld, NotFound
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import CHECKPOINT_DIR, HEAD_KEY, WAL_DIR
 
@@ -233,4 +233,4 @@ def stored_keys(store: Store, oid: str) -> dict[str, Any]:
 
 def ensure_absent(store: Store, oid: str) -> None:
     if store.get(f"{oid}/{HEAD_KEY}") is not None:
-        raise DurableError(f"{oid!r} already exists in {store.url}; nothing was changed")
+        raise InvalidArgument(f"{oid!r} already exists in {store.url}; nothing was changed")

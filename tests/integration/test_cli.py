@@ -1,0 +1,546 @@
+"""The `durable-obj` command line: every command, its error path, redaction.
+
+Commands run through click's CliRunner in this process (one at a time: chDB
+runs one engine per process, and each command closes what it opens), once
+as a real `python -m durable_obj.cli` subprocess, and against an S3 server
+(moto, from tests/servers.py).
+"""
+
+from __future__ import annotations
+
+import inspect
+import io
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner, Result
+from rich.console import Console
+
+import durable_obj
+from durable_obj import cli
+from tests import servers
+
+# The S3 server fixtures (session scoped), visible to this module's tests.
+loopback_only_env = servers.loopback_only_env
+moto_s3 = servers.moto_s3
+
+REPO = Path(__file__).resolve().parents[2]
+DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
+SECRET = "hunter2-correct-horse-battery"
+
+
+def _runner() -> CliRunner:
+    if "mix_stderr" in inspect.signature(CliRunner).parameters:  # click 8.1
+        return CliRunner(mix_stderr=False)
+    return CliRunner()  # click >= 8.2 keeps stderr apart
+
+
+def run(*args: str, input: str | None = None) -> Result:
+    """Invoke the CLI; an exception that escapes the CLI fails the test."""
+    result = _runner().invoke(cli.cli, list(args), input=input, catch_exceptions=False)
+    assert "Traceback" not in result.stdout + result.stderr
+    return result
+
+
+def ok(*args: str, input: str | None = None) -> Result:
+    result = run(*args, input=input)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    return result
+
+
+def fails(category: str, *args: str, code: int | None = None, input: str | None = None) -> str:
+    """Run a command that must fail with exactly one `error: <category>: ...`
+    line on stderr; returns that line's message."""
+    result = run(*args, input=input)
+    assert result.exit_code != 0, result.stdout
+    if code is not None:
+        assert result.exit_code == code, (result.exit_code, result.stderr)
+    else:
+        assert result.exit_code == (2 if category == "invalid_argument" else 1)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    others = [
+        line
+        for line in result.stderr.splitlines()
+        if not line.startswith("warning:") and "[y/N]: " not in line  # a prompt and its answer
+    ]
+    assert others == errors, result.stderr  # nothing else: no usage block, no traceback
+    prefix = f"error: {category}: "
+    assert errors[0].startswith(prefix), errors[0]
+    return errors[0][len(prefix) :]
+
+
+def head_doc(path: Path) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads((path / "head.json").read_bytes())
+    return doc
+
+
+def pairs(out: str) -> dict[str, str]:
+    """`info`'s "name  value" lines as a dict."""
+    split = (re.split(r"\s{2,}", line.strip(), maxsplit=1) for line in out.splitlines())
+    return {p[0]: p[1] for p in split if len(p) == 2}
+
+
+@pytest.fixture
+def ns(tmp_path: Path) -> Path:
+    return tmp_path / "ns"
+
+
+@pytest.fixture
+def obj_url(ns: Path) -> str:
+    """ns/o: table m, rows 1..2 in a checkpoint, row 3 in one WAL segment."""
+    url = str(ns / "o")
+    with durable_obj.open(url, owner="maker") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a'), (2, 'b')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (3, 'c')")
+        obj.flush()
+    return url
+
+
+def abandon_writer(url: str, owner: str = "holder") -> None:
+    """Leave a held, unexpired lease behind, as a SIGKILLed writer would."""
+    obj = durable_obj.open(url, owner=owner)
+    obj._abandon()
+
+
+# -- ls -------------------------------------------------------------------------------
+def test_ls_lists_objects_with_their_lease(ns: Path, obj_url: str) -> None:
+    abandon_writer(str(ns / "p"))
+    out = ok("ls", str(ns)).stdout
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    assert set(rows) == {"o", "p"}
+    cells_o = [c.strip() for c in rows["o"].split("│")[1:-1]]
+    # id, seq, generation, holder, expiry, segments, live, stored, last write
+    assert cells_o[:6] == ["o", "2", "1", "-", "-", "1"]
+    assert cells_o[6].endswith("KiB") and cells_o[8].endswith("ago")
+    cells_p = [c.strip() for c in rows["p"].split("│")[1:-1]]
+    assert cells_p[3] == "holder"
+    assert cells_p[4].startswith("in ") and cells_p[4].endswith("s")
+
+
+def test_ls_empty_and_missing_namespace(tmp_path: Path) -> None:
+    result = ok("ls", str(tmp_path / "nothing-here"))
+    assert result.stdout == ""
+    assert "no durable objects" in result.stderr
+
+
+# -- info -----------------------------------------------------------------------------
+def test_info_summary(ns: Path, obj_url: str) -> None:
+    out = ok("info", obj_url).stdout
+    head = head_doc(ns / "o")
+    fields = pairs(out)
+    assert fields["object"] == "o"
+    assert fields["seq"] == "2"
+    assert fields["timezone"] == "UTC"
+    assert fields["database"] == "default"
+    assert fields["base"].startswith(head["manifest"]["base"]["key"] + " (")
+    assert fields["wal"].startswith("1 segment(s), ")
+    assert fields["lease"] == "released (generation 1)"
+    assert fields["protocol"].startswith("v1 ")
+    assert fields["engine"].startswith("chdb ")
+    assert fields["live size"].endswith("KiB") and fields["stored size"].endswith("KiB")
+    assert fields["last write"].endswith(" ago)")
+
+
+def test_info_json_prints_the_stored_head(ns: Path, obj_url: str) -> None:
+    out = ok("info", obj_url, "--json").stdout
+    assert json.loads(out) == head_doc(ns / "o")
+
+
+def test_info_errors(ns: Path, obj_url: str) -> None:
+    message = fails("not_found", "info", str(ns / "missing"))
+    assert "'missing'" in message
+    fails("not_found", "info", str(ns / "missing"), "--json")
+    fails("invalid_argument", "info", str(ns / ".."))
+    # A schema-invalid head: `info` refuses it, `info --json` still shows it.
+    head = head_doc(ns / "o")
+    head["manifest"]["seq"] = "three"
+    (ns / "o" / "head.json").write_text(json.dumps(head))
+    assert "seq" in fails("corrupt", "info", obj_url)
+    assert json.loads(ok("info", obj_url, "--json").stdout)["manifest"]["seq"] == "three"
+    (ns / "o" / "head.json").write_bytes(b"\xff not json")
+    fails("corrupt", "info", obj_url, "--json")
+
+
+# -- verify ---------------------------------------------------------------------------
+def test_verify_and_restore(obj_url: str) -> None:
+    out = ok("verify", obj_url).stdout
+    assert out.startswith("ok: o: 2 key(s)")
+    out = ok("verify", obj_url, "--restore").stdout
+    (row,) = [line for line in out.splitlines() if "│ m " in line]
+    assert row.split("│")[2].strip() == "3"
+
+
+def test_verify_detects_a_corrupt_base(ns: Path, obj_url: str) -> None:
+    (base,) = (ns / "o" / "checkpoints").iterdir()
+    data = bytearray(base.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    base.write_bytes(bytes(data))
+    message = fails("corrupt", "verify", obj_url)
+    assert base.name in message and "SHA-256" in message
+    fails("corrupt", "verify", obj_url, "--restore")
+
+
+def test_verify_detects_a_missing_segment(ns: Path, obj_url: str) -> None:
+    (segment,) = (ns / "o" / "wal").iterdir()
+    segment.unlink()
+    assert "missing" in fails("corrupt", "verify", obj_url)
+    fails("not_found", "verify", str(ns / "nope"))
+
+
+# -- sql ------------------------------------------------------------------------------
+def test_sql_renders_a_table(obj_url: str) -> None:
+    out = ok("sql", obj_url, "SELECT k, v, k * 1.5 AS f, NULL AS n FROM m ORDER BY k").stdout
+    lines = out.splitlines()
+    header = next(line for line in lines if "┃" in line)
+    assert [c.strip() for c in header.split("┃")[1:-1]] == ["k", "v", "f", "n"]
+    rows = [[c.strip() for c in line.split("│")[1:-1]] for line in lines if "│" in line]
+    assert rows == [["1", "a", "1.5", "NULL"], ["2", "b", "3", "NULL"], ["3", "c", "4.5", "NULL"]]
+    assert lines[-1] == "3 row(s)"
+
+
+def test_sql_raw_format(obj_url: str) -> None:
+    assert ok("sql", obj_url, "SELECT * FROM m ORDER BY k", "--format", "CSV").stdout == (
+        '1,"a"\n2,"b"\n3,"c"\n'
+    )
+    out = ok("sql", obj_url, "SELECT k FROM m ORDER BY k", "--format", "JSONEachRow").stdout
+    assert [json.loads(line)["k"] for line in out.splitlines()] == [1, 2, 3]
+
+
+def test_sql_errors(ns: Path, obj_url: str) -> None:
+    fails("classification_refused", "sql", obj_url, "INSERT INTO m VALUES (9, 'z')")
+    fails("engine", "sql", obj_url, "SELECT * FROM no_such_table")
+    fails("not_found", "sql", str(ns / "nope"), "SELECT 1")
+    assert not (ns / "nope").exists()
+    assert "QUERY" in fails("invalid_argument", "sql", obj_url)
+    # nothing was written by any of it
+    with durable_obj.open(obj_url, read_only=True) as obj:
+        assert obj.query("SELECT count() FROM m") == "3\n"
+
+
+# -- checkpoint -----------------------------------------------------------------------
+def test_checkpoint(ns: Path, obj_url: str) -> None:
+    before = head_doc(ns / "o")
+    out = ok("checkpoint", obj_url, "--owner", "ops").stdout
+    after = head_doc(ns / "o")
+    base = after["manifest"]["base"]
+    assert base["key"] != before["manifest"]["base"]["key"]
+    assert after["manifest"]["wal"] == []
+    assert out.startswith(f"checkpoint of o: {base['key']} (")
+    assert f"{base['size']} bytes" in out
+    assert after["lease"]["owner"] is None  # closed: the lease is released
+    with durable_obj.open(obj_url, read_only=True) as obj:
+        assert obj.query("SELECT count() FROM m") == "3\n"
+
+
+def test_checkpoint_errors(ns: Path, obj_url: str) -> None:
+    fails("not_found", "checkpoint", str(ns / "nope"))
+    assert not (ns / "nope").exists()  # a writer open would have created it
+    abandon_writer(obj_url)
+    assert "holder" in fails("lease_held", "checkpoint", obj_url)
+    result = ok("checkpoint", obj_url, "--force")
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert warning and "force takeover" in warning[0]
+    assert head_doc(ns / "o")["manifest"]["wal"] == []
+
+
+# -- gc -------------------------------------------------------------------------------
+def test_gc(ns: Path, obj_url: str) -> None:
+    ok("checkpoint", obj_url)
+    # The first base and the segment are now superseded; a grace period keeps them.
+    stored = {p for p in (ns / "o").rglob("*") if p.is_file()}
+    assert ok("gc", obj_url).stdout.startswith("deleted 0 key(s), 0 B; kept 4 key(s)")
+    out = ok("gc", obj_url, "--grace", "0", "--dry-run", "--list").stdout.splitlines()
+    assert out[-1].startswith("would delete 2 key(s), ")
+    doomed = {ns / key for key in out[:-1]}
+    assert len(doomed) == 2 and doomed <= stored
+    assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored
+    out = ok("gc", obj_url, "--grace", "0").stdout
+    assert out.startswith("deleted 2 key(s), ") and "kept 2 key(s)" in out
+    assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored - doomed
+    ok("verify", obj_url, "--restore")
+    fails("invalid_argument", "gc", obj_url, "--grace", "-1")
+    fails("not_found", "gc", str(ns / "nope"), "--grace", "0")
+
+
+# -- fork -----------------------------------------------------------------------------
+def test_fork(ns: Path, obj_url: str) -> None:
+    out = ok("fork", obj_url, "o2").stdout
+    assert out.startswith("forked o into o2\n")
+    fields = pairs("\n".join(out.splitlines()[1:]))
+    assert fields["object"] == "o2" and fields["forked from"] == "o at seq 2"
+    assert ok("sql", str(ns / "o2"), "SELECT sum(k) FROM m", "--format", "TSV").stdout == "6\n"
+    assert "already exists" in fails("invalid_argument", "fork", obj_url, "o2")
+    fails("invalid_argument", "fork", obj_url, "a/b")
+    fails("not_found", "fork", str(ns / "nope"), "o3")
+    assert not (ns / "o3").exists()
+
+
+# -- export ---------------------------------------------------------------------------
+def test_export(tmp_path: Path, obj_url: str) -> None:
+    dest = tmp_path / "out"
+    out = ok("export", obj_url, str(dest)).stdout
+    assert out.splitlines() == [f"file://{dest}/m.parquet"]
+    assert sorted(pq.read_table(dest / "m.parquet").to_pydict()["k"]) == [1, 2, 3]
+    out = ok("export", obj_url, str(dest), "--format", "jsonl").stdout
+    assert out.splitlines() == [f"file://{dest}/m.jsonl"]
+    lines = (dest / "m.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["v"] for line in lines) == ["a", "b", "c"]
+    fails("invalid_argument", "export", obj_url, str(dest), "--format", "xml")
+    fails("not_found", "export", str(tmp_path / "ns" / "nope"), str(dest))
+
+
+# -- release --------------------------------------------------------------------------
+def test_release(ns: Path, obj_url: str) -> None:
+    abandon_writer(obj_url)
+    held = head_doc(ns / "o")["lease"]
+    assert held["owner"] == "holder"
+    message = fails("invalid_argument", "release", obj_url)
+    assert "fenced" in message and "--force" in message
+    assert head_doc(ns / "o")["lease"] == held
+    # declined at the prompt: nothing changes
+    assert fails("aborted", "release", obj_url, "--force", input="n\n")
+    assert head_doc(ns / "o")["lease"] == held
+    result = ok("release", obj_url, "--force", input="y\n")
+    assert "holder" in result.stderr  # the prompt names the holder
+    assert "released the lease of o (was held by 'holder'" in result.stdout
+    lease = head_doc(ns / "o")["lease"]
+    assert lease["owner"] is None and lease["generation"] == held["generation"]
+    out = ok("release", obj_url, "--force", "--yes").stdout
+    assert "not held" in out
+    abandon_writer(obj_url, owner="other")
+    ok("release", obj_url, "--force", "--yes")
+    assert head_doc(ns / "o")["lease"]["owner"] is None
+    fails("not_found", "release", str(ns / "nope"), "--force", "--yes")
+
+
+# -- bad input --------------------------------------------------------------------------
+def test_bad_storage_option_syntax(ns: Path, obj_url: str) -> None:
+    assert "KEY=VALUE" in fails("invalid_argument", "ls", str(ns), "-o", "fsync")
+    fails("invalid_argument", "info", obj_url, "-o", "=x")
+    fails("invalid_argument", "info", obj_url, "-o", "a=1", "-o", "a.b=2")
+    fails("invalid_argument", "info", obj_url, "-o", "a..b=2")
+    # a value without a key might itself be a credential: never echoed
+    message = fails("invalid_argument", "info", obj_url, "-o", SECRET)
+    assert SECRET not in message
+    # well-formed options reach the store (fsync=false is the file store's own)
+    ok("info", obj_url, "-o", "fsync=false")
+
+
+def test_parse_storage_options() -> None:
+    parsed = cli.parse_storage_options(
+        [
+            "anon=true",
+            "use_ssl=False",
+            "max_concurrency=8",
+            "timeout=2.5",
+            "endpoint_url=http://127.0.0.1:9000",
+            "secret=12345",
+            "client_kwargs.region_name=eu-west-1",
+            "client_kwargs.retries=3",
+            "empty=",
+            "eq=a=b",
+        ]
+    )
+    assert parsed == {
+        "anon": True,
+        "use_ssl": False,
+        "max_concurrency": 8,
+        "timeout": 2.5,
+        "endpoint_url": "http://127.0.0.1:9000",
+        "secret": "12345",  # a credential stays a string
+        "client_kwargs": {"region_name": "eu-west-1", "retries": 3},
+        "empty": "",
+        "eq": "a=b",
+    }
+
+
+def test_unsupported_protocol() -> None:
+    message = fails("invalid_argument", "ls", "ftp://example.invalid/ns")
+    assert "ftp://" in message and "s3://" in message
+    fails("invalid_argument", "info", "ftp://example.invalid/ns/o")
+    fails("invalid_argument", "sql", "ftp://example.invalid/ns/o", "SELECT 1")
+
+
+def test_usage_errors_are_one_line(obj_url: str) -> None:
+    assert "no-such" in fails("invalid_argument", "no-such-command")
+    assert "--bogus" in fails("invalid_argument", "info", obj_url, "--bogus")
+    assert ok("--help").stdout.startswith("Usage:")
+    assert "Usage:" in ok("gc", "--help").stdout
+
+
+# -- redaction --------------------------------------------------------------------------
+def test_credentials_never_printed(tmp_path: Path, obj_url: str) -> None:
+    opts = ["-o", f"password={SECRET}", "-o", f"client_kwargs.session_token={SECRET}x"]
+    result = ok("sql", obj_url, f"SELECT '{SECRET}' AS s, 'plain' AS p", *opts)
+    assert SECRET not in result.stdout and cli.REDACTED in result.stdout
+    assert "plain" in result.stdout
+    result = run("sql", obj_url, f"SELECT '{SECRET}x' FROM no_such_table", *opts)
+    assert result.exit_code == 1 and result.stderr.startswith("error: engine: ")
+    assert SECRET not in result.stderr and cli.REDACTED in result.stderr
+    # unrelated options are not redacted
+    result = ok("sql", obj_url, "SELECT 'visible-value'", "-o", "region=visible-value")
+    assert "visible-value" in result.stdout
+
+
+def test_sensitive_keys() -> None:
+    for key in ("secret", "key", "token", "password", "credential", "connection_string"):
+        assert cli.is_sensitive(key) and cli.is_sensitive(f"client_kwargs.aws_{key}_x".upper())
+    for key in ("endpoint_url", "region_name", "anon", "fsync"):
+        assert not cli.is_sensitive(key)
+
+
+# -- progress ---------------------------------------------------------------------------
+def test_progress_bar_only_for_large_transfers() -> None:
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=100)
+    bar = cli.RichProgress(console, "verify", min_bytes=1000)
+    bar.set_size(10)
+    bar.relative_update(10)
+    assert buffer.getvalue() == ""  # small: no bar
+    bar.set_size(5000)
+    for _ in range(5):
+        bar.relative_update(1000)
+    bar.close()
+    assert "verify" in buffer.getvalue()
+    assert bar.transfers == 2 and bar.value == 5000
+    buffer = io.StringIO()
+    bar = cli.RichProgress(Console(file=buffer, width=100), "x", min_bytes=1)
+    bar.set_size(10)
+    bar.relative_update(10)
+    assert buffer.getvalue() == ""  # not a terminal: no bar
+
+
+def test_progress_is_passed_for_transfers(
+    monkeypatch: pytest.MonkeyPatch, ns: Path, obj_url: str
+) -> None:
+    seen: list[tuple[str, int]] = []
+
+    class Recording(cli.RichProgress):
+        def set_size(self, size: int) -> None:
+            seen.append((self._description, size))
+            super().set_size(size)
+
+    monkeypatch.setattr(cli, "RichProgress", Recording)
+    base_size = head_doc(ns / "o")["manifest"]["base"]["size"]
+    ok("verify", obj_url)
+    assert seen == [("verify", base_size)]
+    ok("checkpoint", obj_url)
+    assert seen[-1] == ("checkpoint", head_doc(ns / "o")["manifest"]["base"]["size"])
+    ok("fork", obj_url, "o2")
+    assert seen[-1][0] == "fork"
+
+
+def test_human_formats() -> None:
+    now = 1_000_000.0
+    assert cli.lease_expiry(None, now) == "-"
+    assert cli.lease_expiry(now + 25, now) == "in 25s"
+    assert cli.lease_expiry(now - 1, now) == "expired"
+    assert cli.ago(now - 190, now) == "3m 10s ago"
+    assert cli.ago(None, now) == "-"
+    assert cli.human_duration(2 * 86400 + 3 * 3600) == "2d 3h"
+    assert cli.human_size(512) == "512 B"
+    assert cli.human_size(1536) == "1.5 KiB"
+    assert cli.human_size(5 * 1024**3) == "5.0 GiB"
+
+
+# -- as a real process ------------------------------------------------------------------
+@pytest.mark.slow
+def test_runs_as_a_module(ns: Path, obj_url: str) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def proc(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "durable_obj.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            timeout=300,
+        )
+
+    done = proc("sql", obj_url, "SELECT count() FROM m", "--format", "TSV")
+    assert (done.returncode, done.stdout, done.stderr) == (0, "3\n", "")
+    done = proc("info", str(ns / "missing"))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.count("\n") == 1
+    assert done.stderr.startswith("error: not_found: ") and "Traceback" not in done.stderr
+    done = proc("ls", str(ns), "-o", "oops")
+    assert done.returncode == 2 and done.stderr.startswith("error: invalid_argument: ")
+    assert done.stderr.count("\n") == 1
+
+
+# -- S3 -------------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    root, options = request.getfixturevalue("moto_s3")
+    namespace = f"{root}/cli-{uuid.uuid4().hex[:8]}"
+    url = f"{namespace}/o"
+    with durable_obj.open(url, owner="maker", storage_options=options) as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a'), (2, 'b')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (3, 'c')")
+        obj.flush()
+    secret, key = options["secret"], options["key"]
+    region = options.get("client_kwargs", {}).get("region_name", "us-east-1")
+    opts = [
+        *("-o", f"endpoint_url={options['endpoint_url']}"),
+        *("-o", f"key={key}"),
+        *("-o", f"secret={secret}"),
+        *("-o", f"client_kwargs.region_name={region}"),
+    ]
+    outputs: list[str] = []
+
+    def s3(*args: str) -> Result:
+        result = run(*args, *opts)
+        outputs.append(result.stdout + result.stderr)
+        return result
+
+    listed = s3("ls", namespace)
+    assert listed.exit_code == 0 and "│ o " in listed.stdout
+    info = s3("info", url)
+    assert info.exit_code == 0 and "1 segment(s)" in info.stdout
+    assert json.loads(s3("info", url, "--json").stdout)["manifest"]["seq"] == 2
+    sql = s3("sql", url, "SELECT sum(k) FROM m", "--format", "TSV")
+    assert (sql.exit_code, sql.stdout) == (0, "6\n")
+    shown = s3("sql", url, f"SELECT '{secret}' AS s")  # redacted even when a query returns it
+    assert shown.exit_code == 0 and cli.REDACTED in shown.stdout
+    verify = s3("verify", url, "--restore")
+    assert verify.exit_code == 0 and verify.stdout.startswith("ok: o: 2 key(s)")
+    gc = s3("gc", url, "--grace", "0", "--dry-run")
+    assert gc.exit_code == 0 and gc.stdout.startswith("would delete 0 key(s)")
+    dest = tmp_path / "export"
+    export = s3("export", url, str(dest), "--format", "csv")
+    assert export.exit_code == 0 and (dest / "m.csv").read_text().count("\n") == 4
+    export = s3("export", url, f"{namespace}-export")  # same protocol: -o reused
+    assert export.exit_code == 0
+    assert export.stdout.strip() == f"{namespace}-export/m.parquet"
+    missing = s3("info", f"{namespace}/nope")
+    assert missing.exit_code == 1 and missing.stderr.startswith("error: not_found: ")
+    wrong = run("ls", namespace, *opts[:-2], "-o", f"secret={secret}-wrong")
+    outputs.append(wrong.stdout + wrong.stderr)
+    for text in outputs:
+        assert secret not in text and key not in text
+
+
+def test_lease_expiry_shown_as_expired(ns: Path) -> None:
+    url = str(ns / "short")
+    obj = durable_obj.open(url, owner="brief", lease_ttl=0.5)
+    obj._abandon()
+    time.sleep(0.6)
+    out = ok("ls", str(ns)).stdout
+    (row,) = [line for line in out.splitlines() if "│ short " in line]
+    assert [c.strip() for c in row.split("│")[1:-1]][3:5] == ["brief", "expired"]
+    assert "expired at" in ok("info", url).stdout
