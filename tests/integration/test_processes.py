@@ -208,7 +208,8 @@ LOOP_WRITER = """
 import durable_obj
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    obj = durable_obj.Namespace(P["url"], owner="looper").open(P["oid"], force=True)
+    ns = durable_obj.Namespace(P["url"], owner="looper", storage_options=P["options"])
+    obj = ns.open(P["oid"], force=True)
 state = obj.query(
     "SELECT batch, count(), uniqExact(part), min(part), max(part) FROM b "
     "GROUP BY batch ORDER BY batch", "CSV").data()
@@ -234,16 +235,28 @@ BATCHES = (
 )
 
 
-def create_batch_table(root: Path, oid: str) -> None:
+def create_batch_table(url: str, oid: str, options: dict[str, Any]) -> None:
     _proc.run_py(
         """
         import durable_obj
-        obj = durable_obj.Namespace(P["url"], owner="setup").open(P["oid"])
+        ns = durable_obj.Namespace(P["url"], owner="setup", storage_options=P["options"])
+        obj = ns.open(P["oid"])
         obj.execute("CREATE TABLE b (batch UInt32, part UInt8) ENGINE = MergeTree ORDER BY tuple()")
         obj.close()
         """,
-        {"url": str(root), "oid": oid},
+        {"url": url, "oid": oid, "options": options},
     )
+
+
+READ_BATCHES = """
+import durable_obj
+ns = durable_obj.Namespace(P["url"], storage_options=P["options"])
+with ns.open(P["oid"], read_only=True) as obj:
+    emit(obj.query(P["query"], "CSV").data())
+"""
+
+#: SIGKILLs per store and CI run (file store + an S3 server: 200 in all).
+KILLS = int(os.environ.get("DURABLE_KILLS_PER_STORE", "100"))
 
 
 def check_prefix(rows: list[list[int]], at_least: int, context: str) -> None:
@@ -257,17 +270,29 @@ def check_prefix(rows: list[list[int]], at_least: int, context: str) -> None:
     assert len(rows) >= at_least, f"{context}: acknowledged {at_least} batches, found {len(rows)}"
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("store", ["file", "moto_s3"])
 def test_random_sigkills_lose_no_acknowledged_flush_and_leave_no_partial_segment(
-    tmp_path: Path,
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
     oid = "loop"
-    create_batch_table(tmp_path, oid)
+    if store == "file":
+        url, options = str(tmp_path), {}
+    else:
+        root, options = request.getfixturevalue(store)
+        url = f"{root}/kills-{random.randrange(2**32):x}"
+    create_batch_table(url, oid, options)
     seed = random.randrange(2**32)
     rng = random.Random(seed)
-    params = {"url": str(tmp_path), "oid": oid, "rows": BATCH_ROWS, "checkpoint_every": 8}
+    params = {
+        "url": url,
+        "options": options,
+        "oid": oid,
+        "rows": BATCH_ROWS,
+        "checkpoint_every": 8,
+    }
     acked = 0  # batches acknowledged by a returned flush(), over all children
-    kills = 20
-    for i in range(kills):
+    for i in range(KILLS):
         with _proc.Script(LOOP_WRITER, params) as child:
             opened = child.next_marked(60)
             context = f"seed {seed}, child {i}"
@@ -280,9 +305,12 @@ def test_random_sigkills_lose_no_acknowledged_flush_and_leave_no_partial_segment
             acks = [m["ack"] for m in child.drain() if "ack" in m]
         if acks:
             acked = acks[-1] + 1
-    final = read(tmp_path, oid, [BATCHES])
-    rows = [[int(x) for x in line.split(",")] for line in final["results"][0].splitlines()]
+    final = _proc.run_json(
+        READ_BATCHES, {"url": url, "options": options, "oid": oid, "query": BATCHES}
+    )
+    rows = [[int(x) for x in line.split(",")] for line in final.splitlines()]
     check_prefix(rows, acked, f"seed {seed}, final")
+    print(f"{store}: {KILLS} SIGKILLs, {acked} batches acknowledged, all present and whole")
     assert acked > 0, "no child ever acknowledged a flush: the kills came too early to test"
 
 
@@ -419,8 +447,14 @@ def test_readers_during_continuous_flushes_see_whole_batches_and_every_ack(
     loop: each sees a prefix of whole batches, never fewer than had been
     acknowledged when it started, and never fewer than the previous reader."""
     oid = "busy"
-    create_batch_table(tmp_path, oid)
-    params = {"url": str(tmp_path), "oid": oid, "rows": BATCH_ROWS, "checkpoint_every": 5}
+    create_batch_table(str(tmp_path), oid, {})
+    params = {
+        "url": str(tmp_path),
+        "options": {},
+        "oid": oid,
+        "rows": BATCH_ROWS,
+        "checkpoint_every": 5,
+    }
     acked = 0
     previous = 0
     with _proc.Script(LOOP_WRITER, params) as writer:
