@@ -18,14 +18,20 @@ same process is refused with a message that says so; use a subprocess.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import importlib
+import json
+import os
 import re
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
 from durable_obj.errors import (
     ClassificationRefused,
+    DurableError,
     EngineError,
     EngineIncompatible,
     InvalidArgument,
@@ -43,7 +49,45 @@ SYNCHRONOUS_SETTINGS = {
 
 _REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
 _LIVE: list[Engine] = []
+_IDLE: list[Engine] = []
 _VERSION: str | None = None
+_ROOT: list[str] = []
+_KEEP = frozenset({"system", "information_schema", "INFORMATION_SCHEMA"})
+
+
+def engine_root() -> str:
+    """This process's private engine directory: `data/` is the engine's data
+    path, `backups/` the only place BACKUP and RESTORE may touch (each open
+    gets its own folder in it). Removed when the process exits."""
+    if not _ROOT:
+        root = tempfile.mkdtemp(prefix=f"durable_obj-{os.getpid()}-")
+        os.makedirs(os.path.join(root, "backups"))
+        _ROOT.append(root)
+        atexit.register(_shutdown)
+    return _ROOT[0]
+
+
+def _shutdown() -> None:
+    for engine in [*_IDLE, *_LIVE]:
+        engine.close()
+    for root in _ROOT:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def acquire() -> Engine:
+    """The process's engine, emptied; started on first use.
+
+    chDB runs one engine per process, and each engine start costs ~25 ms and
+    leaks a few file descriptors inside chdb-core, so objects opened one
+    after another share one engine, wiped between them."""
+    if _LIVE:
+        raise EngineError(
+            "chDB runs one engine per process and another durable object is open here; "
+            "close it first, or open this object in a subprocess"
+        )
+    engine = _IDLE.pop() if _IDLE else Engine(engine_root())
+    _LIVE.append(engine)
+    return engine
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,15 +102,16 @@ class Analysis:
 
 
 class Engine:
-    """A chDB connection scoped to one object's scratch directory."""
+    """A chDB connection in this process's private engine directory."""
 
-    def __init__(self, data_path: str, backups_path: str) -> None:
+    def __init__(self, root: str) -> None:
         global _VERSION
-        if _LIVE:
-            raise EngineError(
-                "chDB runs one engine per process and another durable object is open here; "
-                "close it first, or open this object in a subprocess"
-            )
+        # A data path of its own: if this engine is ever closed instead of
+        # emptied, the next one must not find its tables on disk.
+        data_path = tempfile.mkdtemp(prefix="data-", dir=root)
+        backups_path = os.path.join(root, "backups")
+        self._data = data_path
+        self.backups = backups_path
         try:
             # The raw extension, not chdb.state.sqlitelike: the wrapper imports
             # pyarrow (~0.1 s of every cold open) for features we never use.
@@ -89,7 +134,6 @@ class Engine:
                 f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
                 "run: pip install -U chdb-core"
             )
-        _LIVE.append(self)
         if _VERSION is None:
             _VERSION = self.text("SELECT chdb()", "TSV").strip()
 
@@ -181,13 +225,49 @@ class Engine:
         except Exception as exc:
             raise EngineError(f"restore of database {db!r} failed: {_clean(exc)}") from exc
 
+    def release(self) -> None:
+        """Hand the engine back, empty, for the next object; close it if it
+        cannot be emptied."""
+        if self in _LIVE:
+            _LIVE.remove(self)
+        if self._conn is None:
+            return
+        try:
+            temporary = self.text("SELECT name FROM system.tables WHERE is_temporary", "TSV")
+            for name in temporary.split("\n"):
+                if name:
+                    self.run_params("DROP TEMPORARY TABLE {t:Identifier}", {"t": name})
+            for db in self.text("SELECT name FROM system.databases", "TSV").split("\n"):
+                if db and db not in _KEEP and db != "default":
+                    self.run_params("DROP DATABASE {db:Identifier} SYNC", {"db": db})
+            # `default` itself stays: RESTORE compares its definition with the
+            # archive's, and only the engine's own `default` matches. Views
+            # and dictionaries first, so no table is dropped from under one.
+            listing = self.text(
+                "SELECT name, engine FROM system.tables WHERE database = 'default' "
+                "ORDER BY engine NOT LIKE '%View', engine != 'Dictionary'",
+                "JSONCompactEachRow",
+            )
+            for line in listing.splitlines():
+                name, kind = json.loads(line)
+                drop = "DICTIONARY" if kind == "Dictionary" else "TABLE"
+                self.run_params(f"DROP {drop} default.{{t:Identifier}} SYNC", {"t": name})
+            self.run("USE default")
+        except DurableError:
+            self.close()
+            return
+        _IDLE.append(self)
+
     def close(self) -> None:
         conn, self._conn = self._conn, None
         if self in _LIVE:
             _LIVE.remove(self)
+        if self in _IDLE:
+            _IDLE.remove(self)
         if conn is not None:
             with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
+            shutil.rmtree(self._data, ignore_errors=True)
 
 
 def _clean(exc: BaseException) -> str:

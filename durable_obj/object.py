@@ -43,7 +43,14 @@ from typing import TYPE_CHECKING, Any
 from durable_obj import lease as leases
 from durable_obj.determinism import Pinner
 from durable_obj.digest import bytes_digest, file_digest, verify, verify_bytes
-from durable_obj.engine import Engine, check_compatible, check_mutation, check_read
+from durable_obj.engine import (
+    Engine,
+    acquire,
+    check_compatible,
+    check_mutation,
+    check_read,
+    engine_root,
+)
 from durable_obj.errors import (
     BackendError,
     ClassificationRefused,
@@ -223,8 +230,9 @@ class DurableObject:
             if self._state != _NEW:
                 raise DurableError(f"{self.url} was already opened")
             started = time.monotonic()
-            self._work = tempfile.mkdtemp(prefix=f"durable_obj-{_safe(self._oid)}-")
-            os.makedirs(os.path.join(self._work, "backups"))
+            # Inside the engine's backups folder: RESTORE reads only from there.
+            backups = os.path.join(engine_root(), "backups")
+            self._work = tempfile.mkdtemp(prefix=f"{_safe(self._oid)}-", dir=backups)
             try:
                 for attempt in range(1, _OPEN_ATTEMPTS + 1):
                     try:
@@ -418,7 +426,7 @@ class DurableObject:
     def _fetch_base(self, ref: ObjectRef) -> str:
         assert self._work is not None
         # chDB tells an archive's format by its extension: keep the key's name.
-        path = os.path.join(self._work, "backups", os.path.basename(ref.key))
+        path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
         if not self._store.download(self._key(ref.key), part, self._progress):
             raise Corrupt(
@@ -485,20 +493,16 @@ class DurableObject:
         self._pinner = Pinner(engine, mode=self._opts.nondeterminism, timezone=tz)
 
     def _start_engine(self) -> None:
-        assert self._work is not None
-        data = os.path.join(self._work, "data")
-        os.makedirs(data, exist_ok=True)
-        self._engine = Engine(data, os.path.join(self._work, "backups"))
+        self._engine = acquire()
 
     def _reset_engine(self) -> None:
-        """Between open attempts: a fresh, empty engine and scratch."""
+        """Between open attempts: an empty engine and scratch."""
         if self._engine is not None:
-            self._engine.close()
+            self._engine.release()
             self._engine = None
         assert self._work is not None
-        for sub in ("data", "backups"):
-            shutil.rmtree(os.path.join(self._work, sub), ignore_errors=True)
-        os.makedirs(os.path.join(self._work, "backups"))
+        for name in os.listdir(self._work):
+            os.unlink(os.path.join(self._work, name))
         self._head = self._version = None
 
     def _abort_open(self) -> None:
@@ -590,12 +594,14 @@ class DurableObject:
                 self._pinner.schema_changed()
 
     def tables(self) -> list[str]:
-        """The object's tables (views excluded), by name."""
+        """The object's tables and dictionaries by name (views and the inner
+        tables of materialized views excluded)."""
         with self._lock:
             engine = self._require_open()
             out = engine.run_params(
                 "SELECT name FROM system.tables WHERE database = {db:String} AND "
-                "engine NOT IN ('View', 'MaterializedView') ORDER BY name "
+                "engine NOT IN ('View', 'MaterializedView') AND NOT startsWith(name, '.inner') "
+                "ORDER BY name "
                 "FORMAT JSONCompactEachRow",
                 {"db": self.db},
             )
@@ -607,7 +613,7 @@ class DurableObject:
         with self._lock:
             engine = self._require_open()
             assert self._work is not None
-            path = os.path.join(self._work, "backups", f"snapshot-{uuid.uuid4().hex}.tar")
+            path = os.path.join(self._work, f"snapshot-{uuid.uuid4().hex}.tar")
             engine.backup(self.db, path)
             return path
 
@@ -742,7 +748,7 @@ class DurableObject:
         manifest = self._head.manifest
         seq = manifest.seq + 1
         name = f"{self.generation}-{seq}-{uuid.uuid4().hex[:8]}{CHECKPOINT_SUFFIX}"
-        local = os.path.join(self._work, "backups", name)
+        local = os.path.join(self._work, name)
         engine.backup(manifest.db, local)
         try:
             size, sha256 = file_digest(local)
@@ -985,7 +991,10 @@ class DurableObject:
 
     def _teardown_local(self, *, background: bool = True) -> None:
         if self._engine is not None:
-            self._engine.close()
+            if background and not sys.is_finalizing():
+                self._engine.release()
+            else:
+                self._engine.close()  # from __del__ or at exit: no queries now
             self._engine = None
         work, self._work = self._work, None
         if not work:

@@ -301,3 +301,35 @@ def test_second_object_in_one_process_is_refused(tmp_path: Path) -> None:
         durable_obj.open(str(tmp_path / "b"))
     # the refused open left nothing behind
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+
+
+def test_objects_opened_in_turn_share_nothing(tmp_path: Path) -> None:
+    """One engine serves objects opened one after another: it is emptied in
+    between, views, materialized views, dictionaries and temporary tables too."""
+    with durable_obj.open(str(tmp_path / "a")) as a:
+        a.execute(DDL)
+        a.execute("INSERT INTO m VALUES ('x', 1)")
+        a.execute("CREATE VIEW v AS SELECT k FROM m")
+        a.execute(
+            "CREATE MATERIALIZED VIEW mv ENGINE = SummingMergeTree ORDER BY k "
+            "AS SELECT k, sum(v) AS s FROM m GROUP BY k"
+        )
+        a.execute(
+            "CREATE DICTIONARY d (k String, v UInt32) PRIMARY KEY k "
+            "SOURCE(CLICKHOUSE(TABLE 'm')) LAYOUT(HASHED()) LIFETIME(0)"
+        )
+    with durable_obj.open(str(tmp_path / "b"), db="other") as b:
+        assert (
+            b.query(
+                "SELECT count() FROM system.tables WHERE database NOT IN "
+                "('system', 'information_schema', 'INFORMATION_SCHEMA')"
+            )
+            == "0\n"
+        )
+        assert b.query(
+            "SELECT name FROM system.databases WHERE name NOT IN "
+            "('system', 'information_schema', 'INFORMATION_SCHEMA') ORDER BY name"
+        ) == ('"default"\n"other"\n')
+    with durable_obj.open(str(tmp_path / "a"), read_only=True) as again:
+        assert again.query("SELECT count() FROM v") == "1\n"
+        assert again.tables() == ["d", "m"]
