@@ -53,8 +53,9 @@ opts = json.loads(opts)
 if impl == "durable_obj":
     import durable_obj, chdb._chdb
     t = time.perf_counter()
-    obj = durable_obj.Namespace(f"s3://{bucket}/{prefix}", storage_options=opts).open(
-        oid, read_only=True)
+    ns = durable_obj.Namespace(f"s3://{bucket}/{prefix}", storage_options=opts,
+                               fetch_concurrency=int(sys.argv[6]))
+    obj = ns.open(oid, read_only=True)
 else:
     import chdb.durable as cd
     t = time.perf_counter()
@@ -101,7 +102,9 @@ def bench(endpoint: str, key: str, secret: str, bucket: str, args: argparse.Name
     opens: dict[str, list[float]] = {impl: [] for impl in impls}
     for rep in range(args.repeat):
         for impl in impls if rep % 2 == 0 else impls[::-1]:
-            got = json.loads(run(OPEN, [impl, bucket, prefix, impl.replace(".", "-"), opts], env))
+            name = impl.replace(".", "-")
+            argv = [impl, bucket, prefix, name, opts, str(args.concurrency)]
+            got = json.loads(run(OPEN, argv, env))
             assert got["rows"] == args.segments - 1, got
             opens[impl].append(got["open_s"])
             print(f"  {impl}: {got['open_s']:.3f} s", flush=True)
@@ -122,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--segments", type=int, default=1001)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=32, help="durable_obj fetches")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
     parser.add_argument("--key", default="")
     parser.add_argument("--secret", default="")

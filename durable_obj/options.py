@@ -34,7 +34,7 @@ class Options(BaseModel):
     #: Database name of a new object (an existing object's head decides).
     db: str = Field(default=DEFAULT_DATABASE, min_length=1, max_length=200)
     #: Parallel fetches of base and WAL segments during open.
-    fetch_concurrency: int = Field(default=8, ge=1, le=64)
+    fetch_concurrency: int = Field(default=32, ge=1, le=128)
     #: Growth policy: after a flush, fold the WAL into a new checkpoint when it
     #: holds this many segments (0: never) ...
     fold_segments: int = Field(default=64, ge=0, le=100_000)
