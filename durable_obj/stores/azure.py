@@ -28,14 +28,14 @@ import contextlib
 import importlib
 import io
 import os
-import threading
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -140,48 +140,18 @@ def _safe_endpoint(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
 
 
-class _SharedFS:
-    """One AzureBlobFileSystem (and its service client) per process and options."""
-
-    _lock = threading.Lock()
-    _by_token: ClassVar[dict[str, _SharedFS]] = {}
-
-    def __init__(self, token: str, fs: Any) -> None:
-        self.token = token
-        self.fs = fs
-        self.users = 0
-
-    @classmethod
-    def acquire(cls, opts: dict[str, Any], url: str) -> _SharedFS:
-        # adlfs ships no type information; imported by name, used as Any.
-        AzureBlobFileSystem = importlib.import_module("adlfs").AzureBlobFileSystem
-        from fsspec.utils import tokenize
-
-        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
-        with cls._lock:
-            shared = cls._by_token.get(token)
-            if shared is None:
-                try:
-                    fs = AzureBlobFileSystem(**opts)
-                except (TypeError, ValueError, KeyError) as exc:
-                    raise InvalidArgument(
-                        f"{url}: storage_options were refused by adlfs "
-                        f"({type(exc).__name__}); pass a connection_string, or an "
-                        f"account_name with account_key, sas_token or credential. "
-                        f"Nothing was touched."
-                    ) from exc
-                shared = cls._by_token[token] = _SharedFS(token, fs)
-            shared.users += 1
-            return shared
-
-    def release(self) -> bool:
-        with self._lock:
-            self.users -= 1
-            if self.users > 0:
-                return False
-            if self._by_token.get(self.token) is self:
-                del self._by_token[self.token]
-            return True
+def _make_fs(opts: dict[str, Any], url: str) -> Any:
+    # adlfs ships no type information; imported by name, used as Any.
+    AzureBlobFileSystem = importlib.import_module("adlfs").AzureBlobFileSystem
+    try:
+        return AzureBlobFileSystem(**opts)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InvalidArgument(
+            f"{url}: storage_options were refused by adlfs "
+            f"({type(exc).__name__}); pass a connection_string, or an "
+            f"account_name with account_key, sas_token or credential. "
+            f"Nothing was touched."
+        ) from exc
 
 
 class AzureStore(Store):
@@ -203,7 +173,7 @@ class AzureStore(Store):
         opts = dict(storage_options or {})
         self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
         opts["skip_instance_cache"] = True
-        self._shared = _SharedFS.acquire(opts, self.url)
+        self._shared = SharedFS.acquire("az", opts, lambda: _make_fs(opts, self.url))
         self._fs: Any = self._shared.fs
         self._timeouts: dict[str, Any] = dict(getattr(self._fs, "_timeout_kwargs", {}) or {})
         service = self._fs.service_client

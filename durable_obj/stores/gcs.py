@@ -29,15 +29,15 @@ import io
 import json
 import os
 import re
-import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -128,49 +128,18 @@ def _transient(exc: BaseException) -> bool:
     return _kind(exc) in ("server", "network", "unreachable")
 
 
-class _SharedFS:
-    """One GCSFileSystem (session and credentials) per process and options."""
-
-    _lock = threading.Lock()
-    _by_token: ClassVar[dict[str, _SharedFS]] = {}
-
-    def __init__(self, token: str, fs: Any) -> None:
-        self.token = token
-        self.fs = fs
-        self.users = 0
-
-    @classmethod
-    def acquire(cls, opts: dict[str, Any], url: str) -> _SharedFS:
-        from fsspec.utils import tokenize
-
-        # gcsfs ships no type information; imported by name, used as Any. The core
-        # class on purpose: see the module docstring.
-        GCSFileSystem = importlib.import_module("gcsfs.core").GCSFileSystem
-
-        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
-        with cls._lock:
-            shared = cls._by_token.get(token)
-            if shared is None:
-                try:
-                    fs = GCSFileSystem(**opts)
-                except (TypeError, ValueError, KeyError, OSError) as exc:
-                    raise InvalidArgument(
-                        f"{url}: storage_options were refused by gcsfs "
-                        f"({type(exc).__name__}); check the token and other options. "
-                        f"Nothing was touched."
-                    ) from exc
-                shared = cls._by_token[token] = _SharedFS(token, fs)
-            shared.users += 1
-            return shared
-
-    def release(self) -> bool:
-        with self._lock:
-            self.users -= 1
-            if self.users > 0:
-                return False
-            if self._by_token.get(self.token) is self:
-                del self._by_token[self.token]
-            return True
+def _make_fs(opts: dict[str, Any], url: str) -> Any:
+    # gcsfs ships no type information; imported by name, used as Any. The core
+    # class on purpose: see the module docstring.
+    GCSFileSystem = importlib.import_module("gcsfs.core").GCSFileSystem
+    try:
+        return GCSFileSystem(**opts)
+    except (TypeError, ValueError, KeyError, OSError) as exc:
+        raise InvalidArgument(
+            f"{url}: storage_options were refused by gcsfs "
+            f"({type(exc).__name__}); check the token and other options. "
+            f"Nothing was touched."
+        ) from exc
 
 
 class GCSStore(Store):
@@ -189,7 +158,7 @@ class GCSStore(Store):
         opts = dict(storage_options or {})
         self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
         opts["skip_instance_cache"] = True
-        self._shared = _SharedFS.acquire(opts, self.url)
+        self._shared = SharedFS.acquire("gs", opts, lambda: _make_fs(opts, self.url))
         self._fs: Any = self._shared.fs
         self._endpoint = _safe_endpoint(str(self._fs._location))
         self._bucket_exists = False

@@ -24,14 +24,14 @@ import contextlib
 import importlib
 import math
 import os
-import threading
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -154,52 +154,16 @@ def _classify(exc: BaseException) -> _Failure:
     return _Failure("other", type(exc).__name__)
 
 
-class _SharedFS:
-    """One S3FileSystem (and its client) per process and options, shared by stores.
-
-    Making a botocore client costs a few hundred milliseconds of CPU, and an
-    object opens a store per operation in some paths; so stores with equal
-    options share one, and the last `close()` closes it.
-    """
-
-    _lock = threading.Lock()
-    _by_token: ClassVar[dict[str, _SharedFS]] = {}
-
-    def __init__(self, token: str, fs: Any) -> None:
-        self.token = token
-        self.fs = fs
-        self.users = 0
-
-    @classmethod
-    def acquire(cls, opts: dict[str, Any], store: S3Store) -> _SharedFS:
-        s3fs = importlib.import_module("s3fs")
-        from fsspec.utils import tokenize
-
-        token = tokenize(os.getpid(), sorted(opts.items(), key=lambda kv: kv[0]))
-        with cls._lock:
-            shared = cls._by_token.get(token)
-            if shared is None:
-                try:
-                    fs = s3fs.S3FileSystem(**opts)
-                except (TypeError, ValueError, KeyError) as exc:
-                    raise InvalidArgument(
-                        f"{store.url}: storage_options were refused by s3fs "
-                        f"({type(exc).__name__}); check their names and types. "
-                        f"Nothing was touched."
-                    ) from exc
-                shared = cls._by_token[token] = _SharedFS(token, fs)
-            shared.users += 1
-            return shared
-
-    def release(self) -> bool:
-        """Drop one user; True if that was the last and the client should close."""
-        with self._lock:
-            self.users -= 1
-            if self.users > 0:
-                return False
-            if self._by_token.get(self.token) is self:
-                del self._by_token[self.token]
-            return True
+def _make_fs(opts: dict[str, Any], url: str) -> Any:
+    s3fs = importlib.import_module("s3fs")
+    try:
+        return s3fs.S3FileSystem(**opts)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise InvalidArgument(
+            f"{url}: storage_options were refused by s3fs "
+            f"({type(exc).__name__}); check their names and types. "
+            f"Nothing was touched."
+        ) from exc
 
 
 class S3Store(Store):
@@ -226,7 +190,7 @@ class S3Store(Store):
         self._endpoint = _safe_endpoint(
             opts.get("endpoint_url") or client_kwargs.get("endpoint_url")
         )
-        self._shared = _SharedFS.acquire(opts, self)
+        self._shared = SharedFS.acquire("s3", opts, lambda: _make_fs(opts, self.url))
         self._fs: Any = self._shared.fs
         self._closed = False
 
