@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -162,10 +163,33 @@ class Token:
         return ""
 
 
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_BODY = frozenset({"values", "select", "with", "format"})
+
+
+def tokenize_head(sql: str) -> list[Token]:
+    """Tokens up to and including the first VALUES / SELECT / WITH / FORMAT
+    at depth 0: an INSERT's head, without lexing its (maybe huge) body."""
+    out: list[Token] = []
+    depth = 0
+    for tok in _tokens(sql):
+        out.append(tok)
+        if tok.text in ("(", "["):
+            depth += 1
+        elif tok.text in (")", "]"):
+            depth -= 1
+        elif depth == 0 and tok.kind == "ident" and tok.text.lower() in _BODY:
+            break
+    return out
+
+
 def tokenize(sql: str) -> list[Token]:
+    return list(_tokens(sql))
+
+
+def _tokens(sql: str) -> Iterator[Token]:
     """Significant tokens (no whitespace or comments). An unterminated
     string or comment ends as one punct token, which never matches a name."""
-    out: list[Token] = []
     for m in _TOKEN.finditer(sql):
         kind = m.lastgroup or "punct"
         if kind == "tag":
@@ -174,8 +198,7 @@ def tokenize(sql: str) -> list[Token]:
             continue
         if kind == "heredoc":
             kind = "string"
-        out.append(Token(kind, m.group(), m.start(), m.end()))
-    return out
+        yield Token(kind, m.group(), m.start(), m.end())
 
 
 @dataclass(frozen=True, slots=True)
@@ -292,6 +315,17 @@ class Catalog:
     nondeterministic: frozenset[str]
     table_functions: frozenset[str]
 
+    @property
+    def suspicious(self) -> frozenset[str]:
+        """Every word that sends a statement down the full analysis."""
+        return (
+            self.nondeterministic
+            | self.table_functions
+            | EXTERNAL_ENGINES
+            | EXTERNAL_SOURCES
+            | {"system", "information_schema", "clickhouse", "materialized"}
+        )
+
     @classmethod
     def load(cls, engine: Engine) -> Catalog:
         names = engine.text(
@@ -325,6 +359,7 @@ class Pinner:
         self._mode = mode
         self._tz = timezone
         self._columns: dict[tuple[str, str], list[list[str]]] = {}
+        self._suspicious: frozenset[str] | None = None
 
     @property
     def _catalog(self) -> Catalog:
@@ -340,6 +375,34 @@ class Pinner:
     def prepare(self, sql: str, db: str) -> str:
         """The text to run and log: `sql` itself, or `sql` with values pinned.
         Raises `Nondeterministic` naming the culprit and the fix."""
+        if self._suspicious is None:
+            self._suspicious = self._catalog.suspicious
+        words = {w.lower() for w in _WORD.findall(sql)}
+        if not words & self._suspicious:
+            # The common case, in C-speed regex rather than a full lexing: no
+            # word of the statement (strings included, so this errs towards the
+            # full path) names anything non-deterministic or outside. Only an
+            # INSERT's head is lexed, for its defaults and the time zone.
+            fast = self._prepare_plain(sql, db, "settings" in words)
+            if fast is not None:
+                return fast
+        return self._prepare_full(sql, db)
+
+    def _prepare_plain(self, sql: str, db: str, has_settings: bool) -> str | None:
+        """`sql` with the time zone setting if it is a plain INSERT; None if an
+        omitted column's default needs the full path."""
+        tokens = tokenize_head(sql)
+        shape = insert_shape(tokens)
+        if shape is None:
+            return sql
+        if self._missing_defaults(shape, db):
+            return None
+        if has_settings or shape.head_end >= len(tokens):
+            return sql
+        at = tokens[shape.head_end].start
+        return f"{sql[:at]}SETTINGS session_timezone = '{self._tz}' {sql[at:]}"
+
+    def _prepare_full(self, sql: str, db: str) -> str:
         tokens = tokenize(sql)
         calls = find_calls(tokens)
         self._refuse_outside_reads(tokens, calls)
@@ -454,16 +517,8 @@ class Pinner:
             return None
         return [_literal(type_name, value) for type_name, value in values]
 
-    def _explicit_defaults(
-        self,
-        tokens: list[Token],
-        shape: InsertShape,
-        db: str,
-        replacements: list[tuple[int, int, str]],
-    ) -> list[str]:
-        """An INSERT that leaves a non-deterministic DEFAULT / MATERIALIZED
-        column to the engine: make the value explicit (VALUES), or refuse.
-        Returns settings the rewritten INSERT needs."""
+    def _table_columns(self, shape: InsertShape, db: str) -> list[list[str]]:
+        """[name, type, default_kind, default_expression] of the INSERT's table."""
         database = shape.database or db
         columns = self._columns.get((database, shape.table))
         if columns is None:
@@ -475,9 +530,14 @@ class Pinner:
             )
             columns = [json.loads(line) for line in listing.splitlines() if line]
             self._columns[(database, shape.table)] = columns
+        return columns
+
+    def _missing_defaults(self, shape: InsertShape, db: str) -> list[tuple[str, str, str, str]]:
+        """(name, type, kind, culprit) of each omitted column whose DEFAULT or
+        MATERIALIZED expression is non-deterministic."""
         listed = None if shape.columns is None else {c.lower() for c in shape.columns}
-        missing: list[tuple[str, str, str, str]] = []  # name, type, kind, expression
-        for name, type_name, kind, expr in columns:
+        missing = []
+        for name, type_name, kind, expr in self._table_columns(shape, db):
             if kind not in ("DEFAULT", "MATERIALIZED"):
                 continue
             given = listed is not None and name.lower() in listed
@@ -488,19 +548,35 @@ class Pinner:
                 for c in find_calls(tokenize(expr))
                 if c.name in self._catalog.nondeterministic
             )
-            if not bad:
-                continue
+            if bad:
+                missing.append((name, type_name, kind, bad[0]))
+        return missing
+
+    def _explicit_defaults(
+        self,
+        tokens: list[Token],
+        shape: InsertShape,
+        db: str,
+        replacements: list[tuple[int, int, str]],
+    ) -> list[str]:
+        """An INSERT that leaves a non-deterministic DEFAULT / MATERIALIZED
+        column to the engine: make the value explicit (VALUES), or refuse.
+        Returns settings the rewritten INSERT needs."""
+        columns = self._table_columns(shape, db)
+        missing = self._missing_defaults(shape, db)
+        for name, _type, kind, bad in missing:
             if shape.values_at is None or not shape.rows or self._mode == "refuse":
                 raise Nondeterministic(
-                    f"column {name!r} is {kind} {bad[0]}(...), which the engine would compute "
+                    f"column {name!r} is {kind} {bad}(...), which the engine would compute "
                     "anew on every replay; list the column and insert its value explicitly. "
                     "Nothing was run."
                 )
-            missing.append((name, type_name, kind, expr))
         if not missing:
             return []
         per_row: list[list[str]] = [[] for _ in shape.rows]
-        for name, type_name, _kind, expr in missing:
+        expressions = {c[0]: c[3] for c in columns}
+        for name, type_name, _kind, _bad in missing:
+            expr = expressions[name]
             literals = self._values(f"CAST({expr} AS {type_name})", len(shape.rows))
             if literals is None:
                 raise Nondeterministic(
