@@ -527,6 +527,19 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     export = s3("export", url, f"{namespace}-export")  # same protocol: -o reused
     assert export.exit_code == 0
     assert export.stdout.strip() == f"{namespace}-export/m.parquet"
+    checkpoint = s3("checkpoint", url, "--owner", "ops")
+    assert checkpoint.exit_code == 0 and checkpoint.stdout.startswith("checkpoint of o: ")
+    fork = s3("fork", url, "o2")
+    assert fork.exit_code == 0 and fork.stdout.startswith("forked o into o2")
+    forked = s3("sql", f"{namespace}/o2", "SELECT sum(k) FROM m", "--format", "TSV")
+    assert (forked.exit_code, forked.stdout) == (0, "6\n")
+    holder = durable_obj.open(url, owner="holder", storage_options=options)
+    holder._abandon()  # a writer that died holding the lease
+    refused = s3("release", url)
+    assert refused.exit_code == 2 and refused.stderr.startswith("error: invalid_argument: ")
+    released = s3("release", url, "--force", "--yes")
+    assert released.exit_code == 0
+    assert durable_obj.Namespace(namespace, storage_options=options).info("o").owner is None
     missing = s3("info", f"{namespace}/nope")
     assert missing.exit_code == 1 and missing.stderr.startswith("error: not_found: ")
     wrong = run("ls", namespace, *opts[:-2], "-o", f"secret={secret}-wrong")
