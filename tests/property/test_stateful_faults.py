@@ -13,9 +13,11 @@ are chosen by a seed drawn in @initialize. After every reopen:
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 import warnings
 
@@ -25,6 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import durable_obj
 from durable_obj import errors, ops
+from durable_obj.head import Head, ObjectRef
 from durable_obj.stores.base import Store
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
@@ -49,6 +52,7 @@ class DurableMachine(RuleBasedStateMachine):
         self.pending: list[int] = []
         self.attempts: list[frozenset[int]] = []
         self.next_id = 1
+        self.fenced = False  # a rival took the lease since the last (re)open
 
     @initialize(
         seed=st.integers(0, 2**32 - 1),
@@ -75,6 +79,20 @@ class DurableMachine(RuleBasedStateMachine):
     def _durable_call(self, fn_name: str) -> None:
         assert self.obj is not None
         batch = frozenset(self.pending)
+        if self.fenced:
+            # A fenced writer never gets a commit in, whatever the faults do.
+            try:
+                key = getattr(self.obj, fn_name)()
+            except SimulatedCrash:
+                self._crashed()
+                return
+            except errors.DurableError:
+                return
+            # flush() of an empty buffer commits nothing and returns None
+            assert key is None and fn_name == "flush" and not batch, (
+                f"{fn_name}() committed {key} for a fenced writer"
+            )
+            return
         try:
             getattr(self.obj, fn_name)()
         except SimulatedCrash:
@@ -98,7 +116,11 @@ class DurableMachine(RuleBasedStateMachine):
         assert self.obj is not None
         STATS["steps"] += 1
         for _ in range(n):
-            self.obj.execute(f"INSERT INTO t VALUES ({self.next_id})")
+            try:
+                self.obj.execute(f"INSERT INTO t VALUES ({self.next_id})")
+            except errors.LeaseFenced:
+                assert self.fenced, "fenced without a rival"
+                return
             self.pending.append(self.next_id)
             self.next_id += 1
 
@@ -113,6 +135,41 @@ class DurableMachine(RuleBasedStateMachine):
     def checkpoint(self) -> None:
         STATS["steps"] += 1
         self._durable_call("checkpoint")
+
+    @precondition(lambda self: self.obj is not None and not self.fenced)
+    @rule(rows=st.integers(0, 2))
+    def rival_takes_over(self, rows: int) -> None:
+        """Another process forces the lease, as `force=True` would, and may
+        commit rows of its own. From then on this writer is fenced."""
+        STATS["steps"] += 1
+        STATS["takeovers"] = STATS.get("takeovers", 0) + 1
+        blob = self.inner.get("o/head.json")
+        assert blob is not None
+        head = Head.parse(blob.data)
+        head.lease = head.lease.model_copy(
+            update={
+                "generation": head.lease.generation + 1,
+                "owner": "rival",
+                "instance": uuid.uuid4().hex,
+                "expires_at": time.time() + 30,
+            }
+        )
+        ids = list(range(self.next_id, self.next_id + rows))
+        self.next_id += rows
+        if ids:
+            data = "".join(f'{{"sql": "INSERT INTO t VALUES ({i})"}}\n' for i in ids).encode()
+            seq = head.manifest.seq + 1
+            ref = ObjectRef(
+                key=f"wal/{head.lease.generation}-{seq}-rival{uuid.uuid4().hex[:6]}.jsonl",
+                size=len(data),
+                sha256=hashlib.sha256(data).hexdigest(),
+            )
+            assert self.inner.create(f"o/{ref.key}", data) is not None
+            head.manifest.wal = [*head.manifest.wal, ref]
+            head.manifest.seq = seq
+        assert self.inner.replace("o/head.json", head.to_bytes(), blob.version) is not None
+        self.acked |= set(ids)
+        self.fenced = True
 
     @rule()
     def gc(self) -> None:
@@ -164,6 +221,7 @@ class DurableMachine(RuleBasedStateMachine):
         self.acked = present
         self.pending = []
         self.attempts = []
+        self.fenced = False
 
     @invariant()
     def counted_faults(self) -> None:
