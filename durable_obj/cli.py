@@ -81,7 +81,8 @@ class Failure(click.ClickException):
     def __init__(self, category: str, message: str, exit_code: int = 1) -> None:
         super().__init__(message)
         self.category = category
-        self.exit_code = exit_code
+        # click >= 8.5 declares exit_code a ClassVar; each failure has its own.
+        object.__setattr__(self, "exit_code", exit_code)
 
     def format_message(self) -> str:
         return f"error: {self.category}: {_one_line(self.message)}"
