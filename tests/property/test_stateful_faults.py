@@ -258,3 +258,47 @@ DurableMachine.TestCase.settings = _SETTINGS
 FileDurableMachine.TestCase.settings = _SETTINGS
 TestDurableMachine = DurableMachine.TestCase
 TestFileDurableMachine = FileDurableMachine.TestCase
+
+
+def test_regression_interrupted_release_after_failed_open_frees_the_engine() -> None:
+    """Found by this state machine (a FaultyStore crash point during reopen):
+    open() failed, `_abort_open` tried to release the lease, the release was
+    interrupted by a BaseException, and the engine was never freed, so every
+    later open in the process failed with "one engine per process".
+    Failing sequence: setup(...), checkpoint(), reopen() with a crash at the
+    head CAS that releases the lease of the failed open, reopen()."""
+    inner = MemoryStore(f"regression-{uuid.uuid4().hex}")
+    with durable_obj.Namespace(inner).open("o") as obj:
+        obj.execute(DDL)
+    # break the base reference so the next writer open fails after taking the lease
+    blob = inner.get("o/head.json")
+    assert blob is not None
+    doc = Head.parse(blob.data)
+    data = b'{"sql": "INSERT INTO missing_table VALUES (1)"}\n'
+    doc.manifest.wal = [
+        ObjectRef(key="wal/9-9-bad.jsonl", size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    ]
+    inner.create("o/wal/9-9-bad.jsonl", data)
+    assert inner.replace("o/head.json", doc.to_bytes(), blob.version) is not None
+    store = FaultyStore(inner, seed=1, rate=0.0)
+    ns = durable_obj.Namespace(store)
+    # the lease CAS goes through, the replay fails, the releasing CAS "crashes"
+    original = store._pick
+    calls = {"n": 0}
+
+    def pick(op: str, key: str) -> Fault | None:
+        if op == "replace":
+            calls["n"] += 1
+            return Fault.CRASH_BEFORE if calls["n"] == 2 else None
+        return original(op, key)
+
+    store._pick = pick  # type: ignore[method-assign]
+    try:
+        ns.open("o")
+    except SimulatedCrash:
+        pass
+    else:  # pragma: no cover - the replay above must fail
+        raise AssertionError("the open should have failed")
+    # the engine is free again: another object opens in this process
+    with durable_obj.Namespace(MemoryStore(f"after-{uuid.uuid4().hex}")).open("p") as other:
+        assert other.query("SELECT 1") == "1\n"
