@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from durable_obj import lease as leases
 from durable_obj.digest import file_digest, verify, verify_bytes
@@ -224,11 +224,6 @@ def release(store: Store, oid: str) -> Head:
         raise LeaseHeld(f"the head of {oid!r} changed while releasing; nothing was changed")
     log.warning("%s/%s: lease released by an administrator", store.url, oid)
     return head
-
-
-def stored_keys(store: Store, oid: str) -> dict[str, Any]:
-    """{key: size} of everything under the object (for tests and `info`)."""
-    return {e.key: e.size for e in store.list_keys(oid)}
 
 
 def ensure_absent(store: Store, oid: str) -> None:
