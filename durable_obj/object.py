@@ -129,6 +129,8 @@ class DurableObject:
         self._fenced = False
         self._head: Head | None = None
         self._version: Version | None = None
+        #: The head as read before open() took the lease: what a failed open restores.
+        self._taken_from: Head | None = None
         self._local_expiry = 0.0
         self._buf = WalBuffer()
         self._engine: Engine | None = None
@@ -403,6 +405,7 @@ class DurableObject:
                 )
             raise _HeadMoved()
         self._head, self._version = desired, new
+        self._taken_from = head
         self._local_expiry = now + self._opts.lease_ttl
         if head.lease.generation and not head.lease.released:
             log.info(
@@ -503,21 +506,23 @@ class DurableObject:
         assert self._work is not None
         for name in os.listdir(self._work):
             os.unlink(os.path.join(self._work, name))
-        self._head = self._version = None
+        self._head = self._version = self._taken_from = None
 
     def _abort_open(self) -> None:
         """Undo a partial open: release a lease we took, drop local state.
         Local state goes even if the release is interrupted."""
         try:
             if not self._read_only and self._head is not None and self._version is not None:
-                released = self._head.model_copy(deep=True)
-                released.lease = leases.release(released.lease)
+                # The head as it was, not as this open rewrote it (engine
+                # version, time zone): only the released lease remains.
+                released = (self._taken_from or self._head).model_copy(deep=True)
+                released.lease = leases.release(self._head.lease)
                 try:
                     self._store.replace(self._key(HEAD_KEY), released.to_bytes(), self._version)
                 except DurableError:
                     log.warning("%s: could not release the lease after a failed open", self.url)
         finally:
-            self._head = self._version = None
+            self._head = self._version = self._taken_from = None
             self._teardown_local()
             self._state = _CLOSED
 

@@ -205,3 +205,18 @@ def test_hostile_segments(segment: tuple[str, bytes, bool], read_only: bool) -> 
                 ref["size"], ref["sha256"] = len(data), hashlib.sha256(data).hexdigest()
         files["o/head.json"] = json.dumps(doc).encode()
     check_open(files, read_only)
+
+
+def test_regression_failed_open_rewrote_engine_version() -> None:
+    """Found by test_hostile_heads: a writer open took the lease (writing its
+    own engine version into the head), then failed to replay, and released
+    the lease by writing that rewritten head back, so a failed open changed
+    more than the lease. Failing example: a head whose manifest "base" key is
+    misspelled (base missing, WAL replayed onto nothing) and whose engine
+    version is " 6.9.0"."""
+    files = template()
+    doc = json.loads(files["o/head.json"])
+    doc["engine"]["version"] = "0.0.1-other-writer"
+    doc["manifest"]["base"] = None  # the segments' INSERTs now have no table
+    files["o/head.json"] = json.dumps(doc).encode()
+    check_open(files, read_only=False)
