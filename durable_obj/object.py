@@ -907,31 +907,39 @@ class DurableObject:
             thread.join()
 
     def _heartbeat(self) -> None:
-        """Renew every interval. If renewals fail until the lease we believe in
-        runs out, fence ourselves: from then on another writer may take over."""
+        """Renew every interval, until closed or fenced."""
         while not self._hb_stop.wait(self._opts.heartbeat):
-            with self._lock:
-                if self._state != _OPEN or self._fenced:
-                    return
-                try:
-                    if self._auto_flush_due():
-                        self._flush_locked()  # its commit renews the lease too
-                        self._maybe_fold()
-                    else:
-                        self._commit()
-                except LeaseFenced:
-                    return
-                except DurableError as exc:
-                    if leases.must_self_fence(self._local_expiry, time.time()):
-                        self._fenced = True
-                        log.warning(
-                            "%s: could not renew the lease before it expired (%s); "
-                            "this writer fenced itself",
-                            self.url,
-                            type(exc).__name__,
-                        )
-                        return
-                    log.info("%s: lease renewal failed, will retry: %s", self.url, exc)
+            if not self._beat():
+                return
+
+    def _beat(self) -> bool:
+        """One renewal (or a due auto-flush). If renewals fail until the lease
+        we believe in runs out, fence ourselves: from then on another writer
+        may take over. False: beat no more. (A test drives it directly to
+        stall the heartbeat deterministically.)"""
+        with self._lock:
+            if self._state != _OPEN or self._fenced:
+                return False
+            try:
+                if self._auto_flush_due():
+                    self._flush_locked()  # its commit renews the lease too
+                    self._maybe_fold()
+                else:
+                    self._commit()
+            except LeaseFenced:
+                return False
+            except DurableError as exc:
+                if leases.must_self_fence(self._local_expiry, time.time()):
+                    self._fenced = True
+                    log.warning(
+                        "%s: could not renew the lease before it expired (%s); "
+                        "this writer fenced itself",
+                        self.url,
+                        type(exc).__name__,
+                    )
+                    return False
+                log.info("%s: lease renewal failed, will retry: %s", self.url, exc)
+            return True
 
     # -- close ---------------------------------------------------------------
     def close(self, *, discard: bool = False) -> None:
