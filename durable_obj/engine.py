@@ -224,6 +224,25 @@ class Engine:
             self._raw.restore_database(db, path)
         except Exception as exc:
             raise EngineError(f"restore of database {db!r} failed: {_clean(exc)}") from exc
+        self._recount_blocks(db)
+
+    def _recount_blocks(self, db: str) -> None:
+        """RESTORE numbers a MergeTree table's parts from block 1 again but
+        keeps their mutation versions, so the table's next mutation can get a
+        version its parts already carry and be skipped as applied: an UPDATE
+        or DELETE after opening from a checkpoint silently did nothing, here
+        and on every replay. Reattaching such a table makes it count on from
+        its parts' highest block or mutation version."""
+        stale = self.run_params(
+            "SELECT table FROM system.parts WHERE database = {db:String} AND active "
+            "GROUP BY table HAVING max(data_version) > max(max_block_number) "
+            "FORMAT JSONCompactEachRow",
+            {"db": db},
+        )
+        for line in stale.splitlines():
+            params = {"db": db, "t": json.loads(line)[0]}
+            self.run_params("DETACH TABLE {db:Identifier}.{t:Identifier}", params)
+            self.run_params("ATTACH TABLE {db:Identifier}.{t:Identifier}", params)
 
     def release(self) -> None:
         """Hand the engine back, empty, for the next object; close it if it
