@@ -50,6 +50,7 @@ from durable_obj.engine import (
     check_mutation,
     check_read,
     engine_root,
+    prestart,
 )
 from durable_obj.errors import (
     BackendError,
@@ -265,8 +266,9 @@ class DurableObject:
             )
 
     def _open_once(self, force: bool) -> bool:
-        # The head first: a missing or invalid one needs no engine. The engine
-        # then starts while the base and the segments download.
+        # The process's engine starts in the background while the head is
+        # read; the base and the segments download while the open goes on.
+        prestart()
         got = self._read_head()
         if got is not None:
             self._check_protocol(got[0])
@@ -275,7 +277,7 @@ class DurableObject:
                 f"no durable object at {self.url} (no {HEAD_KEY}); a read-only open "
                 "never creates one. Check the URL and storage_options."
             )
-        with ThreadPoolExecutor(self._opts.fetch_concurrency) as pool:
+        with ThreadPoolExecutor(2) as pool:  # the base, and every segment
             futures = [] if got is None else self._start_fetches(pool, got[0])
             try:
                 self._start_engine()
@@ -422,8 +424,8 @@ class DurableObject:
         base = head.manifest.base
         if base is not None:
             futures.append(pool.submit(self._fetch_base, base))
-        for ref in head.manifest.wal:
-            futures.append(pool.submit(self._fetch_segment, ref))
+        if head.manifest.wal:
+            futures.append(pool.submit(self._fetch_segments, head.manifest.wal))
         return futures
 
     def _fetch_base(self, ref: ObjectRef) -> str:
@@ -440,15 +442,20 @@ class DurableObject:
         os.replace(part, path)
         return path
 
-    def _fetch_segment(self, ref: ObjectRef) -> list[str]:
-        blob = self._store.get(self._key(ref.key))
-        if blob is None:
-            raise Corrupt(
-                f"{self.url}: WAL segment {ref.key} named by the head is missing; committed "
-                "writes cannot be replayed without it, so the object was not opened"
-            )
-        verify_bytes(blob.data, ref, "WAL segment")
-        return parse_segment(blob.data, ref.key)
+    def _fetch_segments(self, refs: list[ObjectRef]) -> list[list[str]]:
+        """Every segment's statements, in manifest order: one batched read."""
+        keys = [self._key(ref.key) for ref in refs]
+        blobs = self._store.get_many(keys, self._opts.fetch_concurrency)
+        segments = []
+        for ref, blob in zip(refs, blobs, strict=True):
+            if blob is None:
+                raise Corrupt(
+                    f"{self.url}: WAL segment {ref.key} named by the head is missing; committed "
+                    "writes cannot be replayed without it, so the object was not opened"
+                )
+            verify_bytes(blob.data, ref, "WAL segment")
+            segments.append(parse_segment(blob.data, ref.key))
+        return segments
 
     def _restore(self, head: Head, futures: list[Future[object]]) -> None:
         engine = self._engine
@@ -466,9 +473,9 @@ class DurableObject:
             engine.create_database(db)
         engine.use_database(db)
         replayer = Replayer(engine, db)
-        for ref, fut in zip(head.manifest.wal, pending, strict=True):
-            statements = fut.result()
-            assert isinstance(statements, list)
+        segments = pending.pop(0).result() if pending else []
+        assert isinstance(segments, list)
+        for ref, statements in zip(head.manifest.wal, segments, strict=True):
             for n, sql in enumerate(statements, start=1):
                 replayer.apply(sql, f"{ref.key} statement {n}")
         replayer.finish()

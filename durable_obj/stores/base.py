@@ -21,8 +21,11 @@ that would leave its root.
 from __future__ import annotations
 
 import abc
+import asyncio
+from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import BackendError
 
@@ -69,6 +72,23 @@ class Store(abc.ABC):
     def get(self, key: str) -> Blob | None:
         """The bytes and version of `key`, or None if it does not exist."""
 
+    def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
+        """`get` of every key, up to `concurrency` at once, answers in key order.
+
+        The first failure is raised and the reads not yet started are dropped.
+        Stores that can batch (S3) override this; the answers must be the
+        same as `get`'s, key by key.
+        """
+        keys = list(keys)
+        if len(keys) <= 1 or concurrency <= 1:
+            return [self.get(key) for key in keys]
+        pool = ThreadPoolExecutor(min(concurrency, len(keys)))
+        try:
+            futures = [pool.submit(self.get, key) for key in keys]
+            return [future.result() for future in futures]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     @abc.abstractmethod
     def create(self, key: str, data: bytes) -> Version | None:
         """Write `key` only if absent. None: it already existed."""
@@ -113,3 +133,25 @@ def check_relative(key: str, store: Store) -> str:
     if key.startswith("/") or "\\" in key or any(seg in ("", ".", "..") for seg in key.split("/")):
         raise BackendError(f"refusing key {key!r} on {store.url}: it is not a plain relative key")
     return key
+
+
+async def gather_or_cancel(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run `coros` concurrently; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    if not tasks:
+        return
+    try:
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    # Retrieve every failure (asyncio logs unretrieved ones), raise the first.
+    failures = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+    for failure in failures:
+        if failure is not None:
+            raise failure

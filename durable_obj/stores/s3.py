@@ -22,21 +22,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib
+import logging
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores import s3reads
+from durable_obj.stores.base import (
+    Blob,
+    Entry,
+    Store,
+    Version,
+    check_relative,
+    gather_or_cancel,
+    join_key,
+)
 from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
 T = TypeVar("T")
+log = logging.getLogger("durable_obj.stores.s3")
 
 #: Bodies up to this size go in one PutObject; larger files are uploaded in parts.
 SINGLE_PUT_LIMIT = 16 * 1024 * 1024
@@ -193,6 +204,8 @@ class S3Store(Store):
         self._shared = SharedFS.acquire("s3", opts, lambda: _make_fs(opts, self.url))
         self._fs: Any = self._shared.fs
         self._closed = False
+        self._fast: s3reads.FastReads | None = None
+        self._fast_checked = False
 
     # -- plumbing -------------------------------------------------------
     @property
@@ -294,6 +307,69 @@ class S3Store(Store):
 
     def get(self, key: str) -> Blob | None:
         return self._run(self._get, key)
+
+    def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
+        return self._run(self._get_many, list(keys), max(1, concurrency))
+
+    async def _get_many(self, keys: list[str], concurrency: int) -> list[Blob | None]:
+        fulls = [self._key(key) for key in keys]
+        got: list[Blob | None] = [None] * len(keys)
+        todo = list(range(len(keys)))
+        fast = await self._fast_reads()
+        if fast is not None and len(keys) > 1:
+            s3 = await self._s3()
+            creds = await s3reads.frozen_credentials(s3)
+            if creds is not None:
+                answers = await fast.fetch(fulls, creds, concurrency)
+                for index, answer in enumerate(answers):
+                    if answer is not None:
+                        got[index] = Blob(answer[0], Version(answer[1]))
+                todo = [index for index, answer in enumerate(answers) if answer is None]
+                if todo:
+                    log.debug("%s: %d of %d read(s) left to the client", self.url, len(todo),
+                              len(keys))  # fmt: skip
+        limit = asyncio.Semaphore(concurrency)
+
+        async def slow(index: int) -> None:
+            async with limit:
+                got[index] = await self._get(keys[index])
+
+        await gather_or_cancel([slow(index) for index in todo])
+        return got
+
+    async def _fast_reads(self) -> s3reads.FastReads | None:
+        """The batched reader for this store, or None where it would not be exact."""
+        if self._fast_checked:
+            return self._fast
+        self._fast_checked = True
+        fs = self._fs
+        config = dict(fs.config_kwargs or {})
+        if (
+            fs.anon
+            or fs.requester_pays
+            or fs.s3_additional_kwargs
+            or config.get("signature_version") not in (None, "s3v4", "v4")
+            or s3reads.proxies_configured(config)
+        ):
+            return None
+        try:
+            s3 = await self._s3()
+            probe = self._key("durable-obj-probe")
+            url = await s3.generate_presigned_url(
+                "get_object", Params={"Bucket": self._bucket, "Key": probe}, ExpiresIn=60
+            )
+            region = s3.meta.region_name or "us-east-1"
+            target = s3reads.Target.from_presigned(str(url), probe, region)
+            if target is None:
+                return None
+            context = None
+            if target.scheme == "https":
+                context = s3reads.ssl_context((fs.client_kwargs or {}).get("verify"))
+            timeout = float(config.get("read_timeout") or 60)
+            self._fast = s3reads.FastReads(target, context, timeout)
+        except Exception as exc:  # only an accelerator: the client path still works
+            log.debug("%s: batched reads unavailable (%s)", self.url, type(exc).__name__)
+        return self._fast
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         s3 = await self._s3()

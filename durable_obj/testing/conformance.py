@@ -91,6 +91,23 @@ class StoreTests:
         blob = store.get("a/empty")
         assert blob is not None and blob.data == b""
 
+    def test_get_many_answers_as_get_does(self, store: Store) -> None:
+        keys = [f"wal/{n:020d}.jsonl" for n in range(40)]
+        keys += ["odd/a b+c=d&e~f%g", "odd/\u00e9t\u00e9", "a/empty"]
+        for n, key in enumerate(keys):
+            assert store.create(key, f"{key}:{n}".encode() * (n % 3)) is not None
+        asked = [*keys, "missing/one", keys[0]]
+        many = store.get_many(asked, concurrency=8)
+        assert many == [store.get(key) for key in asked]
+        assert many[-2] is None
+        assert [blob.data for blob in many[:3] if blob] == [
+            b"",
+            b"wal/00000000000000000001.jsonl:1",
+            b"wal/00000000000000000002.jsonl:2" * 2,
+        ]
+        assert store.get_many([]) == []
+        assert store.get_many(["missing/only"]) == [None]
+
     # -- replace --------------------------------------------------------
     def test_read_your_write(self, store: Store) -> None:
         v1 = store.create("h", b"v1")

@@ -147,6 +147,7 @@ class CloudStoreTests(SharedStoreTests):
         try:
             for attempt in (
                 lambda: store.get("head.json"),
+                lambda: store.get_many(["wal/1.jsonl", "wal/2.jsonl"]),
                 lambda: store.create("head.json", b"x"),
                 lambda: store.list_keys(),
             ):
@@ -183,11 +184,68 @@ def _assert_auth_error(exc: BackendError, bucket: str, secret: str) -> None:
     assert secret not in repr(exc)
 
 
-class TestMotoS3(CloudStoreTests):
+class S3StoreTests(CloudStoreTests):
+    """S3's batched reads (durable_obj.stores.s3reads): used, exact, and never
+    the authority."""
+
+    def _count_client_reads(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        reads: list[str] = []
+        client_get = store._get
+
+        async def counted(key: str) -> Any:
+            reads.append(key)
+            return await client_get(key)
+
+        monkeypatch.setattr(store, "_get", counted)
+        return reads
+
+    def test_get_many_is_batched(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        keys = [f"wal/{n:020d}.jsonl" for n in range(50)]
+        for key in keys:
+            assert store.create(key, key.encode()) is not None
+        expected = [store.get(key) for key in keys]
+        reads = self._count_client_reads(store, monkeypatch)
+        many = store.get_many([*keys, "wal/missing"], concurrency=8)
+        assert [b.data if b else None for b in many] == [k.encode() for k in keys] + [None]
+        assert many[:-1] == expected
+        # Only the missing key went through the client (to learn that it is missing).
+        assert reads == ["wal/missing"]
+
+    @pytest.mark.parametrize("answer", ["closed-port", "500", "dropped"])
+    def test_get_many_falls_back_to_the_client(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch, answer: str
+    ) -> None:
+        from durable_obj.stores import s3reads
+
+        keys = [f"wal/{n}" for n in range(12)]
+        for key in keys:
+            assert store.create(key, key.encode() * 2) is not None
+        expected = [store.get(key) for key in keys]
+        stub = None
+        if answer == "closed-port":
+            port = _closed_port()
+        else:
+            stub = _Stub(500, _S3_500, "application/xml", drop=answer == "dropped")
+            port = stub.port
+        target = s3reads.Target("http", f"127.0.0.1:{port}", "127.0.0.1", port, "/b/", "us-east-1")
+        monkeypatch.setattr(store, "_fast", s3reads.FastReads(target, None, 5.0))
+        monkeypatch.setattr(store, "_fast_checked", True)
+        reads = self._count_client_reads(store, monkeypatch)
+        try:
+            assert store.get_many(keys, concurrency=4) == expected
+        finally:
+            if stub is not None:
+                stub.close()
+        assert sorted(reads) == sorted(keys)
+        if stub is not None:
+            assert stub.requests, "the batched path was not tried"
+
+
+class TestMotoS3(S3StoreTests):
     server_fixture = "moto_s3"
 
 
-class TestSeaweedS3(CloudStoreTests):
+class TestSeaweedS3(S3StoreTests):
     server_fixture = "seaweed_s3"
 
     def test_wrong_credentials(self, server: Server) -> None:
@@ -199,6 +257,7 @@ class TestSeaweedS3(CloudStoreTests):
             for attempt in (
                 lambda: store.create("k", b"x"),
                 lambda: store.get("k"),
+                lambda: store.get_many(["k", "j"]),
                 lambda: store.replace("k", b"x", Version('"abc"')),
                 lambda: store.list_keys(),
             ):
