@@ -26,6 +26,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,12 +75,48 @@ def _shutdown() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
 
+_STARTING: list[threading.Thread] = []
+_START_LOCK = threading.Lock()
+
+
+def prestart() -> None:
+    """Start the process's first engine in the background, if none exists yet.
+
+    An open calls this before its first network round trip, so the engine
+    start (~0.1 s) overlaps the head read. If the background start fails,
+    `acquire` starts one itself and reports that failure."""
+    with _START_LOCK:
+        if _IDLE or _LIVE or _STARTING:
+            return
+        root = engine_root()
+
+        def start() -> None:
+            try:
+                engine = Engine(root)
+            except Exception:
+                return  # acquire() will try again and raise it
+            with _START_LOCK:
+                _IDLE.append(engine)
+
+        thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
+        _STARTING.append(thread)
+        thread.start()
+
+
 def acquire() -> Engine:
     """The process's engine, emptied; started on first use.
 
     chDB runs one engine per process, and each engine start costs ~25 ms and
     leaks a few file descriptors inside chdb-core, so objects opened one
     after another share one engine, wiped between them."""
+    with _START_LOCK:
+        starting = list(_STARTING)
+    for thread in starting:
+        thread.join()
+    with _START_LOCK:
+        for thread in starting:
+            if thread in _STARTING:
+                _STARTING.remove(thread)
     if _LIVE:
         raise EngineError(
             "chDB runs one engine per process and another durable object is open here; "
