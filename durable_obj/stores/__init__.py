@@ -70,6 +70,8 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
             importlib.import_module(name)
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        if (exc.name or "").split(".")[0] == "durable_obj":
+            raise  # our own code failed to import: not a missing package
         hint = f"pip install 'durable_obj[{reg.extra}]'" if reg.extra else "pip install durable_obj"
         raise MissingDependency(
             f"{protocol}:// needs a package that is not installed ({exc.name}); run: {hint}"
