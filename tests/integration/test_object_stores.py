@@ -118,7 +118,7 @@ def test_lease_held_force_takeover_and_fencing(shared_store: tuple[str, dict[str
 
 
 RACE = """
-import time, durable_obj
+import os, time, durable_obj
 ns = durable_obj.Namespace(P["url"], owner=P["owner"], storage_options=P["options"])
 delay = P["start_at"] - time.time()
 if delay > 0:
@@ -129,24 +129,30 @@ except durable_obj.DurableError as exc:
     emit(exc.category)
 else:
     emit("won")
-    time.sleep(2)  # hold the lease while the others try
+    # Hold the lease until every other racer has answered: on a loaded
+    # machine a late racer would otherwise win, rightly, after our close.
+    deadline = time.time() + 300
+    while not os.path.exists(P["answered"]) and time.time() < deadline:
+        time.sleep(0.05)
     obj.close()
 """
 
 
 @pytest.mark.slow
-def test_eight_processes_open_one_new_object(shared_store: tuple[str, dict[str, Any]]) -> None:
+def test_eight_processes_open_one_new_object(
+    shared_store: tuple[str, dict[str, Any]], tmp_path: Any
+) -> None:
     import time
 
     url, options = shared_store
+    answered = tmp_path / "answered"
     start_at = time.time() + 4.0  # after every interpreter has imported chdb
-    scripts = [
-        _proc.Script(RACE, {"url": url, "options": options, "owner": f"p{i}", "start_at": start_at})
-        for i in range(8)
-    ]
+    params = {"url": url, "options": options, "start_at": start_at, "answered": str(answered)}
+    scripts = [_proc.Script(RACE, {**params, "owner": f"p{i}"}) for i in range(8)]
     try:
         outcomes = sorted(str(s.next_marked(timeout=120)) for s in scripts)
     finally:
+        answered.touch()
         for script in scripts:
             script.wait(60)
             script.cleanup()
