@@ -24,18 +24,17 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import importlib
 import io
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
-from durable_obj.stores.shared import SharedFS
+from durable_obj.stores.base import Blob, Entry, Version
+from durable_obj.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -51,8 +50,6 @@ MAX_BLOCKS = 50_000
 BLOCK_CONCURRENCY = 4
 #: Download request size: the first GET and every later range.
 GET_SIZE = 4 * 1024 * 1024
-#: Attempts for idempotent calls (a conditional write is always sent once).
-DEFAULT_ATTEMPTS = 5
 
 _AUTH_CODES = frozenset(
     {
@@ -154,72 +151,42 @@ def _make_fs(opts: dict[str, Any], url: str) -> Any:
         ) from exc
 
 
-class AzureStore(Store):
+class AzureStore(CloudStore):
     """A namespace `container/prefix` in Azure Blob Storage."""
 
     protocol = "az"
+    root_word = "container"
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
-        container, _, prefix = root.strip("/").partition("/")
-        if "@" in container:
-            # abfs://container@account.dfs.core.windows.net/path
-            container = container.split("@", 1)[0]
-        if not container:
-            raise InvalidArgument(
-                f"az://{root} names no container: use az://CONTAINER/PREFIX. Nothing was touched."
-            )
-        self._container = container
-        self._prefix = prefix.strip("/")
-        opts = dict(storage_options or {})
-        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
-        opts["skip_instance_cache"] = True
-        self._shared = SharedFS.acquire("az", opts, lambda: _make_fs(opts, self.url))
-        self._fs: Any = self._shared.fs
+        self._share(self._take_root(root, storage_options), _make_fs)
         self._timeouts: dict[str, Any] = dict(getattr(self._fs, "_timeout_kwargs", {}) or {})
         service = self._fs.service_client
         self._endpoint = _safe_endpoint(str(getattr(service, "url", "")))
         self._account = str(getattr(service, "account_name", "") or "")
-        self._client: Any = service.get_container_client(container)
+        self._client: Any = service.get_container_client(self._bucket)
         config = getattr(self._client, "_config", None)
         if config is not None:
             # Bounded memory for large blobs (the SDK's first GET is 32 MiB otherwise).
             config.max_single_get_size = GET_SIZE
             config.max_chunk_get_size = GET_SIZE
-        self._closed = False
+
+    def _bucket_name(self, first: str) -> str:
+        # abfs://container@account.dfs.core.windows.net/path
+        return first.split("@", 1)[0]
 
     # -- plumbing -------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"az://{join_key(self._container, self._prefix)}"
-
     def _blob(self, key: str) -> Any:
-        if self._closed:
-            raise BackendError(f"{self.url}: this store was closed")
-        return self._client.get_blob_client(join_key(self._prefix, check_relative(key, self)))
+        self._check_open()
+        return self._client.get_blob_client(self._key(key))
 
     def _opts(self, **extra: Any) -> dict[str, Any]:
         """Per-call keywords: no SDK retries, the user's timeouts."""
         return {"retry_total": 0, **self._timeouts, **extra}
 
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        from fsspec.asyn import sync
-
-        result: T = sync(self._fs.loop, fn, *args)
-        return result
-
-    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """`fn()` for an idempotent call, retried on transient failures (and, for
-        reads, when the blob changed between the ranges of one download)."""
-        for attempt in range(self._attempts):
-            try:
-                return await fn()
-            except Exception as exc:
-                kind = _kind(exc)
-                retry = kind in ("server", "network", "unreachable", "precondition")
-                if attempt + 1 >= self._attempts or not retry:
-                    raise
-                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _transient(self, exc: BaseException) -> bool:
+        # "precondition" too: a blob that changed between the ranges of one
+        # download is read again.
+        return _kind(exc) in ("server", "network", "unreachable", "precondition")
 
     def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
         kind = _kind(exc)
@@ -235,17 +202,17 @@ class AzureStore(Store):
             return BackendError(
                 f"{where} was refused ({detail}): check the Azure credentials in "
                 f"storage_options (connection_string, account_key, sas_token or credential) "
-                f"and that they may read and write container {self._container!r}{account}."
+                f"and that they may read and write container {self._bucket!r}{account}."
             )
         if kind == "missing_bucket":
             return BackendError(
-                f"{where} failed: container {self._container!r}{account} does not exist at "
+                f"{where} failed: container {self._bucket!r}{account} does not exist at "
                 f"{self._endpoint}. Create the container, or fix its name in the URL."
             )
         if kind == "unreachable":
             return BackendError(
                 f"{where} failed: cannot connect to {self._endpoint}. Check the account "
-                f"endpoint and that the service for container {self._container!r} is "
+                f"endpoint and that the service for container {self._bucket!r} is "
                 f"reachable."
             )
         return BackendError(f"{where} failed ({detail}); nothing was changed by it.")
@@ -275,9 +242,6 @@ class AzureStore(Store):
                 return None
             raise self._error("reading", key, exc) from exc
 
-    def get(self, key: str) -> Blob | None:
-        return self._run(self._get, key)
-
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         blob = self._blob(key)
         tmp = f"{path}.{uuid.uuid4().hex}.part"
@@ -303,16 +267,9 @@ class AzureStore(Store):
             raise self._error("downloading", key, exc) from exc
         return True
 
-    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
-        return self._run(self._download, key, path, callback)
-
     async def _list(self, prefix: str) -> list[Entry]:
-        if self._closed:
-            raise BackendError(f"{self.url}: this store was closed")
-        prefix = prefix.strip("/")
-        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
-        start = base + "/" if base else ""
-        cut = len(self._prefix) + 1 if self._prefix else 0
+        self._check_open()
+        start, cut = self._list_scope(prefix)
 
         async def once() -> list[Entry]:
             found: list[Entry] = []
@@ -332,15 +289,7 @@ class AzureStore(Store):
                 )
             return found
 
-        try:
-            entries = await self._retry(once)
-        except Exception as exc:
-            raise self._error("listing", prefix or "/", exc) from exc
-        entries.sort(key=lambda e: e.key)
-        return entries
-
-    def list_keys(self, prefix: str = "") -> list[Entry]:
-        return self._run(self._list, prefix)
+        return await self._listed(prefix, once)
 
     # -- conditional writes ---------------------------------------------
     def _condition(self, version: Version | None) -> dict[str, Any]:
@@ -493,20 +442,9 @@ class AzureStore(Store):
                 return
             raise self._error("deleting", key, exc) from exc
 
-    def delete(self, key: str) -> None:
-        self._run(self._delete, key)
-
     async def _close(self) -> None:
         await self._fs.service_client.close()
         credential = getattr(self._fs, "credential", None)
         close = getattr(credential, "close", None)
         if close is not None:
             await close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._shared.release():
-            with contextlib.suppress(Exception):  # closing is best effort
-                self._run(self._close)

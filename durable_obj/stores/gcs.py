@@ -23,21 +23,20 @@ calls are retried here.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import io
 import json
 import os
 import re
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
-from durable_obj.stores.shared import SharedFS
+from durable_obj.stores.base import Blob, Entry, Version
+from durable_obj.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -46,8 +45,6 @@ T = TypeVar("T")
 
 #: Streaming read and upload chunk.
 CHUNK = 1024 * 1024
-#: Attempts for idempotent calls (a conditional write is always sent once).
-DEFAULT_ATTEMPTS = 5
 _TRANSIENT_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _FRACTION = re.compile(r"\.(\d{6})\d+")
 
@@ -142,42 +139,17 @@ def _make_fs(opts: dict[str, Any], url: str) -> Any:
         ) from exc
 
 
-class GCSStore(Store):
+class GCSStore(CloudStore):
     """A namespace `bucket/prefix` in Google Cloud Storage."""
 
     protocol = "gs"
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
-        bucket, _, prefix = root.strip("/").partition("/")
-        if not bucket:
-            raise InvalidArgument(
-                f"gs://{root} names no bucket: use gs://BUCKET/PREFIX. Nothing was touched."
-            )
-        self._bucket = bucket
-        self._prefix = prefix.strip("/")
-        opts = dict(storage_options or {})
-        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
-        opts["skip_instance_cache"] = True
-        self._shared = SharedFS.acquire("gs", opts, lambda: _make_fs(opts, self.url))
-        self._fs: Any = self._shared.fs
+        self._share(self._take_root(root, storage_options), _make_fs)
         self._endpoint = _safe_endpoint(str(self._fs._location))
         self._bucket_exists = False
-        self._closed = False
 
     # -- plumbing -------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"gs://{join_key(self._bucket, self._prefix)}"
-
-    def _key(self, key: str) -> str:
-        return join_key(self._prefix, check_relative(key, self))
-
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        from fsspec.asyn import sync
-
-        result: T = sync(self._fs.loop, fn, *args)
-        return result
-
     def _object_url(self, full: str) -> str:
         return (
             f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}"
@@ -188,8 +160,7 @@ class GCSStore(Store):
         return f"{self._fs._location}/upload/storage/v1/b/{quote(self._bucket, safe='')}/o"
 
     async def _session(self) -> Any:
-        if self._closed:
-            raise BackendError(f"{self.url}: this store was closed")
+        self._check_open()
         return await self._fs._set_session()
 
     def _timeout(self) -> dict[str, Any]:
@@ -228,15 +199,8 @@ class GCSStore(Store):
             self._bucket_exists = True
             return resp.headers, body
 
-    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
-        for attempt in range(self._attempts):
-            try:
-                return await fn()
-            except Exception as exc:
-                if attempt + 1 >= self._attempts or not _transient(exc):
-                    raise
-                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+    def _transient(self, exc: BaseException) -> bool:
+        return _transient(exc)
 
     async def _bucket_missing(self) -> bool:
         """After a 404: is it the bucket (not just the object) that is missing?"""
@@ -305,9 +269,6 @@ class GCSStore(Store):
             )
         return Blob(bytes(body), Version(generation))
 
-    def get(self, key: str) -> Blob | None:
-        return self._run(self._get, key)
-
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         url = self._object_url(self._key(key))
         tmp = f"{path}.{uuid.uuid4().hex}.part"
@@ -338,14 +299,8 @@ class GCSStore(Store):
             raise self._error("downloading", key, exc) from exc
         return True
 
-    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
-        return self._run(self._download, key, path, callback)
-
     async def _list(self, prefix: str) -> list[Entry]:
-        prefix = prefix.strip("/")
-        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
-        start = base + "/" if base else ""
-        cut = len(self._prefix) + 1 if self._prefix else 0
+        start, cut = self._list_scope(prefix)
         url = f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}/o"
 
         async def once() -> list[Entry]:
@@ -371,15 +326,7 @@ class GCSStore(Store):
                 if not page:
                     return found
 
-        try:
-            entries = await self._retry(once)
-        except Exception as exc:
-            raise self._error("listing", prefix or "/", exc) from exc
-        entries.sort(key=lambda e: e.key)
-        return entries
-
-    def list_keys(self, prefix: str = "") -> list[Entry]:
-        return self._run(self._list, prefix)
+        return await self._listed(prefix, once)
 
     # -- conditional writes ---------------------------------------------
     def _multipart_head(self, full: str) -> tuple[str, bytes, bytes]:
@@ -477,19 +424,8 @@ class GCSStore(Store):
                 return
             raise self._error("deleting", key, exc) from exc
 
-    def delete(self, key: str) -> None:
-        self._run(self._delete, key)
-
     async def _close(self) -> None:
         session = getattr(self._fs, "_session", None)
         self._fs._session = None
         if session is not None and not session.closed:
             await session.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._shared.release():
-            with contextlib.suppress(Exception):  # closing is best effort
-                self._run(self._close)

@@ -26,7 +26,7 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -35,13 +35,10 @@ from durable_obj.stores import s3reads
 from durable_obj.stores.base import (
     Blob,
     Entry,
-    Store,
     Version,
-    check_relative,
     gather_or_cancel,
-    join_key,
 )
-from durable_obj.stores.shared import SharedFS
+from durable_obj.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -58,8 +55,6 @@ MAX_PARTS = 10_000
 PART_CONCURRENCY = 4
 #: Download and streaming read size.
 READ_CHUNK = 1024 * 1024
-#: Attempts for idempotent calls (a conditional write is always sent once).
-DEFAULT_ATTEMPTS = 5
 
 _AUTH_CODES = frozenset(
     {
@@ -177,53 +172,28 @@ def _make_fs(opts: dict[str, Any], url: str) -> Any:
         ) from exc
 
 
-class S3Store(Store):
+class S3Store(CloudStore):
     """A namespace `bucket/prefix` in an S3-compatible object store."""
 
     protocol = "s3"
 
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
-        bucket, _, prefix = root.strip("/").partition("/")
-        if not bucket:
-            raise InvalidArgument(
-                f"s3://{root} names no bucket: use s3://BUCKET/PREFIX. Nothing was touched."
-            )
-        self._bucket = bucket
-        self._prefix = prefix.strip("/")
-        opts = dict(storage_options or {})
-        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
+        opts = self._take_root(root, storage_options)
         config = dict(opts.pop("config_kwargs", None) or {})
         # One attempt per botocore call: see the module docstring.
         config["retries"] = {"total_max_attempts": 1, "mode": "standard"}
         opts["config_kwargs"] = config
-        opts["skip_instance_cache"] = True
         client_kwargs = opts.get("client_kwargs") or {}
         self._endpoint = _safe_endpoint(
             opts.get("endpoint_url") or client_kwargs.get("endpoint_url")
         )
-        self._shared = SharedFS.acquire("s3", opts, lambda: _make_fs(opts, self.url))
-        self._fs: Any = self._shared.fs
-        self._closed = False
+        self._share(opts, _make_fs)
         self._fast: s3reads.FastReads | None = None
         self._fast_checked = False
 
     # -- plumbing -------------------------------------------------------
-    @property
-    def url(self) -> str:
-        return f"s3://{join_key(self._bucket, self._prefix)}"
-
-    def _key(self, key: str) -> str:
-        return join_key(self._prefix, check_relative(key, self))
-
-    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        from fsspec.asyn import sync
-
-        result: T = sync(self._fs.loop, fn, *args)
-        return result
-
     async def _s3(self) -> Any:
-        if self._closed:
-            raise BackendError(f"{self.url}: this store was closed")
+        self._check_open()
         try:
             return await self._fs.set_session()
         except Exception as exc:
@@ -232,7 +202,9 @@ class S3Store(Store):
                 f"storage_options (profile, endpoint_url, client_kwargs, config_kwargs)."
             ) from exc
 
-    def _error(self, action: str, key: str, exc: BaseException, failure: _Failure) -> BackendError:
+    def _explain(
+        self, action: str, key: str, exc: BaseException, failure: _Failure
+    ) -> BackendError:
         where = f"{action} {key!r} in {self.url}"
         if isinstance(exc, BackendError):
             return BackendError(str(exc))  # already ours (a closed store, a bad key)
@@ -260,8 +232,11 @@ class S3Store(Store):
             )
         return BackendError(f"{where} failed ({failure.describe()}); nothing was changed by it.")
 
-    def _fail(self, action: str, key: str, exc: BaseException) -> BackendError:
-        return self._error(action, key, exc, _classify(exc))
+    def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        return self._explain(action, key, exc, _classify(exc))
+
+    def _transient(self, exc: BaseException) -> bool:
+        return _classify(exc).transient
 
     def _conditional_fail(self, action: str, key: str, exc: BaseException) -> BackendError:
         """The error for a conditional write that did not report success."""
@@ -271,18 +246,7 @@ class S3Store(Store):
                 f"{action} {key!r} in {self.url}: the outcome is unknown "
                 f"({failure.describe()}); read the key back to learn whether it applied."
             )
-        return self._error(action, key, exc, failure)
-
-    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
-        """`fn()` for an idempotent call, retried on transient failures."""
-        for attempt in range(self._attempts):
-            try:
-                return await fn()
-            except Exception as exc:
-                if attempt + 1 >= self._attempts or not _classify(exc).transient:
-                    raise
-                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
-        raise AssertionError("unreachable")  # pragma: no cover
+        return self._explain(action, key, exc, failure)
 
     # -- reads ----------------------------------------------------------
     async def _get(self, key: str) -> Blob | None:
@@ -303,10 +267,7 @@ class S3Store(Store):
         except Exception as exc:
             if _classify(exc).kind == "missing_key":
                 return None
-            raise self._fail("reading", key, exc) from exc
-
-    def get(self, key: str) -> Blob | None:
-        return self._run(self._get, key)
+            raise self._error("reading", key, exc) from exc
 
     def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
         return self._run(self._get_many, list(keys), max(1, concurrency))
@@ -398,18 +359,12 @@ class S3Store(Store):
                 os.unlink(tmp)
             if _classify(exc).kind == "missing_key":
                 return False
-            raise self._fail("downloading", key, exc) from exc
+            raise self._error("downloading", key, exc) from exc
         return True
-
-    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
-        return self._run(self._download, key, path, callback)
 
     async def _list(self, prefix: str) -> list[Entry]:
         s3 = await self._s3()
-        prefix = prefix.strip("/")
-        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
-        start = base + "/" if base else ""
-        cut = len(self._prefix) + 1 if self._prefix else 0
+        start, cut = self._list_scope(prefix)
 
         async def once() -> list[Entry]:
             found: list[Entry] = []
@@ -429,15 +384,7 @@ class S3Store(Store):
                     )
             return found
 
-        try:
-            entries = await self._retry(once)
-        except Exception as exc:
-            raise self._fail("listing", prefix or "/", exc) from exc
-        entries.sort(key=lambda e: e.key)
-        return entries
-
-    def list_keys(self, prefix: str = "") -> list[Entry]:
-        return self._run(self._list, prefix)
+        return await self._listed(prefix, once)
 
     # -- conditional writes ---------------------------------------------
     async def _put(self, key: str, data: bytes, condition: dict[str, str]) -> Version | None:
@@ -491,7 +438,7 @@ class S3Store(Store):
                 lambda: s3.create_multipart_upload(Bucket=self._bucket, Key=full)
             )
         except Exception as exc:
-            raise self._fail("uploading", key, exc) from exc
+            raise self._error("uploading", key, exc) from exc
         upload_id = str(upload["UploadId"])
 
         async def send(number: int, chunk: bytes) -> dict[str, Any]:
@@ -527,7 +474,7 @@ class S3Store(Store):
                     done, pending = await asyncio.wait(pending)
                     parts.extend(task.result() for task in done)
             except Exception as exc:
-                raise self._fail("uploading", key, exc) from exc
+                raise self._error("uploading", key, exc) from exc
             parts.sort(key=lambda p: int(p["PartNumber"]))
             try:
                 resp = await s3.complete_multipart_upload(
@@ -573,21 +520,10 @@ class S3Store(Store):
         except Exception as exc:
             if _classify(exc).kind == "missing_key":
                 return
-            raise self._fail("deleting", key, exc) from exc
-
-    def delete(self, key: str) -> None:
-        self._run(self._delete, key)
+            raise self._error("deleting", key, exc) from exc
 
     async def _close(self) -> None:
         creator = getattr(self._fs, "_s3creator", None)
         if creator is not None and getattr(self._fs, "_s3", None) is not None:
             self._fs._s3 = None
             await creator.__aexit__(None, None, None)
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        if self._shared.release():
-            with contextlib.suppress(Exception):  # closing is best effort
-                self._run(self._close)

@@ -1,0 +1,158 @@
+"""What the fsspec-backed cloud stores (S3, GCS, Azure) have in common.
+
+A root `bucket/prefix`; one client per process and options (`SharedFS`);
+every call a coroutine run on fsspec's IO loop behind a synchronous method;
+idempotent calls retried here with backoff, conditional writes never (each
+store's own code decides that). A subclass provides the async operations,
+`_transient` and `_error`; create and replace stay its own, because each
+provider spells its precondition differently.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from durable_obj.errors import BackendError, InvalidArgument
+from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
+from durable_obj.stores.shared import SharedFS
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+T = TypeVar("T")
+
+#: Attempts for idempotent calls (a conditional write is always sent once).
+DEFAULT_ATTEMPTS = 5
+
+
+class CloudStore(Store):
+    """A namespace `bucket/prefix` behind an fsspec async filesystem."""
+
+    #: What the root's first part is called, for messages ("bucket", "container").
+    root_word = "bucket"
+
+    _bucket: str
+    _prefix: str
+    _attempts: int
+    _shared: SharedFS
+    _fs: Any
+    _closed: bool
+
+    def _take_root(self, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
+        """Set the bucket, prefix and retries from the root; the fsspec options left."""
+        bucket, _, prefix = root.strip("/").partition("/")
+        bucket = self._bucket_name(bucket)
+        if not bucket:
+            raise InvalidArgument(
+                f"{self.protocol}://{root} names no {self.root_word}: use "
+                f"{self.protocol}://{self.root_word.upper()}/PREFIX. Nothing was touched."
+            )
+        self._bucket = bucket
+        self._prefix = prefix.strip("/")
+        self._closed = False
+        opts = dict(storage_options or {})
+        self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
+        opts["skip_instance_cache"] = True
+        return opts
+
+    def _share(self, opts: dict[str, Any], make: Callable[[dict[str, Any], str], Any]) -> None:
+        """The process's filesystem for `opts`, made by `make(opts, url)` the first time."""
+        self._shared = SharedFS.acquire(self.protocol, opts, lambda: make(opts, self.url))
+        self._fs = self._shared.fs
+
+    def _bucket_name(self, first: str) -> str:
+        return first
+
+    # -- plumbing -------------------------------------------------------
+    @property
+    def url(self) -> str:
+        return f"{self.protocol}://{join_key(self._bucket, self._prefix)}"
+
+    def _key(self, key: str) -> str:
+        return join_key(self._prefix, check_relative(key, self))
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise BackendError(f"{self.url}: this store was closed")
+
+    def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        from fsspec.asyn import sync
+
+        result: T = sync(self._fs.loop, fn, *args)
+        return result
+
+    @abc.abstractmethod
+    def _transient(self, exc: BaseException) -> bool:
+        """Whether an idempotent call that raised `exc` is worth another attempt."""
+
+    @abc.abstractmethod
+    def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
+        """The error for a failed call: what, where, and what to check."""
+
+    async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
+        """`fn()` for an idempotent call, retried on transient failures."""
+        for attempt in range(self._attempts):
+            try:
+                return await fn()
+            except Exception as exc:
+                if attempt + 1 >= self._attempts or not self._transient(exc):
+                    raise
+                await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    # -- listing --------------------------------------------------------
+    def _list_scope(self, prefix: str) -> tuple[str, int]:
+        """(the full-name prefix to list, how much of a full name to cut)."""
+        prefix = prefix.strip("/")
+        base = join_key(self._prefix, check_relative(prefix, self) if prefix else "")
+        return (base + "/" if base else ""), (len(self._prefix) + 1 if self._prefix else 0)
+
+    async def _listed(self, prefix: str, once: Callable[[], Awaitable[list[Entry]]]) -> list[Entry]:
+        """The entries `once()` lists, retried, sorted by key."""
+        try:
+            entries = await self._retry(once)
+        except Exception as exc:
+            raise self._error("listing", prefix.strip("/") or "/", exc) from exc
+        entries.sort(key=lambda e: e.key)
+        return entries
+
+    # -- the synchronous face ---------------------------------------------
+    @abc.abstractmethod
+    async def _get(self, key: str) -> Blob | None: ...
+
+    @abc.abstractmethod
+    async def _download(self, key: str, path: str, callback: Callback | None) -> bool: ...
+
+    @abc.abstractmethod
+    async def _list(self, prefix: str) -> list[Entry]: ...
+
+    @abc.abstractmethod
+    async def _delete(self, key: str) -> None: ...
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """Close the shared client (the last store using it is closing)."""
+
+    def get(self, key: str) -> Blob | None:
+        return self._run(self._get, key)
+
+    def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._run(self._download, key, path, callback)
+
+    def list_keys(self, prefix: str = "") -> list[Entry]:
+        return self._run(self._list, prefix)
+
+    def delete(self, key: str) -> None:
+        self._run(self._delete, key)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._shared.release():
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._run(self._close)
