@@ -200,7 +200,7 @@ class S3StoreTests(CloudStoreTests):
         return reads
 
     def test_get_many_is_batched(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
-        keys = [f"wal/{n:020d}.jsonl" for n in range(50)]
+        keys = [f"wal/{n:020d}.jsonl" for n in range(50)] + ["odd/a b+c=d&e~f%g", "odd/\u00e9"]
         for key in keys:
             assert store.create(key, key.encode()) is not None
         expected = [store.get(key) for key in keys]
