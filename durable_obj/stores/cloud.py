@@ -13,11 +13,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
-from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
+from durable_obj.stores.base import (
+    Blob,
+    Entry,
+    Store,
+    check_relative,
+    gather_or_cancel,
+    join_key,
+)
 from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
@@ -139,6 +146,27 @@ class CloudStore(Store):
 
     def get(self, key: str) -> Blob | None:
         return self._run(self._get, key)
+
+    def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
+        return self._run(self._get_many, list(keys), max(1, concurrency))
+
+    async def _get_many(self, keys: list[str], concurrency: int) -> list[Blob | None]:
+        got: list[Blob | None] = [None] * len(keys)
+        await self._get_each(keys, range(len(keys)), got, concurrency)
+        return got
+
+    async def _get_each(
+        self, keys: list[str], indices: Sequence[int], got: list[Blob | None], concurrency: int
+    ) -> None:
+        """`got[i] = await self._get(keys[i])` for each index, `concurrency` at once,
+        all on the IO loop (no thread per read)."""
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            async with limit:
+                got[index] = await self._get(keys[index])
+
+        await gather_or_cancel([one(index) for index in indices])
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         return self._run(self._download, key, path, callback)

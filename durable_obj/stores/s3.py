@@ -26,7 +26,6 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,7 +35,6 @@ from durable_obj.stores.base import (
     Blob,
     Entry,
     Version,
-    gather_or_cancel,
 )
 from durable_obj.stores.cloud import CloudStore
 
@@ -269,33 +267,21 @@ class S3Store(CloudStore):
                 return None
             raise self._error("reading", key, exc) from exc
 
-    def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
-        return self._run(self._get_many, list(keys), max(1, concurrency))
-
     async def _get_many(self, keys: list[str], concurrency: int) -> list[Blob | None]:
         fulls = [self._key(key) for key in keys]
         got: list[Blob | None] = [None] * len(keys)
-        todo = list(range(len(keys)))
-        fast = await self._fast_reads()
-        if fast is not None and len(keys) > 1:
-            s3 = await self._s3()
-            creds = await s3reads.frozen_credentials(s3)
-            if creds is not None:
-                answers = await fast.fetch(fulls, creds, concurrency)
-                for index, answer in enumerate(answers):
-                    if answer is not None:
-                        got[index] = Blob(answer[0], Version(answer[1]))
-                todo = [index for index, answer in enumerate(answers) if answer is None]
-                if todo:
-                    log.debug("%s: %d of %d read(s) left to the client", self.url, len(todo),
-                              len(keys))  # fmt: skip
-        limit = asyncio.Semaphore(concurrency)
-
-        async def slow(index: int) -> None:
-            async with limit:
-                got[index] = await self._get(keys[index])
-
-        await gather_or_cancel([slow(index) for index in todo])
+        todo: list[int] = list(range(len(keys)))
+        fast = await self._fast_reads() if len(keys) > 1 else None
+        creds = await s3reads.frozen_credentials(await self._s3()) if fast else None
+        if fast is not None and creds is not None:
+            answers = await fast.fetch(fulls, creds, concurrency)
+            for index, answer in enumerate(answers):
+                if answer is not None:
+                    got[index] = Blob(answer[0], Version(answer[1]))
+            todo = [index for index, answer in enumerate(answers) if answer is None]
+            if todo:
+                log.debug("%s: %d of %d read(s) left to the client", self.url, len(todo), len(keys))
+        await self._get_each(keys, todo, got, concurrency)
         return got
 
     async def _fast_reads(self) -> s3reads.FastReads | None:
