@@ -53,6 +53,7 @@ from _common import (
 from s3proxy import LatencyProxy
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+LARGE = 100_000  # from this size on, --large-repeat samples per figure
 
 
 class Bench:
@@ -70,6 +71,7 @@ class Bench:
         self.label, self.store, self.env, self.args, self.report = label, store, env, args, report
         self.s3 = s3
         self.samples: dict[str, Any] = report.samples.setdefault(label, {})
+        self.extra: dict[int, int] = {}  # rows added to each base by its extra checkpoints
 
     # -- plumbing --------------------------------------------------------------
     def child(self, impl: str, phase: str, oid: str = "", **params: Any) -> dict[str, Any]:
@@ -113,8 +115,8 @@ class Bench:
         client.close()
         return head
 
-    def opens(self, name: str, key: str, rows: int) -> None:
-        for rep in range(self.args.repeat):
+    def opens(self, name: str, key: str, rows: int, repeat: int | None = None) -> None:
+        for rep in range(repeat or self.args.repeat):
             for impl in alternating(rep):
                 got = self.child(impl, "open", self.oid(name, impl))
                 if got["rows"] != rows:
@@ -164,14 +166,17 @@ class Bench:
     def bases(self) -> None:
         for i, rows in enumerate(self.args.rows):
             start = time.perf_counter()
+            # chdb.durable takes ~40 s to open 100k rows: one sample each there
+            repeat = self.args.large_repeat if rows >= LARGE else self.args.repeat
             for impl in alternating(i):
                 oid = self.oid(f"base{rows}", impl)
-                got = self.child(impl, "load", oid, rows=rows, checkpoints=self.args.repeat)
+                got = self.child(impl, "load", oid, rows=rows, checkpoints=repeat)
                 self.keep(f"checkpoint_{rows}", impl, got["checkpoint_ms"])
                 size = self.head(oid)["manifest"]["base"]["size"]
                 self.keep(f"size_{rows}", impl, [size / 2**20])
             # each checkpoint after the first adds one row first
-            self.opens(f"base{rows}", f"open_{rows}", rows + self.args.repeat - 1)
+            self.extra[rows] = repeat - 1
+            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat)
             self.progress(f"{rows:,} rows: checkpoint + cold open", start)
             goal = rows == GOAL_ROWS
             self.row(
@@ -198,7 +203,7 @@ class Bench:
         start = time.perf_counter()
         for impl in IMPLS:
             self.child(impl, "append", self.oid(f"base{rows}", impl), segments=segs, statements=per)
-        self.opens(f"base{rows}", "open_seg", rows + self.args.repeat - 1 + segs * per)
+        self.opens(f"base{rows}", "open_seg", rows + self.extra[rows] + segs * per)
         self.progress(f"base + {segs} segments: cold open", start)
         metric = f"cold open, base {rows // 1000}k + {segs} segs x {per}"
         self.row(metric, "s", "open_seg", goal=0.1)
@@ -253,6 +258,9 @@ def main() -> None:
     parser.add_argument(
         "--rows", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 1000,10000"
     )
+    parser.add_argument(
+        "--large-repeat", type=int, default=1, help=f"repeats at >= {LARGE:,} rows (default 1)"
+    )
     parser.add_argument("--wal-segments", type=int, help="segments in the long WAL (default 1001)")
     parser.add_argument("--executes", type=int, help="timed INSERTs per process (default 200)")
     parser.add_argument("--flushes", type=int, help="timed flushes per size and process (3)")
@@ -276,7 +284,8 @@ def main() -> None:
         "cold open: fresh process, read-only, from before the library import to open() returned",
         f"{args.repeat} fresh processes per figure and implementation, alternating; "
         f"execute: {args.executes} INSERTs per process (after 20 warm-up); "
-        f"flush: {args.flushes} per size per process",
+        f"flush: {3 * args.flushes} of 1 and of 10, {args.flushes} of 100 per process; "
+        f"bases of {LARGE:,}+ rows: {args.large_repeat} checkpoint(s) and open(s) each",
     ]
     started = time.perf_counter()
     raw = True
