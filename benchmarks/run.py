@@ -1,7 +1,7 @@
 """durable_obj against chdb.durable 4.4, side by side, on the same stores in one run.
 
     python benchmarks/run.py                 # local folder + SeaweedFS it starts; <= 10 min
-    python benchmarks/run.py --quick         # smaller sizes, fewer repeats; <= 2 min
+    python benchmarks/run.py --quick         # smaller sizes, fewer repeats; ~2 min
     python benchmarks/run.py --latency-ms 20 # every S3 request of both waits 20 ms first
     python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
     python benchmarks/run.py --stores local  # skip S3
@@ -197,9 +197,9 @@ class Bench:
             )
 
     def segments(self) -> None:
-        """64 segments x 10 statements on top of the middle base."""
+        """--segments segments x 10 statements on top of the middle base."""
         rows = self.args.rows[min(1, len(self.args.rows) - 1)]
-        segs, per = 64, 10
+        segs, per = self.args.segments, 10
         start = time.perf_counter()
         for impl in IMPLS:
             self.child(impl, "append", self.oid(f"base{rows}", impl), segments=segs, statements=per)
@@ -252,7 +252,9 @@ def s3_server(args: argparse.Namespace) -> Iterator[S3Server]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1k/10k rows, 201 segments, 2 repeats")
+    parser.add_argument(
+        "--quick", action="store_true", help="1k/10k rows, 16 + 101 segments, 2 repeats"
+    )
     parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
     parser.add_argument("--repeat", type=int, help="fresh processes per figure and implementation")
     parser.add_argument(
@@ -261,6 +263,7 @@ def main() -> None:
     parser.add_argument(
         "--large-repeat", type=int, default=1, help=f"repeats at >= {LARGE:,} rows (default 1)"
     )
+    parser.add_argument("--segments", type=int, help="segments on a base (default 64)")
     parser.add_argument("--wal-segments", type=int, help="segments in the long WAL (default 1001)")
     parser.add_argument("--executes", type=int, help="timed INSERTs per process (default 200)")
     parser.add_argument("--flushes", type=int, help="timed flushes per size and process (3)")
@@ -272,7 +275,8 @@ def main() -> None:
     args = parser.parse_args()
     args.repeat = args.repeat or (2 if args.quick else 3)
     args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
-    args.wal_segments = args.wal_segments or (201 if args.quick else 1001)
+    args.segments = args.segments or (16 if args.quick else 64)
+    args.wal_segments = args.wal_segments or (101 if args.quick else 1001)
     args.executes = args.executes or (100 if args.quick else 200)
     args.flushes = args.flushes or (2 if args.quick else 3)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
