@@ -102,7 +102,7 @@ class Report:
             f"{'store':<8}{'metric':<44}{'unit':<7}{'durable_obj':>12}{'chdb.durable':>13}"
             f"{'ratio':>8}  {'goal':<7}{'':<8}"
         )
-        lines = [head, "-" * len(head)]
+        lines = [head.rstrip(), "-" * len(head)]
         for r in self.rows:
             goal = f"<={r.goal:g}" if r.goal is not None else ""
             ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
