@@ -183,6 +183,65 @@ def tokenize_head(sql: str) -> list[Token]:
     return out
 
 
+_ROW_PLAIN = re.compile(r"[^'\"`()\[\]{}\-/#$]+")
+_ROW_SKIP = re.compile(
+    r"""
+    '(?:[^'\\]|\\.|'')*'
+  | "(?:[^"\\]|\\.|"")*"
+  | `(?:[^`\\]|\\.|``)*`
+  | \$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$
+  | --[^\n]*|\#[^\n]*|/\*.*?\*/
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+_SPACE = re.compile(r"\s*")
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
+
+
+def split_rows(tail: str) -> list[str] | None:
+    """The row texts of a VALUES tail `(..), (..) [;]`, exactly as written, or
+    None if the tail is anything else (a comment between rows, data after
+    them, an unterminated string or bracket). Strings, quoted names,
+    heredocs and comments are skipped by the same rules as `tokenize`, so a
+    bracket inside them is never counted. Linear, and far cheaper than
+    lexing every number of a long row."""
+    rows: list[str] = []
+    n = len(tail)
+    pos = _SPACE.match(tail).end()  # type: ignore[union-attr]
+    while pos < n and tail[pos] == "(":
+        start, open_ = pos, []
+        while True:
+            pos = m.end() if (m := _ROW_PLAIN.match(tail, pos)) else pos
+            if pos >= n:
+                return None
+            ch = tail[pos]
+            if ch in _CLOSER:
+                open_.append(_CLOSER[ch])
+                pos += 1
+            elif ch in ")]}":
+                if not open_ or open_.pop() != ch:
+                    return None
+                pos += 1
+                if not open_:
+                    break
+            elif (skip := _ROW_SKIP.match(tail, pos)) is not None:
+                pos = skip.end()
+            elif ch in "'\"`" or tail.startswith(("/*", "--"), pos):
+                return None  # unterminated
+            else:
+                pos += 1  # a lone '-', '/' or '$'
+        rows.append(tail[start:pos])
+        pos = _SPACE.match(tail, pos).end()  # type: ignore[union-attr]
+        if pos >= n or tail[pos] != ",":
+            break
+        pos = _SPACE.match(tail, pos + 1).end()  # type: ignore[union-attr]
+        if pos >= n or tail[pos] != "(":
+            return None
+    if pos < n and tail[pos] == ";":
+        pos = _SPACE.match(tail, pos + 1).end()  # type: ignore[union-attr]
+    return rows if rows and pos == n else None
+
+
 def tokenize(sql: str) -> list[Token]:
     return list(_tokens(sql))
 

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.determinism import insert_shape, tokenize
+from durable_obj.determinism import insert_shape, split_rows, tokenize_head
 from durable_obj.errors import Corrupt, EngineError
 
 if TYPE_CHECKING:
@@ -89,20 +89,18 @@ class Replayer:
             ) from exc
 
     def _split(self, sql: str) -> tuple[str, list[str]] | None:
-        """(text up to and including VALUES, [row texts]) of a batchable INSERT."""
+        """(text up to and including VALUES, [row texts]) of a batchable INSERT.
+        Only the head is lexed; the rows are delimited by `split_rows`."""
         if not _is_insert(sql):
             return None
-        tokens = tokenize(sql)
-        shape = insert_shape(tokens)
-        if shape is None or shape.values_at is None or not shape.rows:
+        head = tokenize_head(sql)
+        shape = insert_shape(head)
+        if shape is None or shape.values_at is None:
             return None
-        last = shape.rows[-1][1]
-        if any(t.text != ";" for t in tokens[last + 1 :]):
+        prefix = sql[: head[shape.values_at].end]
+        rows = split_rows(sql[len(prefix) :])
+        if rows is None or not self._batchable(shape.database or self._db, shape.table):
             return None
-        if not self._batchable(shape.database or self._db, shape.table):
-            return None
-        prefix = sql[: tokens[shape.values_at].end]
-        rows = [sql[tokens[a].start : tokens[b].end] for a, b in shape.rows]
         return prefix, rows
 
     def _batchable(self, db: str, table: str) -> bool:
