@@ -164,6 +164,37 @@ class Token:
 
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What `_TOKEN` skips as data, its numbers and identifiers: matched from the same
+#: positions as the lexer (an identifier is consumed whole, so a `$` in it
+#: never opens a heredoc), so text the lexer reads as code is never skipped.
+_CODE_SCAN = re.compile(
+    r"""
+    --[^\n]*|\#[^\n]*|/\*.*?\*/
+  | '(?:[^'\\]|\\.|'')*'
+  | \$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$
+  | (?P<quoted>"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`)
+  | 0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?
+  | (?P<ident>[A-Za-z_][A-Za-z0-9_$]*)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+
+def code_words(sql: str) -> set[str]:
+    """Lower-cased identifiers of `sql` outside strings and comments (quoted
+    ones by their words): a superset of the names the lexer's tokens carry,
+    at the cost of a regex scan instead of a full lexing."""
+    words: set[str] = set()
+    for m in _CODE_SCAN.finditer(sql):
+        if (ident := m.group("ident")) is not None:
+            words.add(ident.lower())
+            words.update(w.lower() for w in _WORD.findall(ident))
+        elif (quoted := m.group("quoted")) is not None:
+            words.add(quoted[1:-1].lower())  # as Token.word has it
+            words.update(w.lower() for w in _WORD.findall(quoted))
+    return words
+
+
 _BODY = frozenset({"values", "select", "with", "format"})
 
 
@@ -436,12 +467,12 @@ class Pinner:
         Raises `Nondeterministic` naming the culprit and the fix."""
         if self._suspicious is None:
             self._suspicious = self._catalog.suspicious
-        words = {w.lower() for w in _WORD.findall(sql)}
+        words = code_words(sql)
         if not words & self._suspicious:
-            # The common case, in C-speed regex rather than a full lexing: no
-            # word of the statement (strings included, so this errs towards the
-            # full path) names anything non-deterministic or outside. Only an
-            # INSERT's head is lexed, for its defaults and the time zone.
+            # The common case, in regex scans rather than a full lexing: no
+            # word of the statement's code (strings and comments are data)
+            # names anything non-deterministic or outside. Only an INSERT's
+            # head is lexed, for its defaults and the time zone.
             fast = self._prepare_plain(sql, db, "settings" in words)
             if fast is not None:
                 return fast
