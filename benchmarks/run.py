@@ -5,6 +5,7 @@
     python benchmarks/run.py --latency-ms 20 # every S3 request of both waits 20 ms first
     python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
     python benchmarks/run.py --stores local  # skip S3
+    python benchmarks/run.py --stores s3 --only wal   # one figure group
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -235,10 +236,15 @@ class Bench:
         self.row("execute + flush per segment (writing it)", "ms", "wal_flush_ms")
 
     def all(self, raw: bool) -> None:
-        self.writes(raw)
-        self.bases()
-        self.segments()
-        self.long_wal()
+        only = self.args.only
+        if "writes" in only:
+            self.writes(raw)
+        if "bases" in only or "segments" in only:  # the segments go on a base
+            self.bases()
+        if "segments" in only:
+            self.segments()
+        if "wal" in only:
+            self.long_wal()
 
 
 @contextlib.contextmanager
@@ -267,12 +273,21 @@ def main() -> None:
     parser.add_argument("--wal-segments", type=int, help="segments in the long WAL (default 1001)")
     parser.add_argument("--executes", type=int, help="timed INSERTs per process (default 200)")
     parser.add_argument("--flushes", type=int, help="timed flushes per size and process (3)")
+    parser.add_argument(
+        "--only",
+        default="writes,bases,segments,wal",
+        help="comma list of figure groups: writes, bases, segments, wal (default: all)",
+    )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
     parser.add_argument("--key", default="")
     parser.add_argument("--secret", default="")
     parser.add_argument("--bucket", default="")
     args = parser.parse_args()
+    args.only = {g.strip() for g in args.only.split(",") if g.strip()}
+    unknown = args.only - {"writes", "bases", "segments", "wal"}
+    if unknown:
+        parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
     args.repeat = args.repeat or (2 if args.quick else 3)
     args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
     args.segments = args.segments or (16 if args.quick else 64)
