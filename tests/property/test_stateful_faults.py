@@ -430,7 +430,10 @@ class DurableMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.obj is not None)
     @rule(
-        skew=st.sampled_from([-SKEW * 2, -SKEW, 0.0, SKEW / 2, SKEW, SKEW * 2, TTL + SKEW * 2]),
+        # within the allowance or beyond it, of a lease fresh or about to run out
+        skew=st.sampled_from(
+            [-SKEW * 2, -SKEW, 0.0, SKEW / 2, SKEW, SKEW * 2, TTL + SKEW / 2, TTL + SKEW * 2]
+        ),
         force=st.sampled_from([False, False, True]),  # a fenced writer tests less
         rows=st.integers(0, 2),
     )
@@ -465,7 +468,10 @@ class DurableMachine(RuleBasedStateMachine):
         STATS["steps"] += 1
         self._crashed()
 
-    @rule(force=st.booleans(), skew=st.sampled_from([0.0, SKEW, SKEW * 2, TTL + SKEW * 2]))
+    @rule(
+        force=st.booleans(),
+        skew=st.sampled_from([0.0, SKEW, SKEW * 2, TTL + SKEW / 2, TTL + SKEW * 2]),
+    )
     def reopen(self, force: bool, skew: float) -> None:
         """Abandon the writer (as a kill would) and reopen, perhaps on a clock
         `skew` seconds ahead and without force; check recovery."""
@@ -494,6 +500,8 @@ class DurableMachine(RuleBasedStateMachine):
                 _count("reopen_held")
             except errors.DurableError:
                 pass
+            if obj is not None:
+                self.obj = self._adopt(obj)  # teardown frees it if an assertion fails
             assert obj is None or force or not held, "opened over an unexpired lease"
             if obj is None:
                 # Faults may fail an open; once they stop it must succeed, and
