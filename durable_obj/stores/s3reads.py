@@ -3,7 +3,7 @@
 Opening an object with a long WAL means a thousand small GETs. Through
 aiobotocore each costs about 1 ms of CPU (event hooks, endpoint rules,
 response parsing), so on two cores a 1001-segment WAL spends a second in the
-client. `FastReads` sends the same GETs on a few keep-alive HTTP/1.1
+client. `FastReads` sends the same GETs on keep-alive HTTP/1.1
 connections, signed with Signature V4 here (one signing key per batch):
 about 60 us of CPU each.
 
@@ -35,8 +35,10 @@ from typing import Any
 from urllib.parse import quote, urlsplit
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-#: Connections opened at most, whatever the requested concurrency.
-MAX_CONNECTIONS = 16
+#: Connections opened at most, whatever the requested concurrency (the
+#: object's fetch_concurrency, 32 by default): at a 20 ms round trip, 32
+#: connections read 1,001 segments in about 0.7 s.
+MAX_CONNECTIONS = 64
 _PROXY_VARS = ("http_proxy", "https_proxy", "all_proxy")
 _MAX_HEADER = 64 * 1024
 
