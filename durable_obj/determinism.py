@@ -124,15 +124,25 @@ EXTERNAL_SOURCES = frozenset({"http", "https", "executable_pool", "cassandra"})
 #: system tables that are pure generators.
 PURE_SYSTEM_TABLES = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "one"})
 
+# The lexer's rules, one fragment each: _TOKEN, and the two fast scans
+# that must skip exactly what it skips (_CODE_SCAN, _ROW_SKIP), are built
+# from these, so they cannot drift apart.
+_COMMENT = r"--[^\n]*|\#[^\n]*|/\*.*?\*/"
+_STRING = r"'(?:[^'\\]|\\.|'')*'"
+_HEREDOC = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
+_QUOTED = r'"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`'
+_NUMBER = r"0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_$]*"
+
 _TOKEN = re.compile(
-    r"""
+    rf"""
     (?P<ws>\s+)
-  | (?P<comment>--[^\n]*|\#[^\n]*|/\*.*?\*/)
-  | (?P<string>'(?:[^'\\]|\\.|'')*')
-  | (?P<heredoc>\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$)
-  | (?P<quoted>"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`)
-  | (?P<number>(?:0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?))
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_$]*)
+  | (?P<comment>{_COMMENT})
+  | (?P<string>{_STRING})
+  | (?P<heredoc>{_HEREDOC})
+  | (?P<quoted>{_QUOTED})
+  | (?P<number>(?:{_NUMBER}))
+  | (?P<ident>{_IDENT})
   | (?P<punct>.)
     """,
     re.VERBOSE | re.DOTALL,
@@ -168,15 +178,8 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: positions as the lexer (an identifier is consumed whole, so a `$` in it
 #: never opens a heredoc), so text the lexer reads as code is never skipped.
 _CODE_SCAN = re.compile(
-    r"""
-    --[^\n]*|\#[^\n]*|/\*.*?\*/
-  | '(?:[^'\\]|\\.|'')*'
-  | \$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$
-  | (?P<quoted>"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`)
-  | 0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_$]*)
-    """,
-    re.VERBOSE | re.DOTALL,
+    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBER}|(?P<ident>{_IDENT})",
+    re.DOTALL,
 )
 
 
@@ -215,16 +218,7 @@ def tokenize_head(sql: str) -> list[Token]:
 
 
 _ROW_PLAIN = re.compile(r"[^'\"`()\[\]{}\-/#$]+")
-_ROW_SKIP = re.compile(
-    r"""
-    '(?:[^'\\]|\\.|'')*'
-  | "(?:[^"\\]|\\.|"")*"
-  | `(?:[^`\\]|\\.|``)*`
-  | \$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$
-  | --[^\n]*|\#[^\n]*|/\*.*?\*/
-    """,
-    re.VERBOSE | re.DOTALL,
-)
+_ROW_SKIP = re.compile(rf"{_STRING}|{_QUOTED}|{_HEREDOC}|{_COMMENT}", re.DOTALL)
 _SPACE = re.compile(r"\s*")
 _CLOSER = {"(": ")", "[": "]", "{": "}"}
 
