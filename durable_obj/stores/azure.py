@@ -29,7 +29,7 @@ import io
 import os
 import uuid
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
@@ -188,6 +188,9 @@ class AzureStore(CloudStore):
         # download is read again.
         return _kind(exc) in ("server", "network", "unreachable", "precondition")
 
+    async def _missing(self, exc: BaseException) -> bool:
+        return _kind(exc) == "missing_key"
+
     def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
         kind = _kind(exc)
         where = f"{action} {key!r} in {self.url}"
@@ -238,34 +241,23 @@ class AzureStore(CloudStore):
         try:
             return await self._retry(once)
         except Exception as exc:
-            if _kind(exc) == "missing_key":
+            if await self._missing(exc):
                 return None
             raise self._error("reading", key, exc) from exc
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         blob = self._blob(key)
-        tmp = f"{path}.{uuid.uuid4().hex}.part"
 
-        async def once() -> None:
+        async def write(dst: BinaryIO) -> None:
             stream = await blob.download_blob(**self._opts(max_concurrency=1))
             if callback is not None:
                 callback.set_size(int(stream.size or 0))
-            with open(tmp, "wb") as dst:
-                async for chunk in stream.chunks():
-                    dst.write(chunk)
-                    if callback is not None:
-                        callback.relative_update(len(chunk))
+            async for chunk in stream.chunks():
+                dst.write(chunk)
+                if callback is not None:
+                    callback.relative_update(len(chunk))
 
-        try:
-            await self._retry(once)
-            os.replace(tmp, path)
-        except Exception as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if _kind(exc) == "missing_key":
-                return False
-            raise self._error("downloading", key, exc) from exc
-        return True
+        return await self._download_to(key, path, write)
 
     async def _list(self, prefix: str) -> list[Entry]:
         self._check_open()

@@ -21,11 +21,10 @@ that would leave its root.
 from __future__ import annotations
 
 import abc
-import asyncio
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from durable_obj.errors import BackendError
 
@@ -133,25 +132,3 @@ def check_relative(key: str, store: Store) -> str:
     if key.startswith("/") or "\\" in key or any(seg in ("", ".", "..") for seg in key.split("/")):
         raise BackendError(f"refusing key {key!r} on {store.url}: it is not a plain relative key")
     return key
-
-
-async def gather_or_cancel(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
-    """Run `coros` concurrently; on the first failure cancel the rest and raise it."""
-    tasks = [asyncio.ensure_future(coro) for coro in coros]
-    if not tasks:
-        return
-    try:
-        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        raise
-    for task in pending:
-        task.cancel()
-    if pending:
-        await asyncio.wait(pending)
-    # Retrieve every failure (asyncio logs unretrieved ones), raise the first.
-    failures = [t.exception() for t in tasks if t.done() and not t.cancelled()]
-    for failure in failures:
-        if failure is not None:
-            raise failure

@@ -13,18 +13,13 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+import os
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
-from durable_obj.stores.base import (
-    Blob,
-    Entry,
-    Store,
-    check_relative,
-    gather_or_cancel,
-    join_key,
-)
+from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
 from durable_obj.stores.shared import SharedFS
 
 if TYPE_CHECKING:
@@ -100,6 +95,10 @@ class CloudStore(Store):
     def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
         """The error for a failed call: what, where, and what to check."""
 
+    @abc.abstractmethod
+    async def _missing(self, exc: BaseException) -> bool:
+        """Whether a failed read says the key does not exist (and not the bucket)."""
+
     async def _retry(self, fn: Callable[[], Awaitable[T]]) -> T:
         """`fn()` for an idempotent call, retried on transient failures."""
         for attempt in range(self._attempts):
@@ -110,6 +109,28 @@ class CloudStore(Store):
                     raise
                 await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
         raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _download_to(
+        self, key: str, path: str, write: Callable[[BinaryIO], Awaitable[None]]
+    ) -> bool:
+        """Stream `key` to `path` by `await write(file)`, retried, through a
+        temp file renamed into place; False if the key does not exist."""
+        tmp = f"{path}.{uuid.uuid4().hex}.part"
+
+        async def once() -> None:
+            with open(tmp, "wb") as dst:
+                await write(dst)
+
+        try:
+            await self._retry(once)
+            os.replace(tmp, path)
+        except Exception as exc:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if await self._missing(exc):
+                return False
+            raise self._error("downloading", key, exc) from exc
+        return True
 
     # -- listing --------------------------------------------------------
     def _list_scope(self, prefix: str) -> tuple[str, int]:
@@ -184,3 +205,25 @@ class CloudStore(Store):
         if self._shared.release():
             with contextlib.suppress(Exception):  # closing is best effort
                 self._run(self._close)
+
+
+async def gather_or_cancel(coros: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run `coros` concurrently; on the first failure cancel the rest and raise it."""
+    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    if not tasks:
+        return
+    try:
+        _, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending)
+    # Retrieve every failure (asyncio logs unretrieved ones), raise the first.
+    failures = [t.exception() for t in tasks if t.done() and not t.cancelled()]
+    for failure in failures:
+        if failure is not None:
+            raise failure

@@ -31,7 +31,7 @@ import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
@@ -202,6 +202,9 @@ class GCSStore(CloudStore):
     def _transient(self, exc: BaseException) -> bool:
         return _transient(exc)
 
+    async def _missing(self, exc: BaseException) -> bool:
+        return _kind(exc) == "missing" and not await self._bucket_missing()
+
     async def _bucket_missing(self) -> bool:
         """After a 404: is it the bucket (not just the object) that is missing?"""
         if self._bucket_exists:
@@ -258,7 +261,7 @@ class GCSStore(CloudStore):
         try:
             headers, body = await self._retry(lambda: self._call("GET", url, {"alt": "media"}))
         except Exception as exc:
-            if _kind(exc) == "missing" and not await self._bucket_missing():
+            if await self._missing(exc):
                 return None
             raise self._error("reading", key, exc) from exc
         generation = headers.get("x-goog-generation")
@@ -271,9 +274,8 @@ class GCSStore(CloudStore):
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         url = self._object_url(self._key(key))
-        tmp = f"{path}.{uuid.uuid4().hex}.part"
 
-        async def once() -> None:
+        async def write(dst: BinaryIO) -> None:
             session = await self._session()
             query, heads = self._prepare({"alt": "media"}, None)
             async with session.get(url, params=query, headers=heads, **self._timeout()) as resp:
@@ -281,23 +283,13 @@ class GCSStore(CloudStore):
                     raise _Answer(resp.status, await resp.read())
                 if callback is not None:
                     callback.set_size(int(resp.headers.get("Content-Length") or 0))
-                with open(tmp, "wb") as dst:
-                    async for chunk in resp.content.iter_chunked(CHUNK):
-                        dst.write(chunk)
-                        if callback is not None:
-                            callback.relative_update(len(chunk))
+                async for chunk in resp.content.iter_chunked(CHUNK):
+                    dst.write(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
             self._bucket_exists = True
 
-        try:
-            await self._retry(once)
-            os.replace(tmp, path)
-        except Exception as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if _kind(exc) == "missing" and not await self._bucket_missing():
-                return False
-            raise self._error("downloading", key, exc) from exc
-        return True
+        return await self._download_to(key, path, write)
 
     async def _list(self, prefix: str) -> list[Entry]:
         start, cut = self._list_scope(prefix)

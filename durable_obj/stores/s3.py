@@ -25,8 +25,7 @@ import importlib
 import logging
 import math
 import os
-import uuid
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
@@ -236,6 +235,9 @@ class S3Store(CloudStore):
     def _transient(self, exc: BaseException) -> bool:
         return _classify(exc).transient
 
+    async def _missing(self, exc: BaseException) -> bool:
+        return _classify(exc).kind == "missing_key"
+
     def _conditional_fail(self, action: str, key: str, exc: BaseException) -> BackendError:
         """The error for a conditional write that did not report success."""
         failure = _classify(exc)
@@ -263,7 +265,7 @@ class S3Store(CloudStore):
         try:
             return await self._retry(once)
         except Exception as exc:
-            if _classify(exc).kind == "missing_key":
+            if await self._missing(exc):
                 return None
             raise self._error("reading", key, exc) from exc
 
@@ -321,32 +323,21 @@ class S3Store(CloudStore):
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         s3 = await self._s3()
         full = self._key(key)
-        tmp = f"{path}.{uuid.uuid4().hex}.part"
 
-        async def once() -> None:
+        async def write(dst: BinaryIO) -> None:
             resp = await s3.get_object(Bucket=self._bucket, Key=full)
             body = resp["Body"]
             try:
                 if callback is not None:
                     callback.set_size(int(resp.get("ContentLength") or 0))
-                with open(tmp, "wb") as dst:
-                    while chunk := await body.read(READ_CHUNK):
-                        dst.write(chunk)
-                        if callback is not None:
-                            callback.relative_update(len(chunk))
+                while chunk := await body.read(READ_CHUNK):
+                    dst.write(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
             finally:
                 body.close()
 
-        try:
-            await self._retry(once)
-            os.replace(tmp, path)
-        except Exception as exc:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            if _classify(exc).kind == "missing_key":
-                return False
-            raise self._error("downloading", key, exc) from exc
-        return True
+        return await self._download_to(key, path, write)
 
     async def _list(self, prefix: str) -> list[Entry]:
         s3 = await self._s3()
