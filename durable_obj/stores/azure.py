@@ -238,12 +238,7 @@ class AzureStore(CloudStore):
             data = await stream.readall()
             return Blob(bytes(data), Version(str(stream.properties.etag)))
 
-        try:
-            return await self._retry(once)
-        except Exception as exc:
-            if await self._missing(exc):
-                return None
-            raise self._error("reading", key, exc) from exc
+        return await self._read(key, once)
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         blob = self._blob(key)

@@ -110,6 +110,15 @@ class CloudStore(Store):
                 await asyncio.sleep(min(0.1 * 2**attempt, 5.0))
         raise AssertionError("unreachable")  # pragma: no cover
 
+    async def _read(self, key: str, once: Callable[[], Awaitable[T]]) -> T | None:
+        """`once()` for a read of `key`, retried; None if the key does not exist."""
+        try:
+            return await self._retry(once)
+        except Exception as exc:
+            if await self._missing(exc):
+                return None
+            raise self._error("reading", key, exc) from exc
+
     async def _download_to(
         self, key: str, path: str, write: Callable[[BinaryIO], Awaitable[None]]
     ) -> bool:

@@ -258,12 +258,10 @@ class GCSStore(CloudStore):
     # -- reads ----------------------------------------------------------
     async def _get(self, key: str) -> Blob | None:
         url = self._object_url(self._key(key))
-        try:
-            headers, body = await self._retry(lambda: self._call("GET", url, {"alt": "media"}))
-        except Exception as exc:
-            if await self._missing(exc):
-                return None
-            raise self._error("reading", key, exc) from exc
+        got = await self._read(key, lambda: self._call("GET", url, {"alt": "media"}))
+        if got is None:
+            return None
+        headers, body = got
         generation = headers.get("x-goog-generation")
         if not generation:
             raise BackendError(

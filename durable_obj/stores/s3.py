@@ -262,12 +262,7 @@ class S3Store(CloudStore):
                 body.close()
             return Blob(bytes(data), Version(str(resp["ETag"])))
 
-        try:
-            return await self._retry(once)
-        except Exception as exc:
-            if await self._missing(exc):
-                return None
-            raise self._error("reading", key, exc) from exc
+        return await self._read(key, once)
 
     async def _get_many(self, keys: list[str], concurrency: int) -> list[Blob | None]:
         fulls = [self._key(key) for key in keys]
