@@ -4,9 +4,9 @@ The WAL re-executes SQL. A statement that reads the clock, a random source,
 the host or anything outside the object gives another result on every
 replay, and every replica silently differs from the writer. For each
 `execute()` this module decides, from the engine's own catalogue
-(`system.functions.deterministic`, `system.table_functions`) and a lexer
-that knows ClickHouse strings, quoted identifiers and comments (so `'now()'`,
-`` `now()` `` and `-- now()` are not calls):
+(`system.functions.deterministic`, `system.table_functions`) and the lexer
+of `durable_obj.sql`, which knows ClickHouse strings, quoted identifiers and
+comments (so `'now()'`, `` `now()` `` and `-- now()` are not calls):
 
 * deterministic: logged unchanged;
 * pinnable: evaluated once now and replaced by a literal of the same type,
@@ -27,12 +27,25 @@ Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import DurableError, Nondeterministic
+from durable_obj.sql import (
+    Call,
+    InsertShape,
+    Token,
+    code_words,
+    evaluated_from,
+    find_calls,
+    insert_shape,
+    outermost,
+    quote_ident,
+    quote_string,
+    splice,
+    tokenize,
+    tokenize_head,
+)
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -123,273 +136,6 @@ EXTERNAL_ENGINES = frozenset(
 EXTERNAL_SOURCES = frozenset({"http", "https", "executable_pool", "cassandra"})
 #: system tables that are pure generators.
 PURE_SYSTEM_TABLES = frozenset({"numbers", "numbers_mt", "zeros", "zeros_mt", "one"})
-
-# The lexer's rules, one fragment each: _TOKEN, and the two fast scans
-# that must skip exactly what it skips (_CODE_SCAN, _ROW_SKIP), are built
-# from these, so they cannot drift apart.
-_COMMENT = r"--[^\n]*|\#[^\n]*|/\*.*?\*/"
-_STRING = r"'(?:[^'\\]|\\.|'')*'"
-_HEREDOC = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
-_QUOTED = r'"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`'
-_NUMBER = r"0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
-_IDENT = r"[A-Za-z_][A-Za-z0-9_$]*"
-
-_TOKEN = re.compile(
-    rf"""
-    (?P<ws>\s+)
-  | (?P<comment>{_COMMENT})
-  | (?P<string>{_STRING})
-  | (?P<heredoc>{_HEREDOC})
-  | (?P<quoted>{_QUOTED})
-  | (?P<number>(?:{_NUMBER}))
-  | (?P<ident>{_IDENT})
-  | (?P<punct>.)
-    """,
-    re.VERBOSE | re.DOTALL,
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    kind: str
-    text: str
-    start: int
-    end: int
-
-    @property
-    def name(self) -> str:
-        """An identifier as the engine sees it: unquoted, case kept."""
-        if self.kind == "quoted":
-            return re.sub(r"\\(.)|``|\"\"", lambda m: m.group(1) or m.group()[0], self.text[1:-1])
-        return self.text
-
-    @property
-    def word(self) -> str:
-        """An identifier's name, unquoted and lower-cased; '' for others."""
-        if self.kind == "ident":
-            return self.text.lower()
-        if self.kind == "quoted":
-            return self.text[1:-1].lower()
-        return ""
-
-
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: What `_TOKEN` skips as data, its numbers and identifiers: matched from the same
-#: positions as the lexer (an identifier is consumed whole, so a `$` in it
-#: never opens a heredoc), so text the lexer reads as code is never skipped.
-_CODE_SCAN = re.compile(
-    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBER}|(?P<ident>{_IDENT})",
-    re.DOTALL,
-)
-
-
-def code_words(sql: str) -> set[str]:
-    """Lower-cased identifiers of `sql` outside strings and comments (quoted
-    ones by their words): a superset of the names the lexer's tokens carry,
-    at the cost of a regex scan instead of a full lexing."""
-    words: set[str] = set()
-    for m in _CODE_SCAN.finditer(sql):
-        if (ident := m.group("ident")) is not None:
-            words.add(ident.lower())
-            words.update(w.lower() for w in _WORD.findall(ident))
-        elif (quoted := m.group("quoted")) is not None:
-            words.add(quoted[1:-1].lower())  # as Token.word has it
-            words.update(w.lower() for w in _WORD.findall(quoted))
-    return words
-
-
-_BODY = frozenset({"values", "select", "with", "format"})
-
-
-def tokenize_head(sql: str) -> list[Token]:
-    """Tokens up to and including the first VALUES / SELECT / WITH / FORMAT
-    at depth 0: an INSERT's head, without lexing its (maybe huge) body."""
-    out: list[Token] = []
-    depth = 0
-    for tok in _tokens(sql):
-        out.append(tok)
-        if tok.text in ("(", "["):
-            depth += 1
-        elif tok.text in (")", "]"):
-            depth -= 1
-        elif depth == 0 and tok.kind == "ident" and tok.text.lower() in _BODY:
-            break
-    return out
-
-
-_ROW_PLAIN = re.compile(r"[^'\"`()\[\]{}\-/#$]+")
-_ROW_SKIP = re.compile(rf"{_STRING}|{_QUOTED}|{_HEREDOC}|{_COMMENT}", re.DOTALL)
-_SPACE = re.compile(r"\s*")
-_CLOSER = {"(": ")", "[": "]", "{": "}"}
-
-
-def split_rows(tail: str) -> list[str] | None:
-    """The row texts of a VALUES tail `(..), (..) [;]`, exactly as written, or
-    None if the tail is anything else (a comment between rows, data after
-    them, an unterminated string or bracket). Strings, quoted names,
-    heredocs and comments are skipped by the same rules as `tokenize`, so a
-    bracket inside them is never counted. Linear, and far cheaper than
-    lexing every number of a long row."""
-    rows: list[str] = []
-    n = len(tail)
-    pos = _SPACE.match(tail).end()  # type: ignore[union-attr]
-    while pos < n and tail[pos] == "(":
-        start, open_ = pos, []
-        while True:
-            pos = m.end() if (m := _ROW_PLAIN.match(tail, pos)) else pos
-            if pos >= n:
-                return None
-            ch = tail[pos]
-            if ch in _CLOSER:
-                open_.append(_CLOSER[ch])
-                pos += 1
-            elif ch in ")]}":
-                if not open_ or open_.pop() != ch:
-                    return None
-                pos += 1
-                if not open_:
-                    break
-            elif (skip := _ROW_SKIP.match(tail, pos)) is not None:
-                pos = skip.end()
-            elif ch in "'\"`" or tail.startswith(("/*", "--"), pos):
-                return None  # unterminated
-            else:
-                pos += 1  # a lone '-', '/' or '$'
-        rows.append(tail[start:pos])
-        pos = _SPACE.match(tail, pos).end()  # type: ignore[union-attr]
-        if pos >= n or tail[pos] != ",":
-            break
-        pos = _SPACE.match(tail, pos + 1).end()  # type: ignore[union-attr]
-        if pos >= n or tail[pos] != "(":
-            return None
-    if pos < n and tail[pos] == ";":
-        pos = _SPACE.match(tail, pos + 1).end()  # type: ignore[union-attr]
-    return rows if rows and pos == n else None
-
-
-def tokenize(sql: str) -> list[Token]:
-    return list(_tokens(sql))
-
-
-def _tokens(sql: str) -> Iterator[Token]:
-    """Significant tokens (no whitespace or comments). An unterminated
-    string or comment ends as one punct token, which never matches a name."""
-    for m in _TOKEN.finditer(sql):
-        kind = m.lastgroup or "punct"
-        if kind == "tag":
-            kind = "heredoc"
-        if kind in ("ws", "comment"):
-            continue
-        if kind == "heredoc":
-            kind = "string"
-        yield Token(kind, m.group(), m.start(), m.end())
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """A function call: its name and the [start, end) span of `name(...)`."""
-
-    name: str  # lower-cased, for matching
-    start: int
-    end: int
-    first: int  # token index of the name
-    last: int  # token index of the closing parenthesis
-    shown: str = ""  # as written, for messages
-
-
-def find_calls(tokens: list[Token]) -> list[Call]:
-    """Every `name(` ... `)` in the statement, nested ones included."""
-    closing = _match_parens(tokens)
-    calls = []
-    for i, tok in enumerate(tokens[:-1]):
-        if tok.kind in ("ident", "quoted") and tokens[i + 1].text == "(":
-            # `a.b(` is still a call of b (a qualified name, e.g. a table function)
-            j = closing.get(i + 1)
-            if j is not None:
-                calls.append(Call(tok.word, tok.start, tokens[j].end, i, j, tok.name))
-    return calls
-
-
-def _match_parens(tokens: list[Token]) -> dict[int, int]:
-    stack: list[int] = []
-    pairs: dict[int, int] = {}
-    for i, tok in enumerate(tokens):
-        if tok.text in ("(", "["):
-            stack.append(i)
-        elif tok.text in (")", "]") and stack:
-            pairs[stack.pop()] = i
-    return pairs
-
-
-@dataclass
-class InsertShape:
-    """Where the parts of `INSERT INTO t [(cols)] [SETTINGS ...] VALUES rows` are."""
-
-    table: str
-    database: str | None
-    columns: list[str] | None
-    values_at: int | None  # token index of VALUES, None for INSERT ... SELECT
-    settings_at: int | None
-    head_end: int  # token index after the table name / column list
-    rows: list[tuple[int, int]] = field(default_factory=list)  # (open, close) token idx
-
-
-def insert_shape(tokens: list[Token]) -> InsertShape | None:
-    """The shape of an INSERT, or None for anything else (incl. INSERT INTO FUNCTION)."""
-    words = [t.word if t.kind == "ident" else "" for t in tokens]
-    if len(tokens) < 3 or words[0] != "insert" or words[1] != "into":
-        return None
-    i = 2
-    if words[i] == "table":
-        i += 1
-    if i >= len(tokens) or words[i] == "function":
-        return None
-    name = [tokens[i].name]
-    i += 1
-    if i + 1 < len(tokens) and tokens[i].text == ".":
-        name.append(tokens[i + 1].name)
-        i += 2
-    columns: list[str] | None = None
-    closing = _match_parens(tokens)
-    if i < len(tokens) and tokens[i].text == "(":
-        end = closing.get(i)
-        if end is None:
-            return None
-        columns = [t.name for t in tokens[i + 1 : end] if t.kind in ("ident", "quoted")]
-        i = end + 1
-    head_end = i
-    settings_at = i if i < len(tokens) and words[i] == "settings" else None
-    values_at = None
-    depth = 0
-    for j in range(i, len(tokens)):
-        if tokens[j].text in ("(", "["):
-            depth += 1
-        elif tokens[j].text in (")", "]"):
-            depth -= 1
-        elif depth == 0 and words[j] in ("select", "with", "format"):
-            break
-        elif depth == 0 and words[j] == "values":
-            values_at = j
-            break
-    shape = InsertShape(
-        table=name[-1],
-        database=name[0] if len(name) == 2 else None,
-        columns=columns,
-        values_at=values_at,
-        settings_at=settings_at,
-        head_end=head_end,
-    )
-    if values_at is not None:
-        j = values_at + 1
-        while j < len(tokens):
-            if tokens[j].text == "(" and j in closing:
-                shape.rows.append((j, closing[j]))
-                j = closing[j] + 1
-            elif tokens[j].text in (",", ";"):
-                j += 1
-            else:
-                return None  # not a plain list of tuples: treat as unknown shape
-    return shape
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,7 +230,7 @@ class Pinner:
         if has_settings or shape.head_end >= len(tokens):
             return sql
         at = tokens[shape.head_end].start
-        return f"{sql[:at]}SETTINGS session_timezone = '{self._tz}' {sql[at:]}"
+        return f"{sql[:at]}SETTINGS session_timezone = {quote_string(self._tz)} {sql[at:]}"
 
     def _prepare_full(self, sql: str, db: str) -> str:
         tokens = tokenize(sql)
@@ -492,14 +238,14 @@ class Pinner:
         self._refuse_outside_reads(tokens, calls)
         shape = insert_shape(tokens)
         rows = [] if shape is None else [(tokens[a].start, tokens[b].end) for a, b in shape.rows]
-        evaluated, pinnable = _evaluated_from(tokens)
+        evaluated, pinnable = evaluated_from(tokens)
         culprits = [
             c for c in calls if c.name in self._catalog.nondeterministic and c.first >= evaluated
         ]
-        outermost = _outermost(culprits)
+        to_pin = outermost(culprits)
         replacements: list[tuple[int, int, str]] = []
         pin: list[Call] = []
-        for call in outermost:
+        for call in to_pin:
             if not pinnable:
                 raise Nondeterministic(
                     f"{call.shown}() is stored in a definition that runs on every future "
@@ -526,7 +272,7 @@ class Pinner:
         if shape is not None:
             needed = self._explicit_defaults(tokens, shape, db, replacements)
         if replacements:
-            sql = _splice(sql, replacements)
+            sql = splice(sql, replacements)
         return self._with_settings(sql, needed)
 
     def _refuse_outside_reads(self, tokens: list[Token], calls: list[Call]) -> None:
@@ -679,11 +425,11 @@ class Pinner:
             ordinary = [c[0] for c in columns if c[2] not in ("MATERIALIZED", "ALIAS", "EPHEMERAL")]
             at = tokens[shape.head_end - 1].end
             replacements.append(
-                (at, at, " (" + ", ".join(map(_quote_ident, ordinary + names)) + ")")
+                (at, at, " (" + ", ".join(map(quote_ident, ordinary + names)) + ")")
             )
         else:
             at = tokens[shape.head_end - 1].start  # the list's closing parenthesis
-            replacements.append((at, at, ", " + ", ".join(map(_quote_ident, names))))
+            replacements.append((at, at, ", " + ", ".join(map(quote_ident, names))))
         if any(m[2] == "MATERIALIZED" for m in missing):
             return ["insert_allow_materialized_columns = 1"]
         return []
@@ -706,71 +452,10 @@ class Pinner:
                     "explicitly. Nothing was run."
                 )
             return sql
-        settings = ", ".join([*needed, f"session_timezone = '{self._tz}'"])
+        settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         at = tokens[shape.head_end].start
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
 
 
-def _evaluated_from(tokens: list[Token]) -> tuple[int, bool]:
-    """(first token index whose calls run now, whether pinning keeps the meaning).
-
-    Definitions are stored, not evaluated: a column DEFAULT, a plain VIEW, a
-    FUNCTION, a DICTIONARY layout. `CREATE TABLE ... AS SELECT` evaluates its
-    SELECT; `ALTER ... UPDATE/DELETE` evaluates; a MATERIALIZED VIEW runs its
-    query on every future insert, so a value there can neither be left to the
-    engine nor pinned.
-    """
-    words = [t.word if t.kind == "ident" else t.text for t in tokens]
-    if not words:
-        return 0, True
-    head = words[:8]
-    if words[0] in ("create", "attach"):
-        if "materialized" in head:
-            return 0, False
-        if "view" in head or "function" in head or "dictionary" in head:
-            return len(tokens), True
-        depth = 0
-        for i, w in enumerate(words):
-            if w in ("(", "["):
-                depth += 1
-            elif w in (")", "]"):
-                depth -= 1
-            elif depth == 0 and w == "as" and words[i + 1 : i + 2] in (["select"], ["with"], ["("]):
-                return i + 1, True
-        return len(tokens), True
-    if words[0] == "alter":
-        depth = 0
-        for w in words:
-            if w in ("(", "["):
-                depth += 1
-            elif w in (")", "]"):
-                depth -= 1
-            elif depth == 0 and w in ("update", "delete"):
-                return 0, True
-        return len(tokens), True
-    return 0, True
-
-
-def _outermost(calls: list[Call]) -> list[Call]:
-    out: list[Call] = []
-    for call in sorted(calls, key=lambda c: (c.start, -c.end)):
-        if out and call.start < out[-1].end:
-            continue
-        out.append(call)
-    return out
-
-
-def _splice(sql: str, replacements: list[tuple[int, int, str]]) -> str:
-    for start, end, text in sorted(replacements, key=lambda r: (r[0], r[1]), reverse=True):
-        sql = sql[:start] + text + sql[end:]
-    return sql
-
-
 def _literal(type_name: str, value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    type_lit = type_name.replace("\\", "\\\\").replace("'", "\\'")
-    return f"CAST('{escaped}', '{type_lit}')"
-
-
-def _quote_ident(name: str) -> str:
-    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+    return f"CAST({quote_string(value)}, {quote_string(type_name)})"

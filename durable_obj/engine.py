@@ -39,6 +39,7 @@ from durable_obj.errors import (
     SecretRefused,
 )
 from durable_obj.protocol import BACKUP_FORMAT, ENGINE_NAME, version_lt
+from durable_obj.sql import quote_string
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
 SYNCHRONOUS_SETTINGS = {
@@ -217,7 +218,7 @@ class Engine:
         ).strip()
         if known != "1":
             raise InvalidArgument(f"unknown time zone {tz!r}; use an IANA name such as 'UTC'")
-        self.run("SET session_timezone = '" + tz.replace("\\", "").replace("'", "") + "'")
+        self.run("SET session_timezone = " + quote_string(tz))
 
     def create_database(self, db: str) -> None:
         self.run_params("CREATE DATABASE IF NOT EXISTS {db:Identifier}", {"db": db})

@@ -15,8 +15,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.determinism import insert_shape, split_rows, tokenize_head
 from durable_obj.errors import Corrupt, EngineError
+from durable_obj.sql import insert_shape, is_insert, split_rows, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -52,7 +52,7 @@ class Replayer:
         if split is None:
             self.finish()
             self._run(sql, where)
-            if not _is_insert(sql):
+            if not is_insert(sql):
                 self._eligible.clear()  # DDL may change what a table is
             return
         prefix, rows = split
@@ -91,7 +91,7 @@ class Replayer:
     def _split(self, sql: str) -> tuple[str, list[str]] | None:
         """(text up to and including VALUES, [row texts]) of a batchable INSERT.
         Only the head is lexed; the rows are delimited by `split_rows`."""
-        if not _is_insert(sql):
+        if not is_insert(sql):
             return None
         head = tokenize_head(sql)
         shape = insert_shape(head)

@@ -1,0 +1,392 @@
+"""Pure ClickHouse lexing: tokens, the INSERT shape, rows, calls, quoting.
+
+No engine here and no policy: this module reads SQL text the way ClickHouse's
+lexer does (strings, heredocs, quoted identifiers and comments are data, so
+`'now()'`, `` `now()` `` and `-- now()` hold no call) and builds text that
+ClickHouse reads back exactly (`quote_string`, `quote_ident`, `splice`).
+`determinism.py` decides what a statement means for replay, `replay.py`
+batches INSERTs; both read statements only through the functions here.
+
+The lexer (`tokenize`) and its two fast scans (`code_words`, `split_rows`)
+are built from the same rule fragments, so what one skips as data the
+others skip too. Brackets are counted by one iterator, `depth_zero`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+# The lexer's rules, one fragment each: _TOKEN, and the two fast scans
+# that must skip exactly what it skips (_CODE_SCAN, _ROW_SKIP), are built
+# from these, so they cannot drift apart.
+_COMMENT = r"--[^\n]*|\#[^\n]*|/\*.*?\*/"
+_STRING = r"'(?:[^'\\]|\\.|'')*'"
+_HEREDOC = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
+_QUOTED = r'"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`'
+_NUMBER = r"0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
+_IDENT = r"[A-Za-z_][A-Za-z0-9_$]*"
+
+_TOKEN = re.compile(
+    rf"""
+    (?P<ws>\s+)
+  | (?P<comment>{_COMMENT})
+  | (?P<string>{_STRING})
+  | (?P<heredoc>{_HEREDOC})
+  | (?P<quoted>{_QUOTED})
+  | (?P<number>(?:{_NUMBER}))
+  | (?P<ident>{_IDENT})
+  | (?P<punct>.)
+    """,
+    re.VERBOSE | re.DOTALL,
+)
+
+_OPEN = frozenset({"(", "["})
+_CLOSE = frozenset({")", "]"})
+
+
+@dataclass(frozen=True, slots=True)
+class Token:
+    kind: str  # string, quoted, number, ident or punct
+    text: str
+    start: int
+    end: int
+
+    @property
+    def name(self) -> str:
+        """An identifier as the engine sees it: unquoted, case kept."""
+        if self.kind == "quoted":
+            return re.sub(r"\\(.)|``|\"\"", lambda m: m.group(1) or m.group()[0], self.text[1:-1])
+        return self.text
+
+    @property
+    def word(self) -> str:
+        """An identifier's name, unquoted and lower-cased; '' for others."""
+        if self.kind == "ident":
+            return self.text.lower()
+        if self.kind == "quoted":
+            return self.text[1:-1].lower()
+        return ""
+
+
+def tokenize(sql: str) -> list[Token]:
+    return list(_tokens(sql))
+
+
+def _tokens(sql: str) -> Iterator[Token]:
+    """Significant tokens (no whitespace or comments). An unterminated
+    string or comment ends as one punct token, which never matches a name."""
+    for m in _TOKEN.finditer(sql):
+        kind = m.lastgroup or "punct"
+        if kind == "tag":
+            kind = "heredoc"
+        if kind in ("ws", "comment"):
+            continue
+        if kind == "heredoc":
+            kind = "string"
+        yield Token(kind, m.group(), m.start(), m.end())
+
+
+def depth_zero(tokens: Iterable[Token], start: int = 0) -> Iterator[tuple[int, Token]]:
+    """(index, token) of each token outside every `(...)` and `[...]`, from
+    index `start` (counted as depth 0). The brackets themselves are never
+    yielded; after an unmatched closer nothing is at depth 0 any more."""
+    depth = 0
+    for i, tok in enumerate(tokens):
+        if i < start:
+            continue
+        if tok.text in _OPEN:
+            depth += 1
+        elif tok.text in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            yield i, tok
+
+
+def match_parens(tokens: list[Token]) -> dict[int, int]:
+    """Index of each opening bracket -> index of the bracket that closes it."""
+    stack: list[int] = []
+    pairs: dict[int, int] = {}
+    for i, tok in enumerate(tokens):
+        if tok.text in _OPEN:
+            stack.append(i)
+        elif tok.text in _CLOSE and stack:
+            pairs[stack.pop()] = i
+    return pairs
+
+
+# -- fast scans ---------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: What `_TOKEN` skips as data, its numbers and identifiers: matched from the same
+#: positions as the lexer (an identifier is consumed whole, so a `$` in it
+#: never opens a heredoc), so text the lexer reads as code is never skipped.
+_CODE_SCAN = re.compile(
+    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBER}|(?P<ident>{_IDENT})",
+    re.DOTALL,
+)
+
+
+def code_words(sql: str) -> set[str]:
+    """Lower-cased identifiers of `sql` outside strings and comments (quoted
+    ones by their words): a superset of the names the lexer's tokens carry,
+    at the cost of a regex scan instead of a full lexing."""
+    words: set[str] = set()
+    for m in _CODE_SCAN.finditer(sql):
+        if (ident := m.group("ident")) is not None:
+            words.add(ident.lower())
+            words.update(w.lower() for w in _WORD.findall(ident))
+        elif (quoted := m.group("quoted")) is not None:
+            words.add(quoted[1:-1].lower())  # as Token.word has it
+            words.update(w.lower() for w in _WORD.findall(quoted))
+    return words
+
+
+_BODY = frozenset({"values", "select", "with", "format"})
+
+
+def tokenize_head(sql: str) -> list[Token]:
+    """Tokens up to and including the first VALUES / SELECT / WITH / FORMAT
+    at depth 0: an INSERT's head, without lexing its (maybe huge) body."""
+    out: list[Token] = []
+
+    def kept() -> Iterator[Token]:
+        for tok in _tokens(sql):
+            out.append(tok)
+            yield tok
+
+    for _, tok in depth_zero(kept()):
+        if tok.kind == "ident" and tok.text.lower() in _BODY:
+            break
+    return out
+
+
+_ROW_PLAIN = re.compile(r"[^'\"`()\[\]{}\-/#$]+")
+_ROW_SKIP = re.compile(rf"{_STRING}|{_QUOTED}|{_HEREDOC}|{_COMMENT}", re.DOTALL)
+_SPACE = re.compile(r"\s*")
+_CLOSER = {"(": ")", "[": "]", "{": "}"}
+
+
+def _skip_space(text: str, pos: int) -> int:
+    return _SPACE.match(text, pos).end()  # type: ignore[union-attr]
+
+
+def split_rows(tail: str) -> list[str] | None:
+    """The row texts of a VALUES tail `(..), (..) [;]`, exactly as written, or
+    None if the tail is anything else (a comment between rows, data after
+    them, an unterminated string or bracket). Strings, quoted names,
+    heredocs and comments are skipped by the same rules as `tokenize`, so a
+    bracket inside them is never counted. Linear, and far cheaper than
+    lexing every number of a long row."""
+    rows: list[str] = []
+    n = len(tail)
+    pos = _skip_space(tail, 0)
+    while pos < n and tail[pos] == "(":
+        start, open_ = pos, []
+        while True:
+            pos = m.end() if (m := _ROW_PLAIN.match(tail, pos)) else pos
+            if pos >= n:
+                return None
+            ch = tail[pos]
+            if ch in _CLOSER:
+                open_.append(_CLOSER[ch])
+                pos += 1
+            elif ch in ")]}":
+                if not open_ or open_.pop() != ch:
+                    return None
+                pos += 1
+                if not open_:
+                    break
+            elif (skip := _ROW_SKIP.match(tail, pos)) is not None:
+                pos = skip.end()
+            elif ch in "'\"`" or tail.startswith(("/*", "--"), pos):
+                return None  # unterminated
+            else:
+                pos += 1  # a lone '-', '/' or '$'
+        rows.append(tail[start:pos])
+        pos = _skip_space(tail, pos)
+        if pos >= n or tail[pos] != ",":
+            break
+        pos = _skip_space(tail, pos + 1)
+        if pos >= n or tail[pos] != "(":
+            return None
+    if pos < n and tail[pos] == ";":
+        pos = _skip_space(tail, pos + 1)
+    return rows if rows and pos == n else None
+
+
+_LEADING_INSERT = re.compile(rf"(?:\s+|{_COMMENT})*insert\b", re.IGNORECASE | re.DOTALL)
+
+
+def is_insert(sql: str) -> bool:
+    """Whether the statement's first word (after space and comments) is INSERT."""
+    return _LEADING_INSERT.match(sql) is not None
+
+
+# -- calls ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A function call: its name and the [start, end) span of `name(...)`."""
+
+    name: str  # lower-cased, for matching
+    start: int
+    end: int
+    first: int  # token index of the name
+    last: int  # token index of the closing parenthesis
+    shown: str = ""  # as written, for messages
+
+
+def find_calls(tokens: list[Token]) -> list[Call]:
+    """Every `name(` ... `)` in the statement, nested ones included."""
+    closing = match_parens(tokens)
+    calls = []
+    for i, tok in enumerate(tokens[:-1]):
+        if tok.kind in ("ident", "quoted") and tokens[i + 1].text == "(":
+            # `a.b(` is still a call of b (a qualified name, e.g. a table function)
+            j = closing.get(i + 1)
+            if j is not None:
+                calls.append(Call(tok.word, tok.start, tokens[j].end, i, j, tok.name))
+    return calls
+
+
+def outermost(calls: list[Call]) -> list[Call]:
+    """The calls not nested in another of `calls`, in text order."""
+    out: list[Call] = []
+    for call in sorted(calls, key=lambda c: (c.start, -c.end)):
+        if out and call.start < out[-1].end:
+            continue
+        out.append(call)
+    return out
+
+
+# -- statement shapes -----------------------------------------------------------
+
+
+@dataclass
+class InsertShape:
+    """Where the parts of `INSERT INTO t [(cols)] [SETTINGS ...] VALUES rows` are."""
+
+    table: str
+    database: str | None
+    columns: list[str] | None
+    values_at: int | None  # token index of VALUES, None for INSERT ... SELECT
+    settings_at: int | None
+    head_end: int  # token index after the table name / column list
+    rows: list[tuple[int, int]] = field(default_factory=list)  # (open, close) token idx
+    select_at: int | None = None  # token index of the SELECT / WITH of INSERT ... SELECT
+
+
+def insert_shape(tokens: list[Token]) -> InsertShape | None:
+    """The shape of an INSERT, or None for anything else (incl. INSERT INTO FUNCTION)."""
+    words = [t.word if t.kind == "ident" else "" for t in tokens]
+    if len(tokens) < 3 or words[0] != "insert" or words[1] != "into":
+        return None
+    i = 2
+    if words[i] == "table":
+        i += 1
+    if i >= len(tokens) or words[i] == "function":
+        return None
+    name = [tokens[i].name]
+    i += 1
+    if i + 1 < len(tokens) and tokens[i].text == ".":
+        name.append(tokens[i + 1].name)
+        i += 2
+    columns: list[str] | None = None
+    closing = match_parens(tokens)
+    if i < len(tokens) and tokens[i].text == "(":
+        end = closing.get(i)
+        if end is None:
+            return None
+        columns = [t.name for t in tokens[i + 1 : end] if t.kind in ("ident", "quoted")]
+        i = end + 1
+    head_end = i
+    settings_at = i if i < len(tokens) and words[i] == "settings" else None
+    values_at = select_at = None
+    for j, _ in depth_zero(tokens, i):
+        if words[j] in ("select", "with"):
+            select_at = j
+            break
+        if words[j] == "format":
+            break
+        if words[j] == "values":
+            values_at = j
+            break
+    shape = InsertShape(
+        table=name[-1],
+        database=name[0] if len(name) == 2 else None,
+        columns=columns,
+        values_at=values_at,
+        settings_at=settings_at,
+        head_end=head_end,
+        select_at=select_at,
+    )
+    if values_at is not None:
+        j = values_at + 1
+        while j < len(tokens):
+            if tokens[j].text == "(" and j in closing:
+                shape.rows.append((j, closing[j]))
+                j = closing[j] + 1
+            elif tokens[j].text in (",", ";"):
+                j += 1
+            else:
+                return None  # not a plain list of tuples: treat as unknown shape
+    return shape
+
+
+def evaluated_from(tokens: list[Token]) -> tuple[int, bool]:
+    """(first token index whose calls run now, whether pinning keeps the meaning).
+
+    Definitions are stored, not evaluated: a column DEFAULT, a plain VIEW, a
+    FUNCTION, a DICTIONARY layout. `CREATE TABLE ... AS SELECT` evaluates its
+    SELECT; `ALTER ... UPDATE/DELETE` evaluates; a MATERIALIZED VIEW runs its
+    query on every future insert, so a value there can neither be left to the
+    engine nor pinned.
+    """
+    words = [t.word if t.kind == "ident" else t.text for t in tokens]
+    if not words:
+        return 0, True
+    head = words[:8]
+    if words[0] in ("create", "attach"):
+        if "materialized" in head:
+            return 0, False
+        if "view" in head or "function" in head or "dictionary" in head:
+            return len(tokens), True
+        for i, _ in depth_zero(tokens):
+            if words[i] == "as" and words[i + 1 : i + 2] in (["select"], ["with"], ["("]):
+                return i + 1, True
+        return len(tokens), True
+    if words[0] == "alter":
+        if any(words[i] in ("update", "delete") for i, _ in depth_zero(tokens)):
+            return 0, True
+        return len(tokens), True
+    return 0, True
+
+
+# -- building text ----------------------------------------------------------------
+
+
+def quote_string(text: str) -> str:
+    """`text` as a ClickHouse string literal, quotes included: the engine reads
+    back exactly `text` (every character, whatever its code point)."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def quote_ident(name: str) -> str:
+    """`name` as a back-quoted ClickHouse identifier that reads back exactly."""
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def splice(sql: str, replacements: Iterable[tuple[int, int, str]]) -> str:
+    """`sql` with each [start, end) span replaced by its text. Spans must not
+    overlap; an empty span inserts."""
+    out: list[str] = []
+    pos = 0
+    for start, end, text in sorted(replacements, key=lambda r: (r[0], r[1])):
+        out.append(sql[pos:start])
+        out.append(text)
+        pos = end
+    out.append(sql[pos:])
+    return "".join(out)

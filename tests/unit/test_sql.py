@@ -1,0 +1,252 @@
+"""The pure SQL layer on its own: the parsers, the depth iterator, quoting."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from durable_obj import engine as engine_mod
+from durable_obj.engine import Engine
+from durable_obj.sql import (
+    depth_zero,
+    evaluated_from,
+    find_calls,
+    insert_shape,
+    is_insert,
+    outermost,
+    quote_ident,
+    quote_string,
+    splice,
+    split_rows,
+    tokenize,
+    tokenize_head,
+)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[Engine]:
+    eng = engine_mod.acquire()
+    try:
+        yield eng
+    finally:
+        eng.release()
+
+
+# -- insert_shape ---------------------------------------------------------------
+
+
+def test_insert_shape_of_a_values_insert() -> None:
+    sql = 'INSERT INTO db.`my t` (a, `b c`, "d") SETTINGS x = 1 VALUES (1, (2), [3]), (4, 5, 6);'
+    tokens = tokenize(sql)
+    shape = insert_shape(tokens)
+    assert shape is not None
+    assert (shape.database, shape.table) == ("db", "my t")
+    assert shape.columns == ["a", "b c", "d"]
+    assert shape.settings_at is not None and tokens[shape.settings_at].text == "SETTINGS"
+    assert tokens[shape.head_end].text == "SETTINGS"
+    assert shape.values_at is not None and tokens[shape.values_at].text == "VALUES"
+    rows = [sql[tokens[a].start : tokens[b].end] for a, b in shape.rows]
+    assert rows == ["(1, (2), [3])", "(4, 5, 6)"]
+    assert shape.select_at is None
+
+
+def test_insert_shape_of_an_insert_select() -> None:
+    sql = "insert into table t SELECT (values) FROM (SELECT 1 AS values)"
+    tokens = tokenize(sql)
+    shape = insert_shape(tokens)
+    assert shape is not None
+    assert (shape.database, shape.table, shape.columns) == (None, "t", None)
+    assert shape.values_at is None and shape.rows == []
+    assert shape.select_at == 4
+    with_tokens = tokenize("INSERT INTO t (a) WITH 1 AS x SELECT x")
+    with_shape = insert_shape(with_tokens)
+    assert with_shape is not None and with_shape.select_at is not None
+    assert with_tokens[with_shape.select_at].text == "WITH"
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "INSERT INTO FUNCTION file('x.csv') VALUES (1)",
+        "SELECT 1",
+        "INSERT t VALUES (1)",
+        "INSERT INTO t (a VALUES (1)",
+        "INSERT INTO t VALUES (1) FORMAT x",
+        "INSERT INTO t VALUES 1, 2",
+        "INSERT INTO",
+    ],
+)
+def test_insert_shape_knows_what_it_cannot_read(sql: str) -> None:
+    assert insert_shape(tokenize(sql)) is None
+
+
+def test_insert_shape_format_has_no_values() -> None:
+    shape = insert_shape(tokenize("INSERT INTO t FORMAT CSV"))
+    assert shape is not None and shape.values_at is None and shape.select_at is None
+
+
+def test_tokenize_head_stops_at_the_body_at_depth_zero() -> None:
+    sql = "INSERT INTO t (values, `select`) VALUES (1, 'a'), (2, 'b')"
+    head = tokenize_head(sql)
+    assert head[-1].text == "VALUES" and head == tokenize(sql)[: len(head)]
+    assert tokenize_head("INSERT INTO t") == tokenize("INSERT INTO t")
+
+
+# -- calls ----------------------------------------------------------------------
+
+
+def test_find_calls_sees_code_only_and_nesting() -> None:
+    sql = "SELECT f(g(1), 'h()') -- k()\n, db.tf(2), `q`(3), [x](4), (5)"
+    calls = find_calls(tokenize(sql))
+    assert [(c.name, sql[c.start : c.end]) for c in calls] == [
+        ("f", "f(g(1), 'h()')"),
+        ("g", "g(1)"),
+        ("tf", "tf(2)"),
+        ("q", "`q`(3)"),
+    ]
+    assert [c.name for c in outermost(calls)] == ["f", "tf", "q"]
+    assert calls[3].shown == "q"
+
+
+def test_find_calls_skips_an_unclosed_call() -> None:
+    assert [c.name for c in find_calls(tokenize("SELECT a(b(1)"))] == ["b"]
+
+
+# -- evaluated_from -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "first_word", "pinnable"),
+    [
+        ("INSERT INTO t VALUES (now())", "INSERT", True),
+        ("ALTER TABLE t UPDATE x = now() WHERE 1", "ALTER", True),
+        ("ALTER TABLE t DELETE WHERE ts < now()", "ALTER", True),
+        ("ALTER TABLE t ADD COLUMN c DateTime DEFAULT now()", None, True),
+        ("ALTER TABLE t MODIFY COLUMN c DEFAULT (SELECT 1 WHERE update)", None, True),
+        ("CREATE TABLE t ENGINE = Memory AS SELECT now()", "SELECT", True),
+        ("CREATE TABLE t ENGINE = Memory AS WITH 1 AS x SELECT x", "WITH", True),
+        ("CREATE TABLE t ENGINE = Memory AS (SELECT 1)", "(", True),
+        ("CREATE TABLE t (d DateTime DEFAULT now()) ENGINE = Memory", None, True),
+        ("CREATE TABLE t (a UInt8 ALIAS (1 AS select)) ENGINE = Memory", None, True),
+        ("CREATE VIEW v AS SELECT now()", None, True),
+        ("CREATE FUNCTION f AS () -> now()", None, True),
+        ("CREATE MATERIALIZED VIEW m ENGINE = Memory AS SELECT now()", "CREATE", False),
+        ("DELETE FROM t WHERE ts < now()", "DELETE", True),
+    ],
+)
+def test_evaluated_from(sql: str, first_word: str | None, pinnable: bool) -> None:
+    tokens = tokenize(sql)
+    at, can_pin = evaluated_from(tokens)
+    assert can_pin is pinnable
+    if first_word is None:
+        assert at == len(tokens)
+    else:
+        assert tokens[at].text == first_word
+    assert evaluated_from([]) == (0, True)
+
+
+# -- the depth-0 iterator ---------------------------------------------------------
+
+
+def _trees(depth: int = 3) -> st.SearchStrategy[list[object]]:
+    """A token list: words, and bracketed groups as (opener, inner list)."""
+    word = st.sampled_from(["a", "b1", "'s(t'", "`q)`", "7"])
+    if depth == 0:
+        return st.lists(word, max_size=4)
+    group = st.tuples(st.sampled_from(["(", "["]), st.deferred(lambda: _trees(depth - 1)))
+    return st.lists(st.one_of(word, group), max_size=4)
+
+
+def _render(tree: list[object]) -> str:
+    out = []
+    for item in tree:
+        if isinstance(item, tuple):
+            opener, inner = item
+            out.append(opener + " " + _render(inner) + " " + {"(": ")", "[": "]"}[opener])
+        else:
+            out.append(str(item))
+    return " ".join(out)
+
+
+@given(_trees())
+def test_depth_zero_yields_exactly_the_top_level_tokens(tree: list[object]) -> None:
+    tokens = tokenize(_render(tree))
+    top = [item for item in tree if not isinstance(item, tuple)]
+    got = [tok.text for _, tok in depth_zero(tokens)]
+    assert got == top
+    assert all(tokens[i] is tok for i, tok in depth_zero(tokens))
+
+
+def test_depth_zero_from_a_start_and_after_an_unmatched_closer() -> None:
+    tokens = tokenize("a ( b ) c ) d")
+    assert [t.text for _, t in depth_zero(tokens)] == ["a", "c"]
+    assert [t.text for _, t in depth_zero(tokens, 4)] == ["c"]
+    assert [t.text for _, t in depth_zero(tokens, 3)] == []
+    assert [t.text for _, t in depth_zero(tokens, 2)] == ["b"]
+
+
+# -- rows, is_insert, splice ----------------------------------------------------
+
+
+def test_split_rows_keeps_rows_exactly_as_written() -> None:
+    assert split_rows(" (1, 'a)'), ( [2], {3:4} ) ;\n") == ["(1, 'a)')", "( [2], {3:4} )"]
+    assert split_rows(" (1) ,") is None
+    assert split_rows(" (1}") is None
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("INSERT INTO t VALUES (1)", True),
+        ("  insert into t select 1", True),
+        ("-- c\n/* d */ # e\nInsert INTO t VALUES (1)", True),
+        ("INSERTED", False),
+        ("SELECT 'insert'", False),
+        ("/* insert */ DELETE FROM t", False),
+        ("", False),
+    ],
+)
+def test_is_insert(sql: str, expected: bool) -> None:
+    assert is_insert(sql) is expected
+
+
+def test_splice_replaces_and_inserts_in_order() -> None:
+    assert splice("abcdef", [(4, 5, "E"), (1, 2, "B"), (3, 3, "+"), (3, 3, "!")]) == "aBc+!dEf"
+    assert splice("abc", []) == "abc"
+
+
+# -- quoting round trips ----------------------------------------------------------
+
+
+@given(st.text())
+def test_quote_string_is_one_string_token(text: str) -> None:
+    quoted = quote_string(text)
+    tokens = tokenize(quoted)
+    assert [(t.kind, t.text) for t in tokens] == [("string", quoted)]
+    assert is_insert(f"INSERT INTO t VALUES ({quoted})")
+    assert split_rows(f" ({quoted}, {quoted})") == [f"({quoted}, {quoted})"]
+
+
+@given(st.text(min_size=1))
+def test_quote_ident_reads_back_by_the_lexer(name: str) -> None:
+    tokens = tokenize(quote_ident(name))
+    assert len(tokens) == 1 and tokens[0].kind == "quoted"
+    assert tokens[0].name == name
+
+
+@given(st.lists(st.text(), min_size=1, max_size=20))
+def test_quote_string_reads_back_by_the_engine(engine: Engine, texts: list[str]) -> None:
+    row = ", ".join(f"hex({quote_string(t)})" for t in texts)
+    got = engine.text(f"SELECT {row}", "TSV").strip("\n").split("\t")
+    assert got == [t.encode().hex().upper() for t in texts]
+
+
+@given(st.lists(st.text(min_size=1), min_size=1, max_size=10, unique=True))
+def test_quote_ident_reads_back_by_the_engine(engine: Engine, names: list[str]) -> None:
+    cols = ", ".join(f"{i} AS {quote_ident(n)}" for i, n in enumerate(names))
+    header = engine.text(f"SELECT {cols}", "JSONCompactEachRowWithNames").split("\n")[0]
+    assert json.loads(header) == names
