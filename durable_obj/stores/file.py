@@ -16,21 +16,44 @@
   content hash alone, which changes on every head write because each head
   carries a fresh nonce.
 
+Containment (the rule of chdb.durable's local backend, which scopes a
+backend to one object folder): a key's first segment is an object folder,
+and it must resolve, symbolic links followed, to a folder strictly inside
+the namespace root; the rest of the key must resolve inside that object
+folder. So `<root>/alias -> <root>/real` is a second name for an object, but
+a link that leads out of the root (a symlinked object folder, `wal/`,
+`checkpoints/` or `head.json`), or out of its object folder into a
+neighbour's, is refused with `InvalidArgument` (a `ValueError`, as in
+chdb.durable) naming the key and the link, before anything is read, written,
+listed or deleted. The namespace root itself is resolved once, when the
+store is made.
+
+The check is made at each operation, and the operation then never follows
+a link it did not check: it walks from the real root one folder at a time
+with `O_NOFOLLOW | O_DIRECTORY` and opens, creates, renames and unlinks by
+name inside the folder it holds open (`*at` calls), so a folder swapped for a
+link between the check and the use fails the walk instead of leading out.
+Files this store writes never exist before it creates them (`O_EXCL`), and
+it lists only regular files, never descending into a linked folder.
+
 Not for a network filesystem: flock and link semantics over NFS/SMB vary.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, BinaryIO
+from urllib.parse import quote
 
-from durable_obj.errors import BackendError
-from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative
+from durable_obj.errors import BackendError, InvalidArgument
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -38,9 +61,17 @@ if TYPE_CHECKING:
 _CHUNK = 4 * 1024 * 1024
 #: Files this store (or chdb.durable's local backend) keeps beside keys.
 _PRIVATE_SUFFIXES = (".lock", ".staging", ".tmp", ".part")
-
+#: Characters left as they are in the store's URL (RFC 3986 pchar, and '/').
+_URL_SAFE = "/:@!$&'()*+,;=~"
 
 _XATTR = "user.durable_obj.version"
+
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC
+#: O_NONBLOCK: a FIFO planted at a key must not hang the open.
+_READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC
+_LOCK = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | _CLOEXEC
 
 
 def _version_of(data: bytes, nonce: str = "") -> Version:
@@ -71,88 +102,213 @@ def _chunks(handle: BinaryIO, callback: Callback | None) -> Iterator[bytes]:
         yield chunk
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
+def _below(path: str, folder: str) -> bool:
+    """`path` is strictly inside `folder` (both absolute and resolved)."""
+    return path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
     try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 class FileStore(Store):
     protocol = "file"
 
     def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
+        #: The root as named (for the URL and messages) ...
         self._root = os.path.abspath(root)
+        #: ... and as resolved: every key lives below this folder.
+        self._real = os.path.realpath(self._root)
         opts = storage_options or {}
         #: fsync every published file and its directory (power-loss safety).
         self._fsync = bool(opts.get("fsync", True))
 
     @property
     def url(self) -> str:
-        return f"file://{self._root}"
+        # Percent-encoded (RFC 8089), so that open_store(url) names this folder.
+        return f"file://{quote(self._root, safe=_URL_SAFE)}"
 
-    def _path(self, key: str) -> str:
+    # -- containment -----------------------------------------------------------
+    def _locate(self, key: str) -> tuple[tuple[str, ...], str]:
+        """(folders below the real root, file name) of `key`, links resolved,
+        or `InvalidArgument` if it resolves out of the root or out of its
+        object folder."""
         check_relative(key, self)
-        return os.path.join(self._root, *key.split("/"))
+        parts = key.split("/")
+        top = os.path.realpath(os.path.join(self._real, parts[0]))
+        if not _below(top, self._real):
+            raise self._escape(key, top, "the namespace root", self._real)
+        full = top
+        if len(parts) > 1:
+            full = os.path.realpath(os.path.join(top, *parts[1:]))
+            if not _below(full, top):
+                raise self._escape(key, full, f"its object folder {parts[0]!r}", top)
+        rel = os.path.relpath(full, self._real).split(os.sep)
+        return tuple(rel[:-1]), rel[-1]
 
+    def _link_in(self, key: str) -> str:
+        """The first symbolic link on `key`'s path, as "name -> target"."""
+        parts = key.split("/")
+        for end in range(1, len(parts) + 1):
+            path = os.path.join(self._real, *parts[:end])
+            if os.path.islink(path):
+                try:
+                    target = os.readlink(path)
+                except OSError:
+                    target = "?"
+                return f"the symbolic link {'/'.join(parts[:end])!r} -> {target!r}"
+        return "a symbolic link"
+
+    def _escape(self, key: str, resolved: str, scope: str, folder: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"refusing key {key!r} on {self.url}: {self._link_in(key)} makes it resolve to "
+            f"{resolved}, outside {scope} ({folder}). A folder store never follows a link out "
+            f"of its namespace root or out of an object's folder; nothing was read or written. "
+            f"To use that data, move or copy it into place instead of linking to it."
+        )
+
+    def _moved(self, key: str, what: str) -> InvalidArgument:
+        return InvalidArgument(
+            f"refusing key {key!r} on {self.url}: {what!r} is a symbolic link this store did "
+            f"not resolve (a link loop, or a link put there while the key was in use); it is "
+            f"never followed, and nothing was read or written through it."
+        )
+
+    def _step(self, fd: int, name: str, key: str, flags: int, mode: int = 0o666) -> int:
+        """`openat(fd, name)` that never follows a link: a link there is refused."""
+        try:
+            return os.open(name, flags, mode, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, name):
+                raise self._moved(key, name) from None
+            raise
+
+    def _open_root(self, key: str, *, create: bool) -> int | None:
+        """The real root, opened without following a link (one put there
+        after the store resolved it is refused); made if `create`."""
+        for attempt in (1, 2):
+            try:
+                return os.open(self._real, _DIR)
+            except FileNotFoundError:
+                if not create:
+                    return None
+                if attempt == 2:
+                    raise  # removed again as soon as made
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(self._real):
+                    raise self._moved(key, self._real) from None
+                raise
+            os.makedirs(self._real, exist_ok=True)
+        raise AssertionError("unreachable")
+
+    def _open_folder(self, folders: tuple[str, ...], key: str, *, create: bool) -> int | None:
+        """A descriptor of the folder `folders` below the real root, reached
+        without following any link; None if it does not exist (and not `create`)."""
+        fd = self._open_root(key, create=create)
+        if fd is None:
+            return None
+        try:
+            for name in folders:
+                try:
+                    nxt = self._step(fd, name, key, _DIR)
+                except FileNotFoundError:
+                    if not create:
+                        os.close(fd)
+                        return None
+                    with suppress(FileExistsError):
+                        os.mkdir(name, dir_fd=fd)
+                    nxt = self._step(fd, name, key, _DIR)
+                os.close(fd)
+                fd = nxt
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    @contextmanager
+    def _folder(self, key: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
+        """(descriptor of the folder holding `key`, or None, and its name there)."""
+        folders, name = self._locate(key)
+        fd = self._open_folder(folders, key, create=create)
+        try:
+            yield fd, name
+        finally:
+            if fd is not None:
+                os.close(fd)
+
+    def _regular(self, fd: int, key: str) -> bool:
+        """True for a regular file; False for a folder; refuse anything else."""
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return True
+        if stat.S_ISDIR(mode):
+            return False
+        raise InvalidArgument(
+            f"refusing key {key!r} on {self.url}: it is not a regular file "
+            f"(a FIFO, socket or device); nothing was read"
+        )
+
+    # -- IO --------------------------------------------------------------------
     def _fail(self, action: str, key: str, exc: OSError) -> BackendError:
         reason = exc.strerror or type(exc).__name__
         return BackendError(f"{action} {key!r} in {self.url} failed: {reason}")
 
-    @contextmanager
-    def _locked(self, path: str) -> Iterator[None]:
-        with open(path + ".lock", "a") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(lock, fcntl.LOCK_UN)
-
-    def _publish_staged(self, staged: str, target: str) -> bool:
-        try:
-            os.link(staged, target)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(staged)
-        if self._fsync:
-            _fsync_dir(os.path.dirname(target))
-        return True
-
     def get(self, key: str) -> Blob | None:
-        path = self._path(key)
         try:
-            with open(path, "rb") as handle:
-                # One inode: the nonce and the bytes describe the same write.
-                nonce = _nonce(handle.fileno())
-                data = handle.read()
-        except (FileNotFoundError, IsADirectoryError):
-            return None
+            with self._folder(key, create=False) as (dfd, name):
+                if dfd is None:
+                    return None
+                try:
+                    fd = self._step(dfd, name, key, _READ)
+                except FileNotFoundError:
+                    return None
+                with os.fdopen(fd, "rb") as handle:
+                    if not self._regular(fd, key):
+                        return None
+                    # One inode: the nonce and the bytes describe the same write.
+                    nonce = _nonce(fd)
+                    data = handle.read()
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
         return Blob(data, _version_of(data, nonce))
 
-    def _write(self, path: str, chunks: Iterable[bytes]) -> Version:
-        """Write a new file, stamped and fsynced; its version."""
+    def _write(self, dfd: int, name: str, key: str, chunks: Iterable[bytes]) -> Version:
+        """Write the new file `name` in the folder `dfd`, stamped and fsynced;
+        its version. The file is removed again if anything fails."""
         digest = hashlib.sha256()
-        with open(path, "wb") as handle:
-            nonce = _stamp(handle.fileno())
-            for chunk in chunks:
-                handle.write(chunk)
-                digest.update(chunk)
-            handle.flush()
-            if self._fsync:
-                os.fsync(handle.fileno())
+        fd = self._step(dfd, name, key, _NEW)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                nonce = _stamp(fd)
+                for chunk in chunks:
+                    handle.write(chunk)
+                    digest.update(chunk)
+                handle.flush()
+                if self._fsync:
+                    os.fsync(fd)
+        except BaseException:
+            os.unlink(name, dir_fd=dfd)
+            raise
         return Version(f"{nonce}:{digest.hexdigest()}")
 
     def _create(self, key: str, chunks: Iterable[bytes]) -> Version | None:
-        target = self._path(key)
         try:
-            os.makedirs(os.path.dirname(target), exist_ok=True)
-            staged = f"{target}.{uuid.uuid4().hex}.staging"
-            version = self._write(staged, chunks)
-            return version if self._publish_staged(staged, target) else None
+            with self._folder(key, create=True) as (dfd, name):
+                assert dfd is not None
+                staged = f"{name}.{uuid.uuid4().hex}.staging"
+                version = self._write(dfd, staged, key, chunks)
+                try:
+                    os.link(staged, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                except FileExistsError:
+                    return None
+                finally:
+                    os.unlink(staged, dir_fd=dfd)
+                if self._fsync:
+                    os.fsync(dfd)
+                return version
         except OSError as exc:
             raise self._fail("creating", key, exc) from exc
 
@@ -170,68 +326,104 @@ class FileStore(Store):
             return self._create(key, _chunks(src, callback))
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
-        path = self._path(key)
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            with self._locked(path):
-                try:
-                    with open(path, "rb") as handle:
-                        current = _version_of(handle.read(), _nonce(handle.fileno()))
-                except FileNotFoundError:
-                    return None
-                if current != version:
-                    return None
-                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-                new = self._write(tmp, [data])
-                os.replace(tmp, path)
-                if self._fsync:
-                    _fsync_dir(os.path.dirname(path))
+            with self._folder(key, create=True) as (dfd, name):
+                assert dfd is not None
+                lock = self._step(dfd, f"{name}.lock", key, _LOCK)
+                with os.fdopen(lock, "ab"):
+                    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                    try:
+                        fd = self._step(dfd, name, key, _READ)
+                    except FileNotFoundError:
+                        return None
+                    with os.fdopen(fd, "rb") as handle:
+                        if not self._regular(fd, key):
+                            return None
+                        current = _version_of(handle.read(), _nonce(fd))
+                    if current != version:
+                        return None
+                    tmp = f"{name}.{uuid.uuid4().hex}.tmp"
+                    new = self._write(dfd, tmp, key, [data])
+                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                    if self._fsync:
+                        os.fsync(dfd)
         except OSError as exc:
             raise self._fail("replacing", key, exc) from exc
         return new
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
-        source = self._path(key)
         tmp = f"{path}.{uuid.uuid4().hex}.part"
         try:
-            try:
-                src = open(source, "rb")  # noqa: SIM115 - closed below, before the rename
-            except (FileNotFoundError, IsADirectoryError):
-                return False
-            with src, open(tmp, "wb") as dst:
-                if callback is not None:
-                    callback.set_size(os.fstat(src.fileno()).st_size)
-                for chunk in _chunks(src, callback):
-                    dst.write(chunk)
+            with self._folder(key, create=False) as (dfd, name):
+                if dfd is None:
+                    return False
+                try:
+                    fd = self._step(dfd, name, key, _READ)
+                except FileNotFoundError:
+                    return False
+                with os.fdopen(fd, "rb") as src:
+                    if not self._regular(fd, key):
+                        return False
+                    with open(tmp, "wb") as dst:
+                        if callback is not None:
+                            callback.set_size(os.fstat(fd).st_size)
+                        for chunk in _chunks(src, callback):
+                            dst.write(chunk)
             os.replace(tmp, path)
-        except OSError as exc:
+        except BaseException as exc:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-            raise self._fail("downloading", key, exc) from exc
+            if isinstance(exc, OSError):
+                raise self._fail("downloading", key, exc) from exc
+            raise
         return True
 
     def list_keys(self, prefix: str = "") -> list[Entry]:
-        top = self._path(prefix) if prefix else self._root
+        try:
+            if prefix:
+                folders, name = self._locate(prefix)
+                try:
+                    top = self._open_folder((*folders, name), prefix, create=False)
+                except NotADirectoryError:
+                    return []  # the prefix names a file: nothing below it
+            else:
+                top = self._open_root(prefix, create=False)
+            if top is None:
+                return []
+            try:
+                return self._walk(top, prefix)
+            finally:
+                os.close(top)
+        except OSError as exc:
+            raise self._fail("listing", prefix, exc) from exc
+
+    def _walk(self, top: int, prefix: str) -> list[Entry]:
+        """Every regular file below the folder `top`; linked folders are not
+        entered (fwalk checks that each folder it opens is the one it listed)."""
         found: list[Entry] = []
-        for dirpath, _dirs, files in os.walk(top):
+        for dirpath, _dirs, files, dirfd in os.fwalk(".", dir_fd=top):
             for name in files:
                 if name.endswith(_PRIVATE_SUFFIXES):
                     continue
-                full = os.path.join(dirpath, name)
                 try:
-                    st = os.stat(full)
+                    st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
                 except FileNotFoundError:
                     continue
-                rel = os.path.relpath(full, self._root).replace(os.sep, "/")
-                found.append(Entry(rel, st.st_size, st.st_mtime))
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                rel = os.path.normpath(os.path.join(dirpath, name)).replace(os.sep, "/")
+                found.append(Entry(join_key(prefix, rel), st.st_size, st.st_mtime))
         found.sort(key=lambda e: e.key)
         return found
 
     def delete(self, key: str) -> None:
-        path = self._path(key)
         try:
-            os.unlink(path)
-        except FileNotFoundError:
-            return
+            with self._folder(key, create=False) as (dfd, name):
+                if dfd is None:
+                    return
+                try:
+                    os.unlink(name, dir_fd=dfd)
+                except FileNotFoundError:
+                    return
         except OSError as exc:
             raise self._fail("deleting", key, exc) from exc
