@@ -193,11 +193,11 @@ def s3_env(server: S3Server) -> dict[str, str]:
 def seaweed() -> Iterator[S3Server]:
     """SeaweedFS `weed mini` on free 127.0.0.1 ports, stopped on exit."""
     sys.path.insert(0, REPO)
-    from tests import servers
+    from tests import serverprocs
 
     with tempfile.TemporaryDirectory(prefix="bench-seaweed-") as workdir:
-        server, endpoint = servers.start_seaweed(workdir)
+        server, endpoint = serverprocs.start_seaweed(workdir)
         try:
-            yield S3Server(endpoint, servers.S3_KEY, servers.S3_SECRET, servers.BUCKET)
+            yield S3Server(endpoint, serverprocs.S3_KEY, serverprocs.S3_SECRET, serverprocs.BUCKET)
         finally:
             server.stop()

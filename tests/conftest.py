@@ -13,6 +13,16 @@ from hypothesis import HealthCheck, settings
 # The S3 / GCS / Azure protocol servers, started on 127.0.0.1 once per session.
 pytest_plugins = ["tests.servers"]
 
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that uses a server with the server's marker (moto,
+    seaweedfs, gcs, azure), so `pytest -m "not azure"` works."""
+    from tests.servers import mark_server_tests
+
+    mark_server_tests(items)
+
+
 settings.register_profile(
     "ci", max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )

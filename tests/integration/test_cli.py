@@ -9,13 +9,11 @@ as a real `python -m durable_obj.cli` subprocess, and against an S3 server
 from __future__ import annotations
 
 import inspect
-import io
 import json
 import os
 import re
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,10 +21,11 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
-from rich.console import Console
 
 import durable_obj
 from durable_obj import cli
+from durable_obj.cli import formatting, progress
+from durable_obj.cli.redaction import REDACTED
 from tests import servers
 
 # The S3 server fixtures (session scoped), visible to this module's tests.
@@ -133,6 +132,22 @@ def test_ls_empty_and_missing_namespace(tmp_path: Path) -> None:
     result = ok("ls", str(tmp_path / "nothing-here"))
     assert result.stdout == ""
     assert "no durable objects" in result.stderr
+
+
+def test_lease_expiry_shown_as_expired(monkeypatch: pytest.MonkeyPatch, ns: Path) -> None:
+    url = str(ns / "short")
+    abandon_writer(url, owner="brief")
+    expires_at = head_doc(ns / "short")["lease"]["expires_at"]
+    # The CLI's clock, frozen just past the lease's expiry (no sleeping).
+    monkeypatch.setattr(formatting, "clock", lambda: expires_at + 1)
+    out = ok("ls", str(ns)).stdout
+    (row,) = [line for line in out.splitlines() if "│ short " in line]
+    assert [c.strip() for c in row.split("│")[1:-1]][3:5] == ["brief", "expired"]
+    assert "expired at" in ok("info", url).stdout
+    monkeypatch.setattr(formatting, "clock", lambda: expires_at - 25)
+    (row,) = [line for line in ok("ls", str(ns)).stdout.splitlines() if "│ short " in line]
+    assert [c.strip() for c in row.split("│")[1:-1]][3:5] == ["brief", "in 25s"]
+    assert "expires in 25s (" in ok("info", url).stdout
 
 
 # -- info -----------------------------------------------------------------------------
@@ -338,34 +353,6 @@ def test_bad_storage_option_syntax(ns: Path, obj_url: str) -> None:
     ok("info", obj_url, "-o", "fsync=false")
 
 
-def test_parse_storage_options() -> None:
-    parsed = cli.parse_storage_options(
-        [
-            "anon=true",
-            "use_ssl=False",
-            "max_concurrency=8",
-            "timeout=2.5",
-            "endpoint_url=http://127.0.0.1:9000",
-            "secret=12345",
-            "client_kwargs.region_name=eu-west-1",
-            "client_kwargs.retries=3",
-            "empty=",
-            "eq=a=b",
-        ]
-    )
-    assert parsed == {
-        "anon": True,
-        "use_ssl": False,
-        "max_concurrency": 8,
-        "timeout": 2.5,
-        "endpoint_url": "http://127.0.0.1:9000",
-        "secret": "12345",  # a credential stays a string
-        "client_kwargs": {"region_name": "eu-west-1", "retries": 3},
-        "empty": "",
-        "eq": "a=b",
-    }
-
-
 def test_unsupported_protocol() -> None:
     message = fails("invalid_argument", "ls", "ftp://example.invalid/ns")
     assert "ftp://" in message and "s3://" in message
@@ -384,42 +371,17 @@ def test_usage_errors_are_one_line(obj_url: str) -> None:
 def test_credentials_never_printed(tmp_path: Path, obj_url: str) -> None:
     opts = ["-o", f"password={SECRET}", "-o", f"client_kwargs.session_token={SECRET}x"]
     result = ok("sql", obj_url, f"SELECT '{SECRET}' AS s, 'plain' AS p", *opts)
-    assert SECRET not in result.stdout and cli.REDACTED in result.stdout
+    assert SECRET not in result.stdout and REDACTED in result.stdout
     assert "plain" in result.stdout
     result = run("sql", obj_url, f"SELECT '{SECRET}x' FROM no_such_table", *opts)
     assert result.exit_code == 1 and result.stderr.startswith("error: engine: ")
-    assert SECRET not in result.stderr and cli.REDACTED in result.stderr
+    assert SECRET not in result.stderr and REDACTED in result.stderr
     # unrelated options are not redacted
     result = ok("sql", obj_url, "SELECT 'visible-value'", "-o", "region=visible-value")
     assert "visible-value" in result.stdout
 
 
-def test_sensitive_keys() -> None:
-    for key in ("secret", "key", "token", "password", "credential", "connection_string"):
-        assert cli.is_sensitive(key) and cli.is_sensitive(f"client_kwargs.aws_{key}_x".upper())
-    for key in ("endpoint_url", "region_name", "anon", "fsync"):
-        assert not cli.is_sensitive(key)
-
-
 # -- progress ---------------------------------------------------------------------------
-def test_progress_bar_only_for_large_transfers() -> None:
-    buffer = io.StringIO()
-    console = Console(file=buffer, force_terminal=True, width=100)
-    bar = cli.RichProgress(console, "verify", min_bytes=1000)
-    bar.set_size(10)
-    bar.relative_update(10)
-    assert buffer.getvalue() == ""  # small: no bar
-    bar.set_size(5000)
-    for _ in range(5):
-        bar.relative_update(1000)
-    bar.close()
-    assert "verify" in buffer.getvalue()
-    assert bar.transfers == 2 and bar.value == 5000
-    buffer = io.StringIO()
-    bar = cli.RichProgress(Console(file=buffer, width=100), "x", min_bytes=1)
-    bar.set_size(10)
-    bar.relative_update(10)
-    assert buffer.getvalue() == ""  # not a terminal: no bar
 
 
 def test_progress_is_passed_for_transfers(
@@ -427,12 +389,12 @@ def test_progress_is_passed_for_transfers(
 ) -> None:
     seen: list[tuple[str, int]] = []
 
-    class Recording(cli.RichProgress):
+    class Recording(progress.RichProgress):
         def set_size(self, size: int) -> None:
             seen.append((self._description, size))
             super().set_size(size)
 
-    monkeypatch.setattr(cli, "RichProgress", Recording)
+    monkeypatch.setattr(progress, "RichProgress", Recording)
     base_size = head_doc(ns / "o")["manifest"]["base"]["size"]
     ok("verify", obj_url)
     assert seen == [("verify", base_size)]
@@ -440,19 +402,6 @@ def test_progress_is_passed_for_transfers(
     assert seen[-1] == ("checkpoint", head_doc(ns / "o")["manifest"]["base"]["size"])
     ok("fork", obj_url, "o2")
     assert seen[-1][0] == "fork"
-
-
-def test_human_formats() -> None:
-    now = 1_000_000.0
-    assert cli.lease_expiry(None, now) == "-"
-    assert cli.lease_expiry(now + 25, now) == "in 25s"
-    assert cli.lease_expiry(now - 1, now) == "expired"
-    assert cli.ago(now - 190, now) == "3m 10s ago"
-    assert cli.ago(None, now) == "-"
-    assert cli.human_duration(2 * 86400 + 3 * 3600) == "2d 3h"
-    assert cli.human_size(512) == "512 B"
-    assert cli.human_size(1536) == "1.5 KiB"
-    assert cli.human_size(5 * 1024**3) == "5.0 GiB"
 
 
 # -- as a real process ------------------------------------------------------------------
@@ -483,6 +432,7 @@ def test_runs_as_a_module(ns: Path, obj_url: str) -> None:
 
 # -- S3 -------------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.moto
 def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     root, options = request.getfixturevalue("moto_s3")
     namespace = f"{root}/cli-{uuid.uuid4().hex[:8]}"
@@ -516,7 +466,7 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     sql = s3("sql", url, "SELECT sum(k) FROM m", "--format", "TSV")
     assert (sql.exit_code, sql.stdout) == (0, "6\n")
     shown = s3("sql", url, f"SELECT '{secret}' AS s")  # redacted even when a query returns it
-    assert shown.exit_code == 0 and cli.REDACTED in shown.stdout
+    assert shown.exit_code == 0 and REDACTED in shown.stdout
     verify = s3("verify", url, "--restore")
     assert verify.exit_code == 0 and verify.stdout.startswith("ok: o: 2 key(s)")
     gc = s3("gc", url, "--grace", "0", "--dry-run")
@@ -546,14 +496,3 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     outputs.append(wrong.stdout + wrong.stderr)
     for text in outputs:
         assert secret not in text and key not in text
-
-
-def test_lease_expiry_shown_as_expired(ns: Path) -> None:
-    url = str(ns / "short")
-    obj = durable_obj.open(url, owner="brief", lease_ttl=0.5)
-    obj._abandon()
-    time.sleep(0.6)
-    out = ok("ls", str(ns)).stdout
-    (row,) = [line for line in out.splitlines() if "│ short " in line]
-    assert [c.strip() for c in row.split("│")[1:-1]][3:5] == ["brief", "expired"]
-    assert "expired at" in ok("info", url).stdout

@@ -487,14 +487,41 @@ def test_gcs_rejected_token(loopback_only_env: None) -> None:
         stub.close()
 
 
-def test_missing_server_skips_but_fails_under_ci(monkeypatch: pytest.MonkeyPatch) -> None:
-    from _pytest.outcomes import Failed, Skipped
+def test_a_missing_server_fails_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from tests import serverprocs
 
-    from tests.servers import missing
+    monkeypatch.setattr(serverprocs, "find_binary", lambda name: None)
+    with pytest.raises(serverprocs.ServerUnavailable) as caught:
+        serverprocs.start_seaweed("/nonexistent")
+    assert "weed" in str(caught.value)
+    assert serverprocs.INSTALL in str(caught.value)
 
-    monkeypatch.setenv("CI", "true")
-    with pytest.raises(Failed, match="CI=true"):
-        missing("weed")
-    monkeypatch.delenv("CI")
-    with pytest.raises(Skipped, match="install_servers"):
-        missing("weed")
+
+@pytest.mark.moto
+def test_a_port_taken_by_another_process_is_retried(
+    loopback_only_env: None, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race of handing a server a port picked earlier: another process
+    listens there first. The start must notice (it is not our server that
+    answers) and start again on fresh ports."""
+    from tests import serverprocs
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks = iter([[taken]])
+    real = serverprocs.free_ports
+    monkeypatch.setattr(serverprocs, "free_ports", lambda n: next(picks, None) or real(n))
+    try:
+        server, endpoint = serverprocs.start_moto(str(tmp_path))
+    finally:
+        squatter.close()
+    try:
+        assert not endpoint.endswith(f":{taken}")
+        assert (tmp_path / "attempt-2").is_dir()
+        assert server.proc.poll() is None
+    finally:
+        server.stop()

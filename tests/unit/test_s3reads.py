@@ -12,8 +12,6 @@ import pytest
 
 from durable_obj.stores import s3reads
 
-pytest.importorskip("botocore")
-
 
 @pytest.mark.parametrize("token", [None, "FwoGZXIvYXdzEJr//////////token+/="])
 @pytest.mark.parametrize(
