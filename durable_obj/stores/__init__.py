@@ -11,8 +11,9 @@ import importlib
 import os
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import unquote
 
-from durable_obj.errors import MissingDependency, UnsupportedStore
+from durable_obj.errors import InvalidArgument, MissingDependency, UnsupportedStore
 from durable_obj.stores.base import Blob, Entry, Store, Version
 
 
@@ -41,16 +42,81 @@ def supported_protocols() -> list[str]:
 
 
 def split_url(url: str) -> tuple[str, str]:
-    """(protocol, path) of a store URL. A bare path is a local folder."""
+    """(protocol, path) of a store URL. A bare path is a local folder.
+
+    A `file:` URL is percent-encoded (RFC 8089): `file:///srv/a%20b/ns` and
+    `file://localhost/srv/a%20b/ns` name the folder `/srv/a b/ns`, non-ASCII
+    names travel as UTF-8 escapes, and a `file:` URL naming another host is
+    refused. `local:` and a bare path are literal. chdb.durable reads
+    `file:///path`, `file:/path`, `local:` and bare paths the same way, so
+    both libraries name the same folder.
+    """
+    if url[:5].lower() == "file:":
+        return "file", file_url_path(url)
     if "://" in url:
         protocol, _, path = url.partition("://")
         protocol = protocol.lower()
-        if protocol in ("file", "local"):
+        if protocol == "local":
             return "file", os.path.abspath("/" + path.lstrip("/"))
         return protocol, path
     if url.startswith("local:"):
         return "file", os.path.abspath(url[len("local:") :])
     return "file", os.path.abspath(url)
+
+
+def _bad_file_url(url: str, why: str) -> InvalidArgument:
+    return InvalidArgument(f"{url!r} is not a usable file: URL: {why}; nothing was read or written")
+
+
+def _percent_decode(text: str, url: str) -> str:
+    """`text` with its %XX escapes decoded as UTF-8 (RFC 3986, RFC 8089)."""
+    try:
+        decoded = unquote(text, errors="strict")
+    except UnicodeDecodeError:
+        raise _bad_file_url(
+            url, "its percent-escapes are not UTF-8 (write each byte of a UTF-8 name as %XX)"
+        ) from None
+    if "\x00" in decoded:
+        raise _bad_file_url(url, "it names a NUL character (%00)")
+    return decoded
+
+
+def _check_plain(url: str) -> None:
+    if "?" in url or "#" in url:
+        raise _bad_file_url(
+            url,
+            "'?' and '#' begin a query or fragment, which a folder has not; "
+            "write them as %3F and %23 if they are part of a name",
+        )
+
+
+def file_url_path(url: str) -> str:
+    """The absolute local path a `file:` URL names (RFC 8089): the authority
+    must be empty or `localhost`; the path is percent-decoded."""
+    _check_plain(url)
+    rest = url[5:]
+    if rest.startswith("//"):
+        authority, slash, path = rest[2:].partition("/")
+        if authority and authority.lower() != "localhost":
+            raise _bad_file_url(
+                url,
+                f"it names the host {authority!r}, and only local folders are stores "
+                f"(a local path is file:///path, with three slashes)",
+            )
+        rest = slash + path or "/"
+    path = _percent_decode(rest, url)
+    if path.startswith("/"):
+        path = "/" + path.lstrip("/")  # POSIX keeps a leading "//"; a folder has one
+    return os.path.abspath(path)
+
+
+def url_object_id(url: str, segment: str) -> str:
+    """The object id that `segment`, the last path segment of the object URL
+    `url`, names: percent-decoded in a `file:` URL, literal otherwise."""
+    if url[:5].lower() != "file:":
+        return segment
+    _check_plain(url)
+    return _percent_decode(segment, url)
 
 
 def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store:
@@ -86,7 +152,9 @@ __all__ = [
     "Entry",
     "Store",
     "Version",
+    "file_url_path",
     "open_store",
     "split_url",
     "supported_protocols",
+    "url_object_id",
 ]
