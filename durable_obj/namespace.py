@@ -20,7 +20,7 @@ from durable_obj.head import Head, Lease, ObjectRef
 from durable_obj.object import DurableObject, Result
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import CHECKPOINT_DIR, CHECKPOINT_SUFFIX, HEAD_KEY, valid_oid
-from durable_obj.stores import open_store
+from durable_obj.stores import open_store, url_object_id
 from durable_obj.stores.base import Store
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def split_object_url(url: str) -> tuple[str, str]:
     namespace = f"{scheme}://{head}" if sep else (head or ".")
     if not sep and rest.startswith("/") and not head:
         namespace = "/"
-    return namespace, oid
+    return namespace, url_object_id(url, oid)  # file: URLs are percent-encoded
 
 
 def check_oid(oid: str) -> str:
