@@ -229,3 +229,28 @@ def release(store: Store, oid: str) -> Head:
 def ensure_absent(store: Store, oid: str) -> None:
     if store.get(f"{oid}/{HEAD_KEY}") is not None:
         raise InvalidArgument(f"{oid!r} already exists in {store.url}; nothing was changed")
+
+
+def head_document(store: Store, oid: str) -> object:
+    """The stored head.json of `oid` as parsed JSON, NOT validated: it also
+    shows a head that `read_head` refuses. `NotFound` if there is none,
+    `Corrupt` if it is not UTF-8 JSON."""
+    import json
+
+    key = f"{oid}/{HEAD_KEY}"
+    blob = store.get(key)
+    if blob is None:
+        raise NotFound(f"no durable object {oid!r} in {store.url}")
+    try:
+        doc: object = json.loads(blob.data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise Corrupt(f"{key} is not UTF-8 JSON ({exc})") from None
+    return doc
+
+
+def export_formats() -> list[str]:
+    """The `format` names `DurableObject.export()` / `Namespace.export()`
+    accept, sorted."""
+    from durable_obj.object import EXPORT_FORMATS  # lazy: the table lives with export
+
+    return sorted(EXPORT_FORMATS)
