@@ -1,0 +1,5 @@
+"""`python -m durable_obj.cli`: the same as the `durable-obj` command."""
+
+from durable_obj.cli import main
+
+main()

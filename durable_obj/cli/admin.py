@@ -1,0 +1,187 @@
+"""Commands that change stored state: checkpoint, gc, fork, export, release."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import click
+
+from durable_obj import ops
+from durable_obj.cli import formatting as fmt
+from durable_obj.cli.app import cli, parse_object_url
+from durable_obj.cli.failures import Failure
+from durable_obj.cli.progress import progress_bar
+from durable_obj.cli.session import options_callback, session, storage_options
+from durable_obj.namespace import Namespace
+
+
+def _default_owner() -> str:
+    return f"durable-obj-cli@{socket.gethostname() or 'localhost'}"
+
+
+@cli.command("checkpoint")
+@click.argument("object_url")
+@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
+)
+@storage_options
+def checkpoint_cmd(
+    object_url: str, owner: str | None, force: bool, storage_options: dict[str, Any]
+) -> None:
+    """Fold the WAL into a new base snapshot (open as writer, checkpoint, close)."""
+    namespace, oid = parse_object_url(object_url)
+    with progress_bar("checkpoint") as bar:
+        ns = Namespace(
+            namespace,
+            owner=owner or _default_owner(),
+            storage_options=storage_options,
+            progress=bar,
+        )
+        ns.info(oid)  # a writer open would create a missing object: refuse instead
+        with ns.open(oid, force=force) as obj:
+            key = obj.checkpoint()
+            head = obj.head
+    assert head is not None and head.manifest.base is not None
+    base = head.manifest.base
+    session().echo(
+        f"checkpoint of {oid}: {key} ({fmt.human_size(base.size)}, {base.size} bytes), "
+        f"seq {head.manifest.seq}"
+    )
+
+
+@cli.command("gc")
+@click.argument("object_url")
+@click.option("--dry-run", is_flag=True, help="Only report what would be deleted.")
+@click.option(
+    "--grace",
+    type=click.FloatRange(min=0),
+    default=ops.DEFAULT_GC_GRACE,
+    show_default=True,
+    metavar="SECONDS",
+    help="Keep everything until the current base is this old.",
+)
+@click.option("--list", "list_keys", is_flag=True, help="Also print each (would-be) deleted key.")
+@storage_options
+def gc_cmd(
+    object_url: str,
+    dry_run: bool,
+    grace: float,
+    list_keys: bool,
+    storage_options: dict[str, Any],
+) -> None:
+    """Delete superseded bases, folded segments and orphans no head can need."""
+    namespace, oid = parse_object_url(object_url)
+    ns = Namespace(namespace, storage_options=storage_options)
+    report = ns.gc(oid, grace=grace, dry_run=dry_run)
+    sess = session()
+    if list_keys:
+        for key in report.deleted:
+            sess.echo(key)
+    verb = "would delete" if dry_run else "deleted"
+    sess.echo(
+        f"{verb} {len(report.deleted)} key(s), {fmt.human_size(report.deleted_bytes)}; "
+        f"kept {report.kept} key(s), {fmt.human_size(report.kept_bytes)}"
+    )
+
+
+@cli.command("fork")
+@click.argument("src_url")
+@click.argument("dst_id")
+@storage_options
+def fork_cmd(src_url: str, dst_id: str, storage_options: dict[str, Any]) -> None:
+    """Create DST_ID beside SRC_URL, starting from SRC's current state."""
+    namespace, oid = parse_object_url(src_url)
+    with progress_bar("fork") as bar:
+        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
+        info = ns.fork(oid, dst_id)
+    sess = session()
+    sess.echo(f"forked {oid} into {info.oid}")
+    sess.echo(fmt.info_text(info, ns.url))
+
+
+@cli.command("export")
+@click.argument("object_url")
+@click.argument("dest_url")
+@click.option(
+    "--format",
+    "fmt_name",
+    type=click.Choice(ops.export_formats(), case_sensitive=False),
+    default="parquet",
+    show_default=True,
+)
+@click.option(
+    "--to-option",
+    "-t",
+    "to_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=options_callback,
+    help="Storage options for DEST_URL (default: the -o options when DEST_URL has the "
+    "same protocol as OBJECT_URL, else none).",
+)
+@storage_options
+def export_cmd(
+    object_url: str,
+    dest_url: str,
+    fmt_name: str,
+    to_options: dict[str, Any],
+    storage_options: dict[str, Any],
+) -> None:
+    """Write each table to DEST_URL/<table>.<parquet|csv|jsonl>."""
+    namespace, oid = parse_object_url(object_url)
+    if not to_options and _protocol(dest_url) == _protocol(namespace):
+        to_options = storage_options
+    with progress_bar("export") as bar:
+        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
+        written = ns.export(oid, dest_url, format=fmt_name.lower(), storage_options=to_options)
+    sess = session()
+    for url in written:
+        sess.echo(url)
+    sess.echo(f"exported {len(written)} table(s) of {oid}", err=True)
+
+
+def _protocol(url: str) -> str:
+    scheme, sep, _ = url.partition("://")
+    return scheme.lower() if sep and scheme.lower() not in ("file", "local") else "file"
+
+
+@cli.command("release")
+@click.argument("object_url")
+@click.option("--force", is_flag=True, help="Required: releasing fences the current holder.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@storage_options
+def release_cmd(object_url: str, force: bool, yes: bool, storage_options: dict[str, Any]) -> None:
+    """Release the lease whoever holds it (administrative)."""
+    namespace, oid = parse_object_url(object_url)
+    if not force:
+        raise Failure(
+            "invalid_argument",
+            "release takes the lease from whoever holds it: a live holder is fenced at its "
+            "next commit and loses every statement it has not flushed. Use it only for a "
+            "writer that is gone, and pass --force to do it. Nothing was read or changed.",
+            2,
+        )
+    ns = Namespace(namespace, storage_options=storage_options)
+    info = ns.info(oid)
+    sess = session()
+    if info.owner is None:
+        sess.echo(f"the lease of {oid} is not held (generation {info.generation}); nothing to do")
+        return
+    if not yes:
+        click.confirm(
+            sess.redact(
+                f"Release the lease of {oid} held by {info.owner!r} "
+                f"({fmt.lease_expiry(info.expires_at)})? If that writer is alive it is fenced "
+                "and loses what it has not flushed"
+            ),
+            abort=True,
+            err=True,
+        )
+    ns.release(oid)
+    sess.echo(
+        f"released the lease of {oid} (was held by {info.owner!r}, generation {info.generation})"
+    )

@@ -1,0 +1,181 @@
+"""Human-readable sizes, durations, times, leases and object summaries.
+
+Pure: nothing here prints. Everything relative to "now" reads `clock()`
+once per call unless given `now`, so a test can freeze the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from rich.table import Table
+
+from durable_obj.ops import ObjectInfo
+
+
+def clock() -> float:
+    """The wall clock every relative time is measured against."""
+    return time.time()
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n} B"
+    size = float(n)
+    for unit in ("KiB", "MiB", "GiB", "TiB", "PiB"):
+        size /= 1024
+        if size < 1024 or unit == "PiB":
+            return f"{size:.1f} {unit}"
+    raise AssertionError("unreachable")
+
+
+def human_duration(seconds: float) -> str:
+    s = round(abs(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m {s % 60}s" if s < 600 else f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h {s % 3600 // 60}m"
+    return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def lease_expiry(expires_at: float | None, now: float | None = None) -> str:
+    """'in 25s', 'expired', or '-' for a released lease."""
+    if expires_at is None:
+        return "-"
+    remaining = expires_at - (clock() if now is None else now)
+    return f"in {human_duration(remaining)}" if remaining > 0 else "expired"
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return "-"
+    delta = (clock() if now is None else now) - ts
+    if delta < 0:
+        return f"in {human_duration(delta)}"
+    return f"{human_duration(delta)} ago"
+
+
+def utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def timestamp(ts: float | None, now: float | None = None) -> str:
+    if ts is None:
+        return "-"
+    return f"{utc(ts)} ({ago(ts, now)})"
+
+
+def lease_text(info: ObjectInfo, now: float | None = None) -> str:
+    if info.owner is None:
+        return f"released (generation {info.generation})"
+    held = f"held by {info.owner!r}, generation {info.generation}"
+    if info.expires_at is None:
+        return held
+    expiry = lease_expiry(info.expires_at, now)
+    if expiry == "expired":
+        return f"{held}, expired at {utc(info.expires_at)}"
+    return f"{held}, expires {expiry} ({utc(info.expires_at)})"
+
+
+def pairs_text(pairs: list[tuple[str, str]]) -> str:
+    """`name  value` lines, the values aligned."""
+    width = max(len(k) for k, _ in pairs)
+    return "\n".join(f"{k.ljust(width)}  {v}" for k, v in pairs)
+
+
+def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) -> str:
+    """`info`'s summary of one object's head."""
+    now = clock() if now is None else now
+    head = info.head
+    manifest = head.manifest
+    proto = head.protocol
+    engine = head.engine
+    base = manifest.base
+    pairs = [
+        ("object", info.oid),
+        ("namespace", namespace_url),
+        (
+            "protocol",
+            f"v{proto.version} (reader features: {', '.join(proto.reader_features) or '-'}; "
+            f"writer features: {', '.join(proto.writer_features) or '-'})",
+        ),
+        (
+            "engine",
+            f"{engine.name} {engine.version} (backup format {engine.backup_format}, "
+            f"min reader {engine.min_reader})",
+        ),
+        ("lease", lease_text(info, now)),
+        ("database", manifest.db),
+        ("base", "none" if base is None else f"{base.key} ({human_size(base.size)})"),
+        (
+            "wal",
+            f"{len(manifest.wal)} segment(s), {human_size(sum(r.size for r in manifest.wal))}",
+        ),
+        ("seq", str(manifest.seq)),
+        ("timezone", info.timezone),
+        ("live size", human_size(info.live_bytes)),
+        ("stored size", human_size(info.stored_bytes)),
+        ("last write", timestamp(info.last_write, now)),
+    ]
+    forked = head.extension().get("forked_from")
+    if isinstance(forked, dict):
+        pairs.append(("forked from", f"{forked.get('oid')} at seq {forked.get('seq')}"))
+    return pairs_text(pairs)
+
+
+def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Table:
+    """`ls`'s table: one row per object."""
+    now = clock() if now is None else now
+    table = Table()
+    for name, justify in (
+        ("id", "left"),
+        ("seq", "right"),
+        ("generation", "right"),
+        ("lease holder", "left"),
+        ("lease expiry", "left"),
+        ("segments", "right"),
+        ("live size", "right"),
+        ("stored size", "right"),
+        ("last write", "left"),
+    ):
+        table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    for info in infos:
+        table.add_row(
+            info.oid,
+            str(info.seq),
+            str(info.generation),
+            info.owner or "-",
+            lease_expiry(info.expires_at, now),
+            str(info.segments),
+            human_size(info.live_bytes),
+            human_size(info.stored_bytes),
+            ago(info.last_write, now),
+        )
+    return table
+
+
+def cell(value: Any) -> str:
+    """A value of a JSONCompact row as a table cell."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def rows_table(columns: Iterable[str], rows: Iterable[Iterable[Any]]) -> Table:
+    """A query result (or any rows) as a table, every cell folded, not cut."""
+    table = Table()
+    for name in columns:
+        table.add_column(name, overflow="fold")
+    for row in rows:
+        table.add_row(*(cell(v) for v in row))
+    return table

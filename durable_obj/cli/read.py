@@ -1,0 +1,107 @@
+"""Commands that change nothing: ls, info, verify, sql."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from rich.table import Table
+
+from durable_obj import ops
+from durable_obj.cli import formatting as fmt
+from durable_obj.cli.app import cli, parse_object_url
+from durable_obj.cli.failures import Failure
+from durable_obj.cli.progress import progress_bar
+from durable_obj.cli.session import session, storage_options
+from durable_obj.namespace import Namespace
+
+
+@cli.command("ls")
+@click.argument("ns_url")
+@storage_options
+def ls_cmd(ns_url: str, storage_options: dict[str, Any]) -> None:
+    """List the objects of a namespace."""
+    ns = Namespace(ns_url, storage_options=storage_options)
+    infos = ns.list()
+    sess = session()
+    if not infos:
+        sess.echo(f"no durable objects in {ns.url}", err=True)
+        return
+    sess.stdout().print(fmt.objects_table(infos))
+
+
+@cli.command("info")
+@click.argument("object_url")
+@click.option("--json", "as_json", is_flag=True, help="Print the stored head.json instead.")
+@storage_options
+def info_cmd(object_url: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+    """Show an object's head: protocol, engine, lease, manifest, sizes."""
+    namespace, oid = parse_object_url(object_url)
+    ns = Namespace(namespace, storage_options=storage_options)
+    if as_json:
+        # The stored document as is, not validated: it also shows a corrupt head.
+        doc = ops.head_document(ns.store, oid)
+        session().echo(json.dumps(doc, indent=2, ensure_ascii=False))
+        return
+    session().echo(fmt.info_text(ns.info(oid), ns.url))
+
+
+@cli.command("verify")
+@click.argument("object_url")
+@click.option("--restore", is_flag=True, help="Also restore and replay it; count rows per table.")
+@storage_options
+def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) -> None:
+    """Download every key the head references and check its size and SHA-256."""
+    namespace, oid = parse_object_url(object_url)
+    with progress_bar("verify") as bar:
+        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
+        report = ns.verify(oid, restore=restore)
+    sess = session()
+    sess.echo(
+        f"ok: {oid}: {len(report.checked)} key(s), {fmt.human_size(report.checked_bytes)}, "
+        "every size and SHA-256 matches the head"
+    )
+    if report.rows is not None:
+        if not report.rows:
+            sess.echo("restored and replayed: the object has no tables")
+            return
+        sess.echo("restored and replayed; rows per table:")
+        table = Table()
+        table.add_column("table", overflow="fold")
+        table.add_column("rows", justify="right")
+        for name, rows in report.rows.items():
+            table.add_row(name, str(rows))
+        sess.stdout().print(table)
+
+
+@cli.command("sql")
+@click.argument("object_url")
+@click.argument("query")
+@click.option(
+    "--format",
+    "fmt_name",
+    metavar="FMT",
+    help="Print the engine's raw output in this format (CSV, TSV, JSONEachRow, ...).",
+)
+@storage_options
+def sql_cmd(
+    object_url: str, query: str, fmt_name: str | None, storage_options: dict[str, Any]
+) -> None:
+    """Run one read-only query on the last flushed state."""
+    namespace, oid = parse_object_url(object_url)
+    ns = Namespace(namespace, storage_options=storage_options)
+    with ns.open(oid, read_only=True) as obj:
+        result = obj.query(query, fmt_name or "JSONCompact")
+    sess = session()
+    if fmt_name:
+        sess.echo(str(result), nl=False)
+        return
+    try:
+        doc = json.loads(str(result))
+        columns = [str(c["name"]) for c in doc["meta"]]
+        rows: list[list[Any]] = list(doc["data"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise Failure("engine", f"unexpected JSONCompact output from the engine ({exc})") from None
+    sess.stdout().print(fmt.rows_table(columns, rows))
+    sess.echo(f"{len(rows)} row(s)")
