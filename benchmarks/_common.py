@@ -119,9 +119,9 @@ class Report:
         print()
         print(self.table())
 
-    def write(self) -> str:
-        os.makedirs(RESULTS, exist_ok=True)
-        path = os.path.join(RESULTS, f"{self.name}-{int(time.time())}.json")
+    def write(self, folder: str = RESULTS) -> str:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(folder, f"{self.name}-{int(time.time())}.json")
         rows = [{**vars(r), "ratio": r.ratio, "verdict": r.verdict} for r in self.rows]
         payload = {
             "machine": machine(),

@@ -2,6 +2,7 @@
 
     python benchmarks/run.py                 # local folder + SeaweedFS it starts; <= 10 min
     python benchmarks/run.py --quick         # smaller sizes, fewer repeats; ~2 min
+    python benchmarks/run.py --smoke         # every figure group once at tiny sizes: a test
     python benchmarks/run.py --latency-ms 20 # every S3 request of both waits 20 ms first
     python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
     python benchmarks/run.py --stores local  # skip S3
@@ -41,6 +42,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _common import (
     IMPLS,
+    RESULTS,
     Report,
     Row,
     S3Server,
@@ -261,6 +263,12 @@ def main() -> None:
     parser.add_argument(
         "--quick", action="store_true", help="1k/10k rows, 16 + 101 segments, 2 repeats"
     )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="every figure group once at the smallest sizes, both stores; proves the "
+        "benchmark runs (the test suite does this), measures nothing",
+    )
     parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
     parser.add_argument("--repeat", type=int, help="fresh processes per figure and implementation")
     parser.add_argument(
@@ -283,11 +291,21 @@ def main() -> None:
     parser.add_argument("--key", default="")
     parser.add_argument("--secret", default="")
     parser.add_argument("--bucket", default="")
+    parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
     unknown = args.only - {"writes", "bases", "segments", "wal"}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
+    if args.smoke:
+        # One process per figure and implementation at the smallest sizes
+        # that still give every row of the table a value.
+        args.repeat = args.repeat or 1
+        args.rows = args.rows or [200]
+        args.segments = args.segments or 2
+        args.wal_segments = args.wal_segments or 3
+        args.executes = args.executes or 3
+        args.flushes = args.flushes or 1
     args.repeat = args.repeat or (2 if args.quick else 3)
     args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
     args.segments = args.segments or (16 if args.quick else 64)
@@ -336,8 +354,10 @@ def main() -> None:
                 if proxy is not None:
                     proxy.stop()
     report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
+    if args.smoke:
+        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
     report.print()
-    print(f"\nwrote {report.write()}")
+    print(f"\nwrote {report.write(args.results)}")
 
 
 if __name__ == "__main__":

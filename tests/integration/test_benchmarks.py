@@ -1,0 +1,61 @@
+"""The benchmark still runs: `benchmarks/run.py --smoke`, every figure group
+once at the smallest sizes, on a local folder and on a SeaweedFS it starts.
+
+Nothing here judges a timing: the table is checked for shape (every row,
+both implementations, both stores), so a benchmark that no longer runs, or
+lost a figure, fails CI instead of rotting until someone needs it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.seaweedfs]
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: One metric of each figure group, per store (prefixes of the table's rows).
+GROUPS = {
+    "writes": ("execute p50, single-row INSERT", "flush, 1 buffered", "flush, 100 buffered"),
+    "bases": ("checkpoint, 200 rows", "stored base, 200 rows", "cold open, base of 200 rows"),
+    "segments": ("cold open, base 0k + 2 segs x 10",),
+    "wal": ("cold open, 3-segment WAL", "execute + flush per segment"),
+}
+
+
+def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "run.py"),
+            "--smoke",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    (written,) = tmp_path.glob("run-*.json")
+    doc = json.loads(written.read_text())
+    rows = doc["rows"]
+    assert {row["store"] for row in rows} == {"local", "s3"}
+    for store in ("local", "s3"):
+        metrics = [row["metric"] for row in rows if row["store"] == store]
+        for group, wanted in GROUPS.items():
+            for metric in wanted:
+                assert any(m.startswith(metric) for m in metrics), (store, group, metric)
+    assert any(row["metric"].endswith("no fsync in either") for row in rows)
+    for row in rows:
+        assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
+    # The table was printed, and says it is no measurement.
+    assert "--smoke: a check that every figure group runs" in proc.stdout
