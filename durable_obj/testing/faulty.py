@@ -9,6 +9,11 @@ Chosen by a seed, so a failing sequence replays exactly. Per call it may:
 * stop the "process" there (`SimulatedCrash`, before or after the inner call):
   the caller must abandon the object without closing it, as a SIGKILL would.
 
+`get_many` is forwarded to the inner store's own `get_many` (S3's batched
+reads stay the path under test) and meets the faults a `get` of each of its
+keys would, decided in key order: the first error or crash among them is
+raised before any key is read.
+
     store = FaultyStore(open_store("memory://t"), seed=7, rate=0.2)
     store.enabled = False   # pass every call through, e.g. to check recovery
 """
@@ -125,6 +130,21 @@ class FaultyStore(Store):
 
     def get(self, key: str) -> Blob | None:
         return self._call("get", key, lambda: self.inner.get(key))
+
+    def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
+        keys = list(keys)
+        with self._lock:
+            self.calls.extend(("get_many", key) for key in keys)
+        picked = [self._pick("get", key) for key in keys]
+        slow = Fault.LATENCY in picked or (self.latency and self.enabled)
+        for key, fault in zip(keys, picked, strict=True):
+            if fault is Fault.ERROR:
+                raise BackendError(f"injected failure before get_many of {key!r}")
+            if fault is Fault.CRASH_BEFORE:
+                raise SimulatedCrash(f"crash before get_many of {key!r}")
+        if slow:
+            time.sleep(self.latency or 0.01)
+        return self.inner.get_many(keys, concurrency)
 
     def create(self, key: str, data: bytes) -> Version | None:
         return self._call("create", key, lambda: self.inner.create(key, data))

@@ -12,6 +12,7 @@ from durable_obj.errors import MissingDependency, UnsupportedStore
 from durable_obj.stores import Store, open_store, split_url
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
+from durable_obj.testing import FaultyStore
 from durable_obj.testing.conformance import SharedStoreTests, StoreTests
 
 
@@ -21,6 +22,16 @@ class TestMemoryStore(StoreTests):
     @pytest.fixture
     def store(self) -> Store:
         return MemoryStore(f"conf-{uuid.uuid4().hex}")
+
+
+class TestFaultyStorePassThrough(StoreTests):
+    """A FaultyStore that injects nothing is the store it wraps."""
+
+    stream_bytes = 8 * 1024 * 1024
+
+    @pytest.fixture
+    def store(self) -> Store:
+        return FaultyStore(MemoryStore(f"conf-{uuid.uuid4().hex}"), seed=0, rate=0.0)
 
 
 class TestFileStore(SharedStoreTests):
