@@ -20,7 +20,6 @@ import multiprocessing
 import os
 import resource
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -32,28 +31,32 @@ from durable_obj.stores import Store, Version, open_store
 #: Race rounds and racers per round.
 RACE_ROUNDS = 20
 RACERS = 8
+#: How long a racer waits for the others at the start line before the round fails.
+START_TIMEOUT = 120.0
+
+#: The start line of the process races: every racer of a round opens its
+#: store, then waits here until all of them are ready, so the writes go out
+#: together however slowly each process started (set by `_enter_race`).
+_start_line: Any = None
 
 
-def _wait_until(start_at: float) -> None:
-    delay = start_at - time.time()
-    if delay > 0:
-        time.sleep(delay)
+def _enter_race(barrier: Any) -> None:
+    global _start_line
+    _start_line = barrier
 
 
-def _race_create(url: str, options: dict[str, Any], key: str, me: int, start_at: float) -> bool:
+def _race_create(url: str, options: dict[str, Any], key: str, me: int) -> bool:
     store = open_store(url, options)
-    _wait_until(start_at)
+    _start_line.wait(START_TIMEOUT)
     return store.create(key, f"racer-{me}".encode()) is not None
 
 
-def _race_replace(
-    url: str, options: dict[str, Any], key: str, token: str, me: int, start_at: float
-) -> bool:
+def _race_replace(url: str, options: dict[str, Any], key: str, token: str, me: int) -> bool:
     # Unique bytes per racer: stores whose token is a content hash (S3 ETags)
     # cannot tell an identical rewrite apart, and durable_obj never makes one.
     store = open_store(url, options)
-    _wait_until(start_at)
     body = f"racer-{me}-{uuid.uuid4().hex}".encode()
+    _start_line.wait(START_TIMEOUT)
     return store.replace(key, body, Version(token)) is not None
 
 
@@ -232,20 +235,20 @@ class SharedStoreTests(StoreTests):
     def test_process_race_create_and_replace(self, store: Store) -> None:
         url, options = self.store_url(store), self.storage_options(store)
         ctx = multiprocessing.get_context("spawn")
-        with ctx.Pool(RACERS) as pool:
+        # One racer per pool process: a process waiting at the (reusable)
+        # barrier holds its one task, so the round's RACERS tasks land on
+        # RACERS different processes.
+        barrier = ctx.Barrier(RACERS)
+        with ctx.Pool(RACERS, initializer=_enter_race, initargs=(barrier,)) as pool:
             for _ in range(RACE_ROUNDS):
                 key = f"prace/{uuid.uuid4().hex}"
-                start = time.time() + 0.3
-                wins = pool.starmap(
-                    _race_create, [(url, options, key, i, start) for i in range(RACERS)]
-                )
+                wins = pool.starmap(_race_create, [(url, options, key, i) for i in range(RACERS)])
                 assert sum(wins) == 1
                 blob = store.get(key)
                 assert blob is not None
-                start = time.time() + 0.3
                 wins = pool.starmap(
                     _race_replace,
-                    [(url, options, key, blob.version.token, i, start) for i in range(RACERS)],
+                    [(url, options, key, blob.version.token, i) for i in range(RACERS)],
                 )
                 assert sum(wins) == 1
                 after = store.get(key)
