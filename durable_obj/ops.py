@@ -254,3 +254,16 @@ def export_formats() -> list[str]:
     from durable_obj.object import EXPORT_FORMATS  # lazy: the table lives with export
 
     return sorted(EXPORT_FORMATS)
+
+
+def url_protocol(url: str) -> str:
+    """The store protocol `url` names, as `open_store` reads it: "file" for a
+    bare path, `file:` and `local:`; otherwise the lower-cased scheme. Never
+    raises: a `file:` URL that names no store (another host, a query) is
+    still of the file protocol (fsspec may well read it)."""
+    from durable_obj.stores import split_url
+
+    try:
+        return split_url(url)[0]
+    except InvalidArgument:  # only a file: URL is refused there
+        return "file"

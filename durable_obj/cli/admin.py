@@ -133,7 +133,7 @@ def export_cmd(
 ) -> None:
     """Write each table to DEST_URL/<table>.<parquet|csv|jsonl>."""
     namespace, oid = parse_object_url(object_url)
-    if not to_options and _protocol(dest_url) == _protocol(namespace):
+    if not to_options and ops.url_protocol(dest_url) == ops.url_protocol(namespace):
         to_options = storage_options
     with progress_bar("export") as bar:
         ns = Namespace(namespace, storage_options=storage_options, progress=bar)
@@ -142,11 +142,6 @@ def export_cmd(
     for url in written:
         sess.echo(url)
     sess.echo(f"exported {len(written)} table(s) of {oid}", err=True)
-
-
-def _protocol(url: str) -> str:
-    scheme, sep, _ = url.partition("://")
-    return scheme.lower() if sep and scheme.lower() not in ("file", "local") else "file"
 
 
 @cli.command("release")
