@@ -8,13 +8,12 @@ from typing import Any
 import click
 from rich.table import Table
 
-from durable_obj import ops
+from durable_obj import Namespace, ops
 from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import session, storage_options
-from durable_obj.namespace import Namespace
 
 
 @cli.command("ls")
