@@ -8,9 +8,11 @@ Validation is strict (V1 §4.5): a head that does not fit the schema is
 `Corrupt`, with the path of the first bad field, never coerced. Fields this
 version does not know are kept at every level and written back unchanged
 (§4.2), so a head survives a round trip through an older or newer writer.
-The `durable_obj` top-level field is our extension: a per-write nonce that
-guarantees every write changes the bytes (an S3 ETag is a content hash, so an
-identical rewrite would keep the old ETag and let a stale token win).
+The `durable_obj` top-level field is our extension, and its field names are
+spelled here only: `nonce`, a per-write value that guarantees every write
+changes the bytes (an S3 ETag is a content hash, so an identical rewrite would
+keep the old ETag and let a stale token win); `timezone`, the object's session
+time zone (`Head.timezone`); `forked_from`, where a fork came from.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 from durable_obj.errors import Corrupt, LimitExceeded
 from durable_obj.protocol import (
     BACKUP_FORMAT,
+    DEFAULT_TIMEZONE,
     ENGINE_NAME,
     MAX_HEAD_BYTES,
     MAX_SAFE_INT,
@@ -37,8 +40,12 @@ Key = Annotated[str, AfterValidator(check_key)]
 Sha256 = Annotated[str, AfterValidator(check_sha256)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 
-#: Top-level field that carries durable_obj's own extension data.
+#: Top-level field that carries durable_obj's own extension data ...
 EXTENSION = "durable_obj"
+#: ... and the fields in it.
+NONCE = "nonce"
+TIMEZONE = "timezone"
+FORKED_FROM = "forked_from"
 
 
 class _Model(BaseModel):
@@ -153,7 +160,7 @@ class Head(_Model):
         doc = self.model_dump(mode="json")
         ext = doc.get(EXTENSION)
         ext = dict(ext) if isinstance(ext, dict) else {}
-        ext["nonce"] = uuid.uuid4().hex
+        ext[NONCE] = uuid.uuid4().hex
         doc[EXTENSION] = ext
         body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
         if len(body) > MAX_HEAD_BYTES:
@@ -174,6 +181,26 @@ class Head(_Model):
         assert extra is not None  # extra="allow"
         ext = extra.get(EXTENSION)
         extra[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), key: value}
+
+    @property
+    def timezone(self) -> str:
+        """The object's session time zone: every statement runs and replays in
+        it. UTC for a head that records none (chdb.durable records none).
+        `Corrupt` if the recorded value is not a string."""
+        tz = self.extension().get(TIMEZONE, DEFAULT_TIMEZONE)
+        if not isinstance(tz, str):
+            raise Corrupt(
+                f"head.{EXTENSION}.{TIMEZONE} is not a string; nothing was opened or changed"
+            )
+        return tz
+
+    @property
+    def records_timezone(self) -> bool:
+        """Does the head say which time zone it replays in?"""
+        return TIMEZONE in self.extension()
+
+    def set_timezone(self, tz: str) -> None:
+        self.set_extension(TIMEZONE, tz)
 
 
 def _describe(exc: ValidationError) -> str:

@@ -34,6 +34,19 @@ def held_by_other(lease: Lease, me: Holder, now: float, clock_skew: float) -> bo
     return now <= lease.expires_at + clock_skew
 
 
+def check_free(lease: Lease, me: Holder, now: float, *, clock_skew: float) -> None:
+    """Raise `LeaseHeld` if someone else holds `lease` at `now` (allowing for
+    their clock); a writer checks this before it does anything else."""
+    if held_by_other(lease, me, now, clock_skew):
+        remaining = (lease.expires_at or now) - now
+        raise LeaseHeld(
+            f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
+            f"generation {lease.generation}) for another {max(remaining, 0.0):.0f} s; "
+            "nothing was changed. Open it read_only=True, wait for the lease to expire, or "
+            "pass force=True if that writer is known to be gone (its unflushed writes are lost)."
+        )
+
+
 def acquire(
     lease: Lease, me: Holder, now: float, ttl: float, *, clock_skew: float, force: bool
 ) -> tuple[Lease, bool]:
@@ -45,13 +58,7 @@ def acquire(
     """
     forced = held_by_other(lease, me, now, clock_skew)
     if forced and not force:
-        remaining = (lease.expires_at or now) - now
-        raise LeaseHeld(
-            f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
-            f"generation {lease.generation}) for another {max(remaining, 0.0):.0f} s; "
-            "nothing was changed. Open it read_only=True, wait for the lease to expire, or "
-            "pass force=True if that writer is known to be gone (its unflushed writes are lost)."
-        )
+        check_free(lease, me, now, clock_skew=clock_skew)
     taken = lease.model_copy(
         update={
             "generation": lease.generation + 1,
@@ -83,7 +90,25 @@ def owns(lease: Lease, me: Holder, generation: int) -> bool:
     return lease.instance == me.instance and lease.generation == generation
 
 
+def expiry(lease: Lease) -> float:
+    """When a lease just committed runs out (0 for a released one): the
+    moment from which a writer that has not renewed must stop."""
+    return 0.0 if lease.expires_at is None else lease.expires_at
+
+
 def must_self_fence(local_expiry: float, now: float) -> bool:
     """A writer that could not renew before its own lease ran out stops writing:
     from that instant another writer may legally take over."""
     return now >= local_expiry
+
+
+def describe(lease: Lease | None) -> str:
+    """What became of a lease, for the message of a writer that lost it."""
+    if lease is None:
+        return "the head is gone"
+    if lease.released:
+        return f"the lease was released at generation {lease.generation}"
+    return (
+        f"the lease was taken by {lease.owner!r} (instance {str(lease.instance)[:8]}) "
+        f"at generation {lease.generation}"
+    )

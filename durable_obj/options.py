@@ -1,8 +1,10 @@
-"""Per-object options, validated once, with a sane default for each."""
+"""Per-object options, validated once, with a sane default for each, and the
+growth policies they set (when to auto-flush, when to fold the WAL)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -12,8 +14,12 @@ from durable_obj.protocol import (
     DEFAULT_COMMIT_DEADLINE,
     DEFAULT_DATABASE,
     DEFAULT_LEASE_TTL,
+    DEFAULT_TIMEZONE,
     HEARTBEAT_TTL_FRACTION,
 )
+
+if TYPE_CHECKING:
+    from durable_obj.head import ObjectRef
 
 Seconds = float
 
@@ -49,7 +55,7 @@ class Options(BaseModel):
     auto_flush_bytes: int = Field(default=1024 * 1024, gt=0)
     auto_flush_age: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: Session time zone of a new object (an existing object's head decides).
-    timezone: str = Field(default="UTC", min_length=1, max_length=64)
+    timezone: str = Field(default=DEFAULT_TIMEZONE, min_length=1, max_length=64)
     #: "pin": evaluate non-deterministic values once and log literals;
     #: "refuse": never rewrite a statement, refuse it instead.
     nondeterminism: Literal["pin", "refuse"] = "pin"
@@ -69,6 +75,24 @@ class Options(BaseModel):
         if self.heartbeat_interval is not None:
             return self.heartbeat_interval
         return self.lease_ttl * HEARTBEAT_TTL_FRACTION
+
+    def auto_flush_due(self, nbytes: int, age: float) -> bool:
+        """Is a buffer of `nbytes` whose oldest statement is `age` seconds
+        old due for an automatic flush?"""
+        if not self.auto_flush:
+            return False
+        if nbytes >= self.auto_flush_bytes:
+            return True
+        return self.auto_flush_age is not None and age >= self.auto_flush_age
+
+    def fold_due(self, wal: Sequence[ObjectRef], segments: int | None = None) -> bool:
+        """Is `wal` long enough to fold into a checkpoint? `segments` replaces
+        both limits with a segment count alone (close uses its own)."""
+        limit = self.fold_segments if segments is None else segments
+        size_limit = self.fold_bytes if segments is None else 0
+        return bool(limit and len(wal) >= limit) or bool(
+            size_limit and sum(r.size for r in wal) >= size_limit
+        )
 
 
 def make_options(values: dict[str, Any]) -> Options:

@@ -2,11 +2,24 @@
 
 chdb.durable 4.4 (`chdb/durable/protocol.py`) is the reference; every number
 here must agree with it, or objects stop being interchangeable.
+
+The key layout is spelled here and nowhere else::
+
+    <object-id>/head.json
+    <object-id>/checkpoints/<generation>-<seq>-<unique>.tar
+    <object-id>/wal/<generation>-<seq>-<unique>.jsonl
+
+A head names its base and segments relative to the object (`wal/...`);
+`object_key` makes that a key of the namespace. Every WAL and checkpoint key is
+minted unique (`mint_wal_key`, `mint_checkpoint_key`), so a conditional create
+of one never collides with another writer's, and `seq_of` reads the sequence
+number back (garbage collection orders keys by it).
 """
 
 from __future__ import annotations
 
 import re
+import uuid
 from typing import Final
 
 #: Protocol version this library speaks. A head declaring more is refused.
@@ -38,6 +51,8 @@ CHECKPOINT_SUFFIX: Final = ".tar"
 WAL_SUFFIX: Final = ".jsonl"
 
 DEFAULT_DATABASE: Final = "default"
+#: Session time zone of a new object, and of a head that records none.
+DEFAULT_TIMEZONE: Final = "UTC"
 
 #: Lease defaults, in seconds. The heartbeat renews at most every TTL/3 so one
 #: lost renewal never lets the lease lapse; `clock_skew` is added to another
@@ -52,6 +67,41 @@ COMMIT_BACKOFF_BASE: Final = 0.05
 COMMIT_BACKOFF_MAX: Final = 2.0
 
 _SHA256_RE: Final = re.compile(r"\A[0-9a-f]{64}\Z")
+#: `<generation>-<seq>-<unique>.<ext>`: the name of a minted WAL or checkpoint key.
+_MINTED_RE: Final = re.compile(r"\A(\d+)-(\d+)-[0-9A-Za-z]+\.")
+
+
+# -- key layout -------------------------------------------------------------
+def head_key(oid: str) -> str:
+    """The namespace key of an object's head."""
+    return f"{oid}/{HEAD_KEY}"
+
+
+def object_key(oid: str, rel: str) -> str:
+    """A key a head names (relative to its object) as a key of the namespace."""
+    return f"{oid}/{rel}"
+
+
+def mint_wal_key(generation: int, seq: int) -> str:
+    """A fresh, unique key for the WAL segment a writer publishes at `seq`."""
+    return _mint(WAL_DIR, generation, seq, WAL_SUFFIX)
+
+
+def mint_checkpoint_key(generation: int, seq: int) -> str:
+    """A fresh, unique key for the base a writer (or a fork) publishes at `seq`."""
+    return _mint(CHECKPOINT_DIR, generation, seq, CHECKPOINT_SUFFIX)
+
+
+def _mint(folder: str, generation: int, seq: int, suffix: str) -> str:
+    return f"{folder}/{generation}-{seq}-{uuid.uuid4().hex[:8]}{suffix}"
+
+
+def seq_of(name: str) -> int | None:
+    """The sequence number in a minted name (the part after `wal/` or
+    `checkpoints/`), or None for a name that was not minted that way.
+    chdb.durable mints the same shape."""
+    match = _MINTED_RE.match(name)
+    return int(match.group(2)) if match else None
 
 
 def check_key(key: str) -> str:

@@ -1,0 +1,167 @@
+"""One attempt at open(): from the stored head (or none) to a restored local
+copy and, for a writer, a lease proven held.
+
+    read head -> check protocol -> check the lease is free -> start fetching
+    the base and every segment -> engine -> create the object, or take the
+    lease (CAS) -> pin the session -> RESTORE -> replay -> re-assert the lease
+
+The order is part of the contract: a writer open of an object leased
+elsewhere answers `lease_held` before anything local to this process can
+fail (another object holding the engine, say), and nothing is written
+before every check that can refuse has passed. When the head changes
+between reading it and taking the lease, the open starts over.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from durable_obj import lease as leases
+from durable_obj import restore
+from durable_obj.engine import prestart
+from durable_obj.errors import LeaseHeld, NotFound
+from durable_obj.protocol import HEAD_KEY
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.commit import HeadWriter, Stored
+    from durable_obj.engine import Engine
+    from durable_obj.local import LocalCopy
+    from durable_obj.options import Options
+
+log = logging.getLogger("durable_obj")
+
+
+#: How often open() starts over when the head moves under it.
+OPEN_ATTEMPTS = 5
+
+
+class HeadMoved(Exception):
+    """The head changed between reading it and taking the lease: start over."""
+
+
+def open_object(
+    writer: HeadWriter,
+    local: LocalCopy,
+    options: Options,
+    *,
+    read_only: bool,
+    force: bool,
+    progress: Callback | None = None,
+) -> bool:
+    """Open, starting over (with an empty engine and scratch) while the head
+    moves under us; True if the object existed. The caller cleans up after
+    any failure: `local` and `writer` hold what was done so far."""
+    for attempt in range(1, OPEN_ATTEMPTS + 1):
+        try:
+            return _open_once(
+                writer, local, options, read_only=read_only, force=force, progress=progress
+            )
+        except HeadMoved:
+            if attempt == OPEN_ATTEMPTS:
+                raise LeaseHeld(
+                    f"{writer.url}: the head kept changing while taking the lease "
+                    f"({attempt} attempts); another writer is active. Nothing was changed."
+                ) from None
+            local.reset()
+            writer.forget()
+    raise AssertionError("unreachable")
+
+
+def _open_once(
+    writer: HeadWriter,
+    local: LocalCopy,
+    options: Options,
+    *,
+    read_only: bool,
+    force: bool,
+    progress: Callback | None = None,
+) -> bool:
+    """Open once; True if the object existed."""
+    # The process's engine starts in the background while the head is read;
+    # the base and the segments download while the open goes on.
+    prestart()
+    got = writer.read()
+    if got is not None:
+        restore.check_protocol(got.head, url=writer.url, read_only=read_only)
+        if not read_only and not force:
+            assert writer.holder is not None
+            leases.check_free(
+                got.head.lease, writer.holder, writer.clock.time(), clock_skew=options.clock_skew
+            )
+    elif read_only:
+        raise NotFound(
+            f"no durable object at {writer.url} (no {HEAD_KEY}); a read-only open "
+            "never creates one. Check the URL and storage_options."
+        )
+    with ThreadPoolExecutor(2) as pool:  # the base, and every segment
+        fetches = None
+        if got is not None:
+            assert local.work is not None
+            fetches = restore.Fetches(
+                pool,
+                writer.store,
+                writer.oid,
+                got.head,
+                work=local.work,
+                concurrency=options.fetch_concurrency,
+                progress=progress,
+            )
+        try:
+            engine = local.start_engine()
+            if got is None:
+                local.pin(options.timezone)  # checks it before anything is written
+                if not writer.create_cold(
+                    db=options.db, engine_version=engine.version, timezone=options.timezone
+                ):
+                    raise HeadMoved()  # lost the creation race: read it again
+                engine.create_database(options.db)
+                engine.use_database(options.db)
+                return False
+            restore.check_engine(engine, got.head)
+            if read_only:
+                writer.adopt(got)
+            else:
+                _take_lease(writer, engine, got, options, force=force)
+            local.pin_head(got.head)
+            restore.restore(engine, got.head, fetches, url=writer.url)
+        except BaseException:
+            if fetches is not None:
+                fetches.cancel()
+            raise
+    if not read_only:
+        # A slow restore can outlast the TTL: re-assert before handing out a
+        # writer, so we never return one whose lease was already taken.
+        writer.commit()
+    return True
+
+
+def _take_lease(
+    writer: HeadWriter, engine: Engine, got: Stored, options: Options, *, force: bool
+) -> None:
+    taken = writer.take(
+        got, force=force, clock_skew=options.clock_skew, engine_version=engine.version
+    )
+    if taken is None:
+        raise HeadMoved()
+    previous = got.head.lease
+    if taken.forced:
+        message = (
+            f"force takeover of {writer.url}: the lease of {previous.owner!r} had not "
+            "expired; whatever it executed but did not flush is lost, and its next "
+            "commit will fail with lease_fenced"
+        )
+        # _take_lease, _open_once, open_object, DurableObject._open, Namespace.open
+        warnings.warn(message, RuntimeWarning, stacklevel=6)
+        log.warning(message)
+    if previous.generation and not previous.released:
+        log.info(
+            "%s: took the lease from %r at generation %d",
+            writer.url,
+            previous.owner,
+            taken.lease.generation,
+        )

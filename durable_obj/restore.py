@@ -1,0 +1,172 @@
+"""From a head to a local database: check, fetch, verify, restore, replay.
+
+    check_protocol(head)         refuse what this library cannot read or write
+    Fetches(pool, ...)           the base and every WAL segment, downloading in
+                                 parallel with the rest of the open
+    restore(engine, head, ...)   RESTORE the base (or create the database),
+                                 then replay the WAL in manifest order
+
+Every byte is checked against the size and SHA-256 the head names before it
+is used; a missing, short or altered base or segment is `Corrupt`: never
+skipped, never fallen back from. Everything here gets its inputs as
+arguments; the state machine in `object.py` decides when to call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from durable_obj.digest import file_digest, verify, verify_bytes
+from durable_obj.engine import check_compatible
+from durable_obj.errors import Corrupt, ProtocolUnsupported
+from durable_obj.head import Head, ObjectRef
+from durable_obj.protocol import (
+    PROTOCOL_VERSION,
+    SUPPORTED_READER_FEATURES,
+    SUPPORTED_WRITER_FEATURES,
+    object_key,
+)
+from durable_obj.replay import Replayer
+from durable_obj.wal import parse_segment
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.engine import Engine
+    from durable_obj.stores.base import Store
+
+log = logging.getLogger("durable_obj")
+
+
+def check_protocol(head: Head, *, url: str, read_only: bool) -> None:
+    """Refuse a protocol version or reader feature we lack; a writer feature
+    we lack refuses only a writer."""
+    proto = head.protocol
+    if proto.version > PROTOCOL_VERSION:
+        raise ProtocolUnsupported(
+            f"{url} declares protocol version {proto.version}; this library speaks "
+            f"{PROTOCOL_VERSION}. Upgrade durable_obj; nothing was changed."
+        )
+    unknown = sorted(set(proto.reader_features) - SUPPORTED_READER_FEATURES)
+    if unknown:
+        raise ProtocolUnsupported(
+            f"{url} requires reader feature(s) {unknown} this library lacks; "
+            "not opened, nothing was changed"
+        )
+    unknown = sorted(set(proto.writer_features) - SUPPORTED_WRITER_FEATURES)
+    if unknown and not read_only:
+        raise ProtocolUnsupported(
+            f"{url} requires writer feature(s) {unknown} this library lacks; "
+            "open it read_only=True instead. Nothing was changed."
+        )
+
+
+def check_engine(engine: Engine, head: Head) -> None:
+    """`EngineIncompatible` unless the running engine reads what wrote the head."""
+    check_compatible(
+        name=head.engine.name,
+        backup_format=head.engine.backup_format,
+        min_reader=head.engine.min_reader,
+        running=engine.version,
+    )
+
+
+class Fetches:
+    """The base and every segment a head names, fetched on `pool` at once,
+    each verified before it is handed out."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        store: Store,
+        oid: str,
+        head: Head,
+        *,
+        work: str,
+        concurrency: int,
+        progress: Callback | None = None,
+    ) -> None:
+        self._store = store
+        self._oid = oid
+        self._url = f"{store.url.rstrip('/')}/{oid}"
+        self._work = work
+        self._base: Future[str] | None = None
+        self._segments: Future[list[list[str]]] | None = None
+        base = head.manifest.base
+        if base is not None:
+            self._base = pool.submit(self._fetch_base, base, progress)
+        if head.manifest.wal:
+            self._segments = pool.submit(self._fetch_segments, head.manifest.wal, concurrency)
+
+    def cancel(self) -> None:
+        for future in (self._base, self._segments):
+            if future is not None:
+                future.cancel()
+
+    def base(self) -> str:
+        """The local path of the verified base (named as its key: chDB tells
+        an archive's format by its extension)."""
+        assert self._base is not None
+        return self._base.result()
+
+    def segments(self) -> list[list[str]]:
+        """Every segment's statements, in manifest order."""
+        return [] if self._segments is None else self._segments.result()
+
+    def _fetch_base(self, ref: ObjectRef, progress: Callback | None) -> str:
+        path = os.path.join(self._work, os.path.basename(ref.key))
+        part = path + ".incoming"
+        if not self._store.download(object_key(self._oid, ref.key), part, progress):
+            raise Corrupt(
+                f"{self._url}: missing base: the base {ref.key} named by the head is gone; "
+                "the object cannot be restored without it and was not opened. Nothing was "
+                "changed."
+            )
+        verify(*file_digest(part), ref, "base checkpoint")
+        os.replace(part, path)
+        return path
+
+    def _fetch_segments(self, refs: list[ObjectRef], concurrency: int) -> list[list[str]]:
+        keys = [object_key(self._oid, ref.key) for ref in refs]
+        blobs = self._store.get_many(keys, concurrency)  # one batched read
+        segments = []
+        for ref, blob in zip(refs, blobs, strict=True):
+            if blob is None:
+                raise Corrupt(
+                    f"{self._url}: WAL segment {ref.key} named by the head is missing; "
+                    "committed writes cannot be replayed without it, so the object was not "
+                    "opened"
+                )
+            verify_bytes(blob.data, ref, "WAL segment")
+            segments.append(parse_segment(blob.data, ref.key))
+        return segments
+
+
+def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) -> None:
+    """RESTORE the base into a fresh engine (or create the empty database),
+    then replay every segment in manifest order."""
+    db = head.manifest.db
+    if head.manifest.base is not None:
+        assert fetches is not None
+        path = fetches.base()
+        engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+        os.unlink(path)
+    else:
+        engine.create_database(db)
+    engine.use_database(db)
+    replayer = Replayer(engine, db)
+    segments = [] if fetches is None else fetches.segments()
+    for ref, statements in zip(head.manifest.wal, segments, strict=True):
+        for n, sql in enumerate(statements, start=1):
+            replayer.apply(sql, f"{ref.key} statement {n}")
+    replayer.finish()
+    if replayer.statements:
+        log.debug(
+            "%s: replayed %d statement(s) in %d engine call(s)",
+            url,
+            replayer.statements,
+            replayer.engine_calls,
+        )
