@@ -107,6 +107,10 @@ def _below(path: str, folder: str) -> bool:
     return path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+class _Linked(Exception):
+    """A link on a key's literal path: resolve the key, then walk again."""
+
+
 def _is_link(dir_fd: int, name: str) -> bool:
     try:
         return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
@@ -177,12 +181,17 @@ class FileStore(Store):
             f"never followed, and nothing was read or written through it."
         )
 
-    def _step(self, fd: int, name: str, key: str, flags: int, mode: int = 0o666) -> int:
-        """`openat(fd, name)` that never follows a link: a link there is refused."""
+    def _step(
+        self, fd: int, name: str, key: str, flags: int, mode: int = 0o666, *, strict: bool = True
+    ) -> int:
+        """`openat(fd, name)` that never follows a link: a link there is
+        refused, or with `strict=False` reported as `_Linked`."""
         try:
             return os.open(name, flags, mode, dir_fd=fd)
         except OSError as exc:
             if exc.errno in (errno.ELOOP, errno.ENOTDIR) and _is_link(fd, name):
+                if not strict:
+                    raise _Linked from None
                 raise self._moved(key, name) from None
             raise
 
@@ -204,16 +213,21 @@ class FileStore(Store):
             os.makedirs(self._real, exist_ok=True)
         raise AssertionError("unreachable")
 
-    def _open_folder(self, folders: tuple[str, ...], key: str, *, create: bool) -> int | None:
+    def _open_folder(
+        self, folders: tuple[str, ...], key: str, *, create: bool, strict: bool = True
+    ) -> int | None:
         """A descriptor of the folder `folders` below the real root, reached
-        without following any link; None if it does not exist (and not `create`)."""
+        without following any link; None if it does not exist (and not `create`).
+        A link on the way is refused, or with `strict=False` reported as `_Linked`
+        (before anything was made: only a missing folder is made, and nothing
+        below a missing folder can be a link)."""
         fd = self._open_root(key, create=create)
         if fd is None:
             return None
         try:
             for name in folders:
                 try:
-                    nxt = self._step(fd, name, key, _DIR)
+                    nxt = self._step(fd, name, key, _DIR, strict=strict)
                 except FileNotFoundError:
                     if not create:
                         os.close(fd)
@@ -228,11 +242,27 @@ class FileStore(Store):
             raise
         return fd
 
+    def _open_parent(self, key: str, *, create: bool) -> tuple[int | None, str]:
+        """(descriptor of the folder holding `key`, or None if it is missing,
+        and the key's name there). Most keys cross no link, so the literal
+        path is walked first; only if it meets a link is the key resolved
+        (`_locate`, which refuses a way out) and the resolved path walked."""
+        check_relative(key, self)
+        parts = key.split("/")
+        try:
+            fd = self._open_folder(tuple(parts[:-1]), key, create=create, strict=False)
+            if fd is None or not _is_link(fd, parts[-1]):
+                return fd, parts[-1]
+            os.close(fd)
+        except _Linked:
+            pass
+        folders, name = self._locate(key)
+        return self._open_folder(folders, key, create=create), name
+
     @contextmanager
     def _folder(self, key: str, *, create: bool) -> Iterator[tuple[int | None, str]]:
-        """(descriptor of the folder holding `key`, or None, and its name there)."""
-        folders, name = self._locate(key)
-        fd = self._open_folder(folders, key, create=create)
+        """`_open_parent`, closed on the way out."""
+        fd, name = self._open_parent(key, create=create)
         try:
             yield fd, name
         finally:
@@ -381,9 +411,16 @@ class FileStore(Store):
     def list_keys(self, prefix: str = "") -> list[Entry]:
         try:
             if prefix:
-                folders, name = self._locate(prefix)
                 try:
-                    top = self._open_folder((*folders, name), prefix, create=False)
+                    top, name = self._open_parent(prefix, create=False)
+                    if top is not None:
+                        parent, top = top, None
+                        try:
+                            top = self._step(parent, name, prefix, _DIR)
+                        except FileNotFoundError:
+                            pass
+                        finally:
+                            os.close(parent)
                 except NotADirectoryError:
                     return []  # the prefix names a file: nothing below it
             else:

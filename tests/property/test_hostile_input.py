@@ -642,28 +642,32 @@ def test_store_race_swapping_a_folder_for_a_link(tmp_path: Path) -> None:
     done = threading.Event()
 
     def swap() -> None:
+        for _ in range(500_000):  # bounded; pairs, so it ends as it began
+            if done.is_set():
+                break
+            exchange(wal, link)
+            exchange(wal, link)
+            STATS["link_swaps"] += 2
+
+    def work() -> None:
         try:
-            for _ in range(4000):  # an even count: it ends as it began
-                exchange(wal, link)
-                STATS["link_swaps"] += 1
+            for n in range(1500):
+                one_round(n)
         finally:
             done.set()
 
-    def work() -> None:
-        n = 0
-        while not done.is_set() and n < 20000:
-            n += 1
-            key = f"o/wal/k{n % 7}"
-            with contextlib.suppress(errors.DurableError):
-                store.create(key, b"x")
-            with contextlib.suppress(errors.DurableError):
-                blob = store.get("o/wal/h")
-                if blob is not None:
-                    store.replace("o/wal/h", str(n).encode(), blob.version)
-            with contextlib.suppress(errors.DurableError):
-                store.list_keys("o")
-            with contextlib.suppress(errors.DurableError):
-                store.delete(key)
+    def one_round(n: int) -> None:
+        key = f"o/wal/k{n % 7}"
+        with contextlib.suppress(errors.DurableError):
+            store.create(key, b"x")
+        with contextlib.suppress(errors.DurableError):
+            blob = store.get("o/wal/h")
+            if blob is not None:
+                store.replace("o/wal/h", str(n).encode(), blob.version)
+        with contextlib.suppress(errors.DurableError):
+            store.list_keys("o")
+        with contextlib.suppress(errors.DurableError):
+            store.delete(key)
 
     threads = [threading.Thread(target=swap), threading.Thread(target=work)]
     for thread in threads:
