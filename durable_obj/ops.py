@@ -1,5 +1,7 @@
-"""Operations over stored objects: list, inspect, verify, collect garbage,
-release a lease, fork, export. Used by `Namespace` and the CLI.
+"""Operations over stored objects, on a store and an id, with no object
+open: list, inspect (`describe`), verify, collect garbage, release a lease,
+check an id is free. `Namespace` and the CLI use them; forking and export
+open the object and live in `Namespace` and `object.py`.
 
 Garbage collection deletes only what no head can still need:
 
@@ -19,18 +21,25 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj import lease as leases
+from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest, verify, verify_bytes
-from durable_obj.errors import Corrupt, InvalidArgument, LeaseHeld, NotFound
+from durable_obj.errors import BackendError, Corrupt, InvalidArgument, NotFound, StoreAmbiguous
 from durable_obj.head import Head, ObjectRef
-from durable_obj.protocol import CHECKPOINT_DIR, HEAD_KEY, WAL_DIR
+from durable_obj.protocol import (
+    CHECKPOINT_DIR,
+    DEFAULT_COMMIT_DEADLINE,
+    HEAD_KEY,
+    WAL_DIR,
+    head_key,
+    object_key,
+    seq_of,
+)
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -40,7 +49,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 DEFAULT_GC_GRACE = 3600.0
-_SEQ = re.compile(r"\A(\d+)-(\d+)-[0-9A-Za-z]+\.")
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,7 @@ class GcReport:
 
 
 def read_head(store: Store, oid: str) -> Head:
-    blob = store.get(f"{oid}/{HEAD_KEY}")
+    blob = store.get(head_key(oid))
     if blob is None:
         raise NotFound(f"no durable object {oid!r} in {store.url}")
     return Head.parse(blob.data)
@@ -87,7 +95,7 @@ def describe(store: Store, oid: str, entries: list[Entry] | None = None) -> Obje
     head = read_head(store, oid)
     if entries is None:
         entries = store.list_keys(oid)
-    head_entry = next((e for e in entries if e.key == f"{oid}/{HEAD_KEY}"), None)
+    head_entry = next((e for e in entries if e.key == head_key(oid)), None)
     refs = live_refs(head)
     return ObjectInfo(
         oid=oid,
@@ -100,7 +108,7 @@ def describe(store: Store, oid: str, entries: list[Entry] | None = None) -> Obje
         stored_bytes=sum(e.size for e in entries),
         last_write=head_entry.modified if head_entry else None,
         db=head.manifest.db,
-        timezone=str(head.extension().get("timezone", "UTC")),
+        timezone=head.timezone,
         head=head,
     )
 
@@ -114,14 +122,9 @@ def list_objects(store: Store) -> list[ObjectInfo]:
             by_oid.setdefault(oid, []).append(entry)
     out = []
     for oid, entries in sorted(by_oid.items()):
-        if any(e.key == f"{oid}/{HEAD_KEY}" for e in entries):
+        if any(e.key == head_key(oid) for e in entries):
             out.append(describe(store, oid, entries))
     return out
-
-
-def _seq_of(name: str) -> int | None:
-    match = _SEQ.match(name)
-    return int(match.group(2)) if match else None
 
 
 def gc(
@@ -129,15 +132,14 @@ def gc(
 ) -> GcReport:
     """Delete what no current or recent head references (module docstring)."""
     if grace < 0:
-        raise ValueError("grace must be >= 0 seconds")
+        raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
     head = read_head(store, oid)
     entries = store.list_keys(oid)
-    referenced = {f"{oid}/{r.key}" for r in live_refs(head)}
+    referenced = {object_key(oid, r.key) for r in live_refs(head)}
     base = head.manifest.base
-    base_entry = (
-        None if base is None else next((e for e in entries if e.key == f"{oid}/{base.key}"), None)
-    )
-    base_seq = None if base is None else _seq_of(base.key.rsplit("/", 1)[-1])
+    base_key = None if base is None else object_key(oid, base.key)
+    base_entry = next((e for e in entries if e.key == base_key), None)
+    base_seq = None if base is None else seq_of(base.key.rsplit("/", 1)[-1])
     settled = (
         base_entry is not None
         and base_entry.modified is not None
@@ -147,7 +149,7 @@ def gc(
     for entry in entries:
         rel = entry.key[len(oid) + 1 :]
         folder, _, name = rel.partition("/")
-        seq = _seq_of(name)
+        seq = seq_of(name)
         deletable = (
             folder in (WAL_DIR, CHECKPOINT_DIR)
             and entry.key not in referenced
@@ -163,7 +165,7 @@ def gc(
         report.deleted.append(entry.key)
         report.deleted_bytes += entry.size
         if not dry_run:
-            store.delete(entry.key)
+            _delete(store, entry.key)
     log.info(
         "gc %s/%s: %s %d key(s), %d bytes; kept %d key(s), %d bytes",
         store.url,
@@ -175,6 +177,20 @@ def gc(
         report.kept_bytes,
     )
     return report
+
+
+def _delete(store: Store, key: str) -> None:
+    """Delete `key`; a lost answer is settled by deleting again (a missing
+    key is not an error)."""
+    try:
+        store.delete(key)
+    except StoreAmbiguous:
+        try:
+            store.delete(key)
+        except StoreAmbiguous as exc:
+            raise BackendError(
+                f"deleting {key} got no answer twice; gc stopped there and is safe to run again"
+            ) from exc
 
 
 @dataclass
@@ -191,11 +207,11 @@ def verify_object(store: Store, oid: str, *, callback: Callback | None = None) -
     report = VerifyReport(oid)
     with tempfile.TemporaryDirectory(prefix="durable_obj-verify-") as tmp:
         for ref in live_refs(head):
-            key = f"{oid}/{ref.key}"
+            key = object_key(oid, ref.key)
             if ref.key.startswith(f"{CHECKPOINT_DIR}/"):
                 path = os.path.join(tmp, uuid.uuid4().hex)
                 if not store.download(key, path, callback):
-                    raise Corrupt(f"{key} is referenced by the head but missing")
+                    raise Corrupt(f"missing base: {key} is referenced by the head but missing")
                 verify(*file_digest(path), ref, "base checkpoint")
                 os.unlink(path)
             else:
@@ -208,26 +224,19 @@ def verify_object(store: Store, oid: str, *, callback: Callback | None = None) -
     return report
 
 
-def release(store: Store, oid: str) -> Head:
+def release(store: Store, oid: str, *, commit_deadline: float = DEFAULT_COMMIT_DEADLINE) -> Head:
     """Release whoever holds the lease (an administrative act: that writer, if
-    alive, is fenced at its next commit, and its unflushed writes are lost)."""
-    blob = store.get(f"{oid}/{HEAD_KEY}")
-    if blob is None:
-        raise NotFound(f"no durable object {oid!r} in {store.url}")
-    head = Head.parse(blob.data)
-    if head.lease.released:
-        return head
+    alive, is fenced at its next commit, and its unflushed writes are lost).
+    A lost answer is settled by reading back, within `commit_deadline`."""
     # Owner and instance go: the old holder's next commit sees another
     # instance and is fenced; the next writer moves the generation.
-    head.lease = leases.release(head.lease)
-    if store.replace(f"{oid}/{HEAD_KEY}", head.to_bytes(), blob.version) is None:
-        raise LeaseHeld(f"the head of {oid!r} changed while releasing; nothing was changed")
+    head = HeadWriter(store, oid, commit_deadline=commit_deadline).release_any()
     log.warning("%s/%s: lease released by an administrator", store.url, oid)
     return head
 
 
 def ensure_absent(store: Store, oid: str) -> None:
-    if store.get(f"{oid}/{HEAD_KEY}") is not None:
+    if store.get(head_key(oid)) is not None:
         raise InvalidArgument(f"{oid!r} already exists in {store.url}; nothing was changed")
 
 
@@ -251,7 +260,7 @@ def head_document(store: Store, oid: str) -> object:
 def export_formats() -> list[str]:
     """The `format` names `DurableObject.export()` / `Namespace.export()`
     accept, sorted."""
-    from durable_obj.object import EXPORT_FORMATS  # lazy: the table lives with export
+    from durable_obj.export import EXPORT_FORMATS
 
     return sorted(EXPORT_FORMATS)
 
