@@ -34,7 +34,6 @@ from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
     CHECKPOINT_DIR,
     DEFAULT_COMMIT_DEADLINE,
-    HEAD_KEY,
     WAL_DIR,
     head_key,
     object_key,
@@ -246,7 +245,7 @@ def head_document(store: Store, oid: str) -> object:
     `Corrupt` if it is not UTF-8 JSON."""
     import json
 
-    key = f"{oid}/{HEAD_KEY}"
+    key = head_key(oid)
     blob = store.get(key)
     if blob is None:
         raise NotFound(f"no durable object {oid!r} in {store.url}")
