@@ -1,20 +1,20 @@
-"""Subprocess helpers for the integration tests.
+"""Starting the programs of tests/integration/children.py, from a test.
 
 chDB runs one engine per process, so every test that needs a writer and a
-reader alive at once, or durable_obj and chdb.durable side by side, runs them
-in fresh interpreters:
+reader alive at once, or durable_obj and chdb.durable side by side, runs
+them in fresh interpreters:
 
-* `run_py(code, params)`: run a snippet in a fresh interpreter and return its
-  stdout, or raise `ChildFailed` with its stderr. `run_json` returns the
-  value the snippet passed to `emit()`.
-* `Worker`: a long-lived child that opens one object (with durable_obj or
-  chdb.durable) and serves commands read from stdin, one JSON line each, so
-  a test can interleave two writers step by step, or SIGKILL one mid-flight.
-* `Script`: a child running a snippet with its stdout readable line by line
-  while it runs (for crash tests that kill it at a chosen moment).
+* `run(name, params)` / `run_value(name, params)`: run a program to its end;
+  its completed process, or the value of its last `emit()` (`ChildFailed`
+  if it exited non-zero).
+* `Script(name, params)`: a program whose emits are read while it runs, and
+  who can be sent lines on stdin (the events it waits for), or SIGKILLed.
+* `Worker`: the `serve` program: one object (durable_obj or chdb.durable),
+  driven command by command, so a test can interleave two writers step by
+  step, move one's clock, or SIGKILL one mid-flight.
 
-This file is also the worker's entry point (`python _proc.py serve IMPL`); at
-import time it needs nothing but the standard library.
+`run_py(code)` and friends run a snippet of source instead, for the tests
+that still keep their child programs as strings.
 """
 
 from __future__ import annotations
@@ -35,27 +35,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.integration import children
+
 REPO = Path(__file__).resolve().parents[2]
-#: Prefix of the lines a child uses to talk to the test (anything else on
-#: stdout, from the engine or a library, is ignored).
-MARK = "@@"
+MARK = children.MARK
+CHILDREN = "tests.integration.children"
 
-#: Put in front of every snippet: the parameters, `emit()` and `attempt()`.
-PRELUDE = '''\
+#: Put in front of every snippet run by `run_py`: the parameters, `emit()`
+#: and `attempt()`.
+PRELUDE = """\
 import json, sys, time, warnings
+from tests.integration.children import attempt, emit
 P = json.loads(sys.argv[1])
-
-def emit(value):
-    print("@@" + json.dumps(value), flush=True)
-
-def attempt(fn, *args, **kwargs):
-    """{"ok": True, "value": ...} or the error's category, type and message."""
-    try:
-        return {"ok": True, "value": fn(*args, **kwargs)}
-    except Exception as exc:
-        return {"ok": False, "category": getattr(exc, "category", None),
-                "type": type(exc).__name__, "message": str(exc)}
-'''
+"""
 
 
 class ChildFailed(RuntimeError):
@@ -95,7 +87,14 @@ def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _argv(code: str, params: dict[str, Any] | None) -> list[str]:
+def program_argv(name: str, params: dict[str, Any] | None = None) -> list[str]:
+    """The command line of program `name` of tests/integration/children.py."""
+    if name not in children.PROGRAMS:
+        raise ValueError(f"no child program {name!r} in {CHILDREN}")
+    return [sys.executable, "-m", CHILDREN, name, json.dumps(params or {})]
+
+
+def _snippet_argv(code: str, params: dict[str, Any] | None) -> list[str]:
     source = PRELUDE + textwrap.dedent(code)
     return [sys.executable, "-c", source, json.dumps(params or {})]
 
@@ -104,19 +103,12 @@ def _marked(stdout: str) -> list[Any]:
     return [json.loads(line[len(MARK) :]) for line in stdout.splitlines() if line.startswith(MARK)]
 
 
-def run_raw(
-    code: str,
-    params: dict[str, Any] | None = None,
-    *,
-    timeout: float = 90,
-    env: dict[str, str] | None = None,
+def _complete(
+    argv: list[str], timeout: float, env: dict[str, str] | None
 ) -> subprocess.CompletedProcess[str]:
-    """Run `code` (after PRELUDE) in a fresh interpreter, whatever its exit
-    status; `ChildFailed` only if it does not exit within `timeout`. `env`
-    adds to (or overrides) this process's environment."""
     try:
         return subprocess.run(
-            _argv(code, params),
+            argv,
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -132,6 +124,58 @@ def run_raw(
         ) from None
 
 
+def _ok(proc: subprocess.CompletedProcess[str]) -> str:
+    if proc.returncode != 0:
+        raise ChildFailed(
+            f"child exited {proc.returncode}\n--- stdout ---\n{proc.stdout}"
+            f"\n--- stderr ---\n{proc.stderr}"
+        )
+    return proc.stdout
+
+
+def _last_value(out: str) -> Any:
+    values = _marked(out)
+    if not values:
+        raise ChildFailed(f"child emitted nothing; stdout:\n{out}")
+    return values[-1]
+
+
+def run(
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run program `name` in a fresh interpreter, whatever its exit status;
+    `ChildFailed` only if it does not exit within `timeout`. `env` adds to
+    (or overrides) this process's environment."""
+    return _complete(program_argv(name, params), timeout, env)
+
+
+def run_value(
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> Any:
+    """Run program `name`; the value of its last `emit()` (`ChildFailed` if
+    it exited non-zero or emitted nothing)."""
+    return _last_value(_ok(run(name, params, timeout=timeout, env=env)))
+
+
+def run_raw(
+    code: str,
+    params: dict[str, Any] | None = None,
+    *,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run a snippet `code` (after PRELUDE), whatever its exit status."""
+    return _complete(_snippet_argv(code, params), timeout, env)
+
+
 def run_py(
     code: str,
     params: dict[str, Any] | None = None,
@@ -139,14 +183,8 @@ def run_py(
     timeout: float = 90,
     env: dict[str, str] | None = None,
 ) -> str:
-    """Run `code` (after PRELUDE) in a fresh interpreter; its stdout."""
-    proc = run_raw(code, params, timeout=timeout, env=env)
-    if proc.returncode != 0:
-        raise ChildFailed(
-            f"child exited {proc.returncode}\n--- stdout ---\n{proc.stdout}"
-            f"\n--- stderr ---\n{proc.stderr}"
-        )
-    return proc.stdout
+    """Run a snippet `code` (after PRELUDE); its stdout."""
+    return _ok(run_raw(code, params, timeout=timeout, env=env))
 
 
 def run_json(
@@ -156,12 +194,8 @@ def run_json(
     timeout: float = 90,
     env: dict[str, str] | None = None,
 ) -> Any:
-    """Run `code`; the value of its last `emit()`."""
-    out = run_py(code, params, timeout=timeout, env=env)
-    values = _marked(out)
-    if not values:
-        raise ChildFailed(f"child emitted nothing; stdout:\n{out}")
-    return values[-1]
+    """Run a snippet `code`; the value of its last `emit()`."""
+    return _last_value(run_py(code, params, timeout=timeout, env=env))
 
 
 class _Child:
@@ -232,6 +266,12 @@ class _Child:
                 out.append(json.loads(line[len(MARK) :]))
         return out
 
+    def send(self, line: str = "go") -> None:
+        """Send one line to the child's stdin: the event it waits for."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
     def kill(self) -> None:
         """SIGKILL, as a crash: no close(), no atexit, no flush."""
         if self.proc.poll() is None:
@@ -256,10 +296,10 @@ class _Child:
 
 
 class Script(_Child):
-    """Run a snippet (after PRELUDE) with its output readable while it runs."""
+    """Run program `name` with its emits readable while it runs."""
 
-    def __init__(self, code: str, params: dict[str, Any] | None = None) -> None:
-        super().__init__(_argv(code, params))
+    def __init__(self, name: str, params: dict[str, Any] | None = None) -> None:
+        super().__init__(program_argv(name, params))
 
     def __enter__(self) -> Script:
         return self
@@ -277,7 +317,7 @@ class Worker(_Child):
     """
 
     def __init__(self, impl: str = "durable_obj", *, timeout: float = 90) -> None:
-        super().__init__([sys.executable, str(Path(__file__).resolve()), "serve", impl])
+        super().__init__(program_argv("serve", {"impl": impl}))
         self.impl = impl
         self.timeout = timeout
         self.warnings: list[dict[str, str]] = []
@@ -349,6 +389,10 @@ class Worker(_Child):
     def close(self) -> None:
         self.call("close")
 
+    def clock(self, at: float | None) -> None:
+        """Freeze the child's wall clock at `at` (None: the real one again)."""
+        self.call("clock", at=at)
+
     def exit(self, timeout: float = 30) -> int:
         """Ask the child to leave (without closing the object) and wait for it."""
         assert self.proc.stdin is not None
@@ -358,90 +402,3 @@ class Worker(_Child):
         except OSError:
             pass
         return self.wait(timeout)
-
-
-# -- the worker's side -------------------------------------------------------
-
-
-def _serve(impl: str) -> None:
-    import warnings
-
-    if impl == "durable_obj":
-        import durable_obj as lib
-    elif impl == "chdb.durable":
-        import chdb.durable as lib
-    else:
-        raise SystemExit(f"unknown impl {impl!r}")
-
-    obj: Any = None
-
-    def say(value: Any) -> None:
-        sys.stdout.write(MARK + json.dumps(value) + "\n")
-        sys.stdout.flush()
-
-    def info() -> dict[str, Any]:
-        return {
-            "generation": obj.generation,
-            "seq": obj.seq,
-            "pending": obj.pending,
-            "fenced": obj.fenced,
-            "closed": obj.closed,
-            "pid": os.getpid(),
-        }
-
-    def handle(req: dict[str, Any]) -> Any:
-        nonlocal obj
-        op = req["op"]
-        if op == "open":
-            ns = lib.Namespace(req["url"], owner=req.get("owner"), **req.get("options", {}))
-            obj = ns.open(req["oid"], read_only=req["read_only"], force=req["force"])
-            return info()
-        if op == "execute":
-            obj.execute(req["sql"])
-            return None
-        if op == "flush":
-            return obj.flush()
-        if op == "checkpoint":
-            return obj.checkpoint()
-        if op == "query":
-            return obj.query(req["sql"], req.get("fmt", "CSV")).data()
-        if op == "info":
-            return info()
-        if op == "close":
-            obj.close()
-            return None
-        raise ValueError(f"unknown op {op!r}")
-
-    say({"ready": impl})
-    for line in sys.stdin:
-        if not line.strip():
-            continue
-        req = json.loads(line)
-        if req["op"] == "exit":
-            break
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            try:
-                reply: dict[str, Any] = {"ok": True, "value": handle(req)}
-            except Exception as exc:
-                reply = {
-                    "ok": False,
-                    "category": getattr(exc, "category", None),
-                    "type": type(exc).__name__,
-                    "message": str(exc),
-                }
-        reply["warnings"] = [
-            {"category": w.category.__name__, "message": str(w.message)} for w in caught
-        ]
-        say(reply)
-    # Leave without close(): like a process that simply ends. os._exit skips
-    # interpreter teardown, so nothing is flushed or released behind our back.
-    sys.stdout.flush()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "serve":
-        _serve(sys.argv[2])
-    else:
-        raise SystemExit("usage: _proc.py serve durable_obj|chdb.durable")

@@ -14,10 +14,7 @@ from typing import Any
 
 import pytest
 
-try:
-    from . import _proc
-except ImportError:  # tests/integration is not a package: pytest put it on sys.path
-    import _proc  # type: ignore[no-redef]
+from tests.integration import _proc
 
 pytestmark = pytest.mark.slow
 

@@ -61,23 +61,13 @@ def test_lifecycle(any_store: tuple[str, dict[str, Any]]) -> None:
     assert ns.verify("o").checked
 
 
-WRITE = """
-import durable_obj
-ns = durable_obj.Namespace(P["url"], owner=P["owner"], storage_options=P["options"])
-with ns.open("o") as obj:
-    if P["create"]:
-        obj.execute("CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k")
-    obj.execute(f"INSERT INTO m VALUES ({P['k']}, '{P['owner']}')")
-    obj.flush()
-    emit(obj.generation)
-"""
+ROWS = "SELECT k, v FROM m ORDER BY k"
 
-READ = """
-import durable_obj
-ns = durable_obj.Namespace(P["url"], storage_options=P["options"])
-with ns.open("o", read_only=True) as obj:
-    emit(obj.query("SELECT k, v FROM m ORDER BY k", "CSV").data())
-"""
+
+def _write(params: dict[str, Any], owner: str, k: int, create: bool) -> Any:
+    statements = [DDL] if create else []
+    statements.append(f"INSERT INTO m VALUES ({k}, '{owner}')")
+    return _proc.run_value("write", {**params, "owner": owner, "statements": statements})
 
 
 @pytest.mark.slow
@@ -86,14 +76,15 @@ def test_written_on_one_machine_reopens_in_another(
 ) -> None:
     url, options = shared_store
     params = {"url": url, "options": options}
-    assert _proc.run_json(WRITE, {**params, "owner": "first", "k": 1, "create": True}) == 1
-    assert _proc.run_json(WRITE, {**params, "owner": "second", "k": 2, "create": False}) == 2
-    assert _proc.run_json(READ, params) == '1,"first"\n2,"second"\n'
+    assert _write(params, "first", 1, create=True) == 1
+    assert _write(params, "second", 2, create=False) == 2
+    assert _proc.run_value("read_query", {**params, "query": ROWS}) == '1,"first"\n2,"second"\n'
 
 
 @pytest.mark.slow
 def test_lease_held_force_takeover_and_fencing(shared_store: tuple[str, dict[str, Any]]) -> None:
     url, options = shared_store
+    params = {"url": url, "options": options}
     with _proc.Worker() as a, _proc.Worker() as b:
         a.open(url, "o", owner="A", storage_options=options)
         a.execute(DDL)
@@ -104,7 +95,7 @@ def test_lease_held_force_takeover_and_fencing(shared_store: tuple[str, dict[str
         assert (reply["ok"], reply["category"]) == (False, "lease_held"), reply
         # a reader beside the writer sees exactly what was flushed
         a.execute("INSERT INTO m VALUES (2, 'a2 unflushed')")
-        assert _proc.run_json(READ, {"url": url, "options": options}) == '1,"a1"\n'
+        assert _proc.run_value("read_query", {**params, "query": ROWS}) == '1,"a1"\n'
         taken = b.open(url, "o", owner="B", force=True, storage_options=options)
         assert taken["generation"] == 2
         assert any(w["category"] == "RuntimeWarning" for w in b.warnings)
@@ -114,49 +105,34 @@ def test_lease_held_force_takeover_and_fencing(shared_store: tuple[str, dict[str
         assert (reply["ok"], reply["category"]) == (False, "lease_fenced"), reply
         b.close()
         a.request("close")
-    assert _proc.run_json(READ, {"url": url, "options": options}) == '1,"a1"\n3,"b1"\n'
-
-
-RACE = """
-import os, time, durable_obj
-ns = durable_obj.Namespace(P["url"], owner=P["owner"], storage_options=P["options"])
-delay = P["start_at"] - time.time()
-if delay > 0:
-    time.sleep(delay)
-try:
-    obj = ns.open("raced")
-except durable_obj.DurableError as exc:
-    emit(exc.category)
-else:
-    emit("won")
-    # Hold the lease until every other racer has answered: on a loaded
-    # machine a late racer would otherwise win, rightly, after our close.
-    deadline = time.time() + 300
-    while not os.path.exists(P["answered"]) and time.time() < deadline:
-        time.sleep(0.05)
-    obj.close()
-"""
+    assert _proc.run_value("read_query", {**params, "query": ROWS}) == '1,"a1"\n3,"b1"\n'
 
 
 @pytest.mark.slow
-def test_eight_processes_open_one_new_object(
-    shared_store: tuple[str, dict[str, Any]], tmp_path: Any
-) -> None:
-    import time
-
+def test_eight_processes_open_one_new_object(shared_store: tuple[str, dict[str, Any]]) -> None:
+    """Eight writers open one object that does not exist yet, together:
+    exactly one wins, seven are lease_held. Each says "ready" once it has
+    imported the library; all are then sent "go" (the start line). The
+    winner holds the lease until all have answered: on a loaded machine a
+    late racer would otherwise win, rightly, after the winner's close."""
     url, options = shared_store
-    answered = tmp_path / "answered"
-    start_at = time.time() + 4.0  # after every interpreter has imported chdb
-    params = {"url": url, "options": options, "start_at": start_at, "answered": str(answered)}
-    scripts = [_proc.Script(RACE, {**params, "owner": f"p{i}"}) for i in range(8)]
+    params = {"url": url, "options": options}
+    scripts = [_proc.Script("race_open", {**params, "owner": f"p{i}"}) for i in range(8)]
     try:
-        outcomes = sorted(str(s.next_marked(timeout=120)) for s in scripts)
-    finally:
-        answered.touch()
         for script in scripts:
-            script.wait(60)
+            assert script.next_marked(timeout=120) == "ready"
+        for script in scripts:
+            script.send("go")
+        outcomes = [str(s.next_marked(timeout=120)) for s in scripts]
+        for script, outcome in zip(scripts, outcomes, strict=True):
+            if outcome == "won":
+                script.send("release")
+        for script in scripts:
+            assert script.wait(60) == 0, script.stderr()
+    finally:
+        for script in scripts:
             script.cleanup()
-    assert outcomes == ["lease_held"] * 7 + ["won"], outcomes
+    assert sorted(outcomes) == ["lease_held"] * 7 + ["won"], outcomes
 
 
 def test_unsupported_protocols_are_refused() -> None:

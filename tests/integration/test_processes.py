@@ -29,35 +29,12 @@ from typing import Any
 
 import pytest
 
-try:
-    from . import _proc
-except ImportError:  # tests/integration is not a package: pytest put it on sys.path
-    import _proc  # type: ignore[no-redef]
+from tests.integration import _proc
 
 pytestmark = pytest.mark.slow
 
 TABLE = "CREATE TABLE t (tag String, n UInt32) ENGINE = MergeTree ORDER BY tag"
 TAGS = "SELECT tag FROM t ORDER BY tag"
-
-#: Open an object in a fresh process, run queries, close, emit what was seen.
-READ = """
-import importlib
-lib = importlib.import_module(P["impl"])
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    obj = lib.Namespace(P["url"], owner=P.get("owner")).open(
-        P["oid"], read_only=P["read_only"], force=P["force"])
-try:
-    seen = {
-        "warnings": [[w.category.__name__, str(w.message)] for w in caught],
-        "generation": obj.generation,
-        "seq": obj.seq,
-        "results": [obj.query(q, "CSV").data() for q in P["queries"]],
-    }
-finally:
-    obj.close()
-emit(seen)
-"""
 
 
 def read(
@@ -81,7 +58,7 @@ def read(
         "force": force,
         "owner": owner,
     }
-    seen: dict[str, Any] = _proc.run_json(READ, params, env=env)
+    seen: dict[str, Any] = _proc.run_value("read", params, env=env)
     return seen
 
 
@@ -109,19 +86,6 @@ def listing(root: Path, oid: str) -> dict[str, str]:
 
 
 # -- 2. crash: flush() is the boundary ---------------------------------------
-
-CRASH_WRITER = """
-import durable_obj
-obj = durable_obj.Namespace(P["url"], owner="crasher", lease_ttl=P["ttl"]).open(P["oid"])
-for sql in P["flushed"]:
-    obj.execute(sql)
-obj.flush()
-emit({"state": "FLUSHED", "seq": obj.seq, "generation": obj.generation})
-for sql in P["unflushed"]:
-    obj.execute(sql)
-emit({"state": "EXECUTED", "pending": obj.pending})
-time.sleep(120)
-"""
 
 FLUSHED = [
     TABLE,
@@ -156,12 +120,13 @@ def test_sigkill_keeps_flushed_and_drops_unflushed(tmp_path: Path, kill: str, re
     ttl = 30.0 if kill == "immediately" else 1.5
     params = {
         "url": str(tmp_path),
+        "owner": "crasher",
         "oid": oid,
         "ttl": ttl,
         "flushed": FLUSHED,
         "unflushed": UNFLUSHED,
     }
-    with _proc.Script(CRASH_WRITER, params) as child:
+    with _proc.Script("crash_writer", params) as child:
         flushed = child.next_marked(60)
         assert flushed["state"] == "FLUSHED"
         executed = child.next_marked(30)
@@ -204,56 +169,17 @@ def test_sigkill_keeps_flushed_and_drops_unflushed(tmp_path: Path, kill: str, re
 
 BATCH_ROWS = 4
 
-LOOP_WRITER = """
-import durable_obj
-with warnings.catch_warnings(record=True) as caught:
-    warnings.simplefilter("always")
-    ns = durable_obj.Namespace(P["url"], owner="looper", storage_options=P["options"])
-    obj = ns.open(P["oid"], force=True)
-state = obj.query(
-    "SELECT batch, count(), uniqExact(part), min(part), max(part) FROM b "
-    "GROUP BY batch ORDER BY batch", "CSV").data()
-rows = [[int(x) for x in line.split(",")] for line in state.splitlines() if line]
-emit({"opened": rows, "warnings": [w.category.__name__ for w in caught]})
-batch = len(rows)
-while True:
-    for part in range(P["rows"]):
-        obj.execute(f"INSERT INTO b VALUES ({batch}, {part})")
-    obj.flush()
-    emit({"ack": batch})
-    if batch % P["checkpoint_every"] == P["checkpoint_every"] - 1:
-        # Keeps reopening cheap, and lets some kills land inside a checkpoint.
-        obj.checkpoint()
-        emit({"checkpoint": batch})
-    batch += 1
-"""
-
-
 BATCHES = (
     "SELECT batch, count(), uniqExact(part), min(part), max(part) FROM b "
     "GROUP BY batch ORDER BY batch"
 )
+BATCH_TABLE = "CREATE TABLE b (batch UInt32, part UInt8) ENGINE = MergeTree ORDER BY tuple()"
 
 
 def create_batch_table(url: str, oid: str, options: dict[str, Any]) -> None:
-    _proc.run_py(
-        """
-        import durable_obj
-        ns = durable_obj.Namespace(P["url"], owner="setup", storage_options=P["options"])
-        obj = ns.open(P["oid"])
-        obj.execute("CREATE TABLE b (batch UInt32, part UInt8) ENGINE = MergeTree ORDER BY tuple()")
-        obj.close()
-        """,
-        {"url": url, "oid": oid, "options": options},
-    )
+    params = {"url": url, "oid": oid, "options": options, "owner": "setup"}
+    _proc.run_value("write", {**params, "statements": [BATCH_TABLE]})
 
-
-READ_BATCHES = """
-import durable_obj
-ns = durable_obj.Namespace(P["url"], storage_options=P["options"])
-with ns.open(P["oid"], read_only=True) as obj:
-    emit(obj.query(P["query"], "CSV").data())
-"""
 
 #: SIGKILLs per store and CI run (file store + an S3 server: 200 in all).
 KILLS = int(os.environ.get("DURABLE_KILLS_PER_STORE", "100"))
@@ -287,13 +213,15 @@ def test_random_sigkills_lose_no_acknowledged_flush_and_leave_no_partial_segment
     params = {
         "url": url,
         "options": options,
+        "owner": "looper",
         "oid": oid,
+        "query": BATCHES,
         "rows": BATCH_ROWS,
         "checkpoint_every": 8,
     }
     acked = 0  # batches acknowledged by a returned flush(), over all children
     for i in range(KILLS):
-        with _proc.Script(LOOP_WRITER, params) as child:
+        with _proc.Script("loop_writer", params) as child:
             opened = child.next_marked(60)
             context = f"seed {seed}, child {i}"
             check_prefix(opened["opened"], acked, context)
@@ -305,8 +233,8 @@ def test_random_sigkills_lose_no_acknowledged_flush_and_leave_no_partial_segment
             acks = [m["ack"] for m in child.drain() if "ack" in m]
         if acks:
             acked = acks[-1] + 1
-    final = _proc.run_json(
-        READ_BATCHES, {"url": url, "options": options, "oid": oid, "query": BATCHES}
+    final = _proc.run_value(
+        "read_query", {"url": url, "options": options, "oid": oid, "query": BATCHES}
     )
     rows = [[int(x) for x in line.split(",")] for line in final.splitlines()]
     check_prefix(rows, acked, f"seed {seed}, final")
@@ -451,13 +379,15 @@ def test_readers_during_continuous_flushes_see_whole_batches_and_every_ack(
     params = {
         "url": str(tmp_path),
         "options": {},
+        "owner": "looper",
         "oid": oid,
+        "query": BATCHES,
         "rows": BATCH_ROWS,
         "checkpoint_every": 5,
     }
     acked = 0
     previous = 0
-    with _proc.Script(LOOP_WRITER, params) as writer:
+    with _proc.Script("loop_writer", params) as writer:
         writer.next_marked(60)
         for i in range(5):
             acks = [m["ack"] for m in writer.drain(timeout=0.05) if "ack" in m]
@@ -475,27 +405,25 @@ def test_readers_during_continuous_flushes_see_whole_batches_and_every_ack(
 def test_read_only_open_of_a_missing_object_is_not_found_and_creates_nothing(
     tmp_path: Path,
 ) -> None:
-    out = _proc.run_json(
-        """
-        import durable_obj
-        r = attempt(lambda: durable_obj.Namespace(P["url"]).open("nope", read_only=True))
-        emit(r)
-        """,
-        {"url": str(tmp_path)},
-    )
+    out = _proc.run_value("open_missing", {"url": str(tmp_path), "oid": "nope"})
     assert (out["ok"], out["category"], out["type"]) == (False, "not_found", "NotFound")
     assert not (tmp_path / "nope" / "head.json").exists()
 
 
 # -- 5. a dead writer's lease expires ------------------------------------------
+#
+# Expiry is judged on the rival's clock, which the test freezes where it
+# wants it (`Worker.clock`): at the dead writer's `expires_at` the lease is
+# still held, a moment later it is free. Nothing waits for real time to pass.
 
 
 @pytest.mark.parametrize("a_impl", ["durable_obj", "chdb.durable"])
 def test_lease_of_a_killed_writer_expires_after_ttl(tmp_path: Path, a_impl: str) -> None:
     oid = "expiring"
-    ttl = 3.0
+    ttl = 30.0
     url = str(tmp_path)
     with _proc.Worker(a_impl) as a, _proc.Worker("durable_obj") as b:
+        opened_at = time.time()
         a_info = a.open(
             url_for(a_impl, tmp_path), oid, owner="writer-A", lease_ttl=ttl, clock_skew=0
         )
@@ -504,10 +432,15 @@ def test_lease_of_a_killed_writer_expires_after_ttl(tmp_path: Path, a_impl: str)
         a.flush()
         a.kill()
         killed_at = time.time()
-        expires_at = head_of(tmp_path, oid)["lease"]["expires_at"]
-        assert killed_at < expires_at <= killed_at + ttl + 0.5
+        lease = head_of(tmp_path, oid)["lease"]
+        assert lease["owner"] == "writer-A"  # a SIGKILLed writer releases nothing
+        expires_at = lease["expires_at"]
+        # The lease runs ttl from its last renewal, made while A was alive.
+        assert opened_at <= expires_at - ttl <= killed_at
 
         before = head_bytes(tmp_path, oid)
+        options = {"lease_ttl": ttl, "clock_skew": 0}
+        b.clock(expires_at)  # the last instant the dead writer's lease holds
         reply = b.request(
             "open",
             url=url,
@@ -515,23 +448,21 @@ def test_lease_of_a_killed_writer_expires_after_ttl(tmp_path: Path, a_impl: str)
             owner="writer-B",
             read_only=False,
             force=False,
-            options={"lease_ttl": ttl, "clock_skew": 0},
+            options=options,
         )
-        refused_by = time.time()
         assert (reply["ok"], reply.get("category")) == (False, "lease_held"), reply
-        assert refused_by < expires_at, "too slow to observe the lease before it expired"
         assert head_bytes(tmp_path, oid) == before
 
-        time.sleep(max(0.0, expires_at - time.time()) + 0.05)
-        b_info = b.open(url, oid, owner="writer-B", lease_ttl=ttl, clock_skew=0)
-        taken_after = time.time() - killed_at
+        b.clock(expires_at + 0.001)  # just past it
+        b_info = b.open(url, oid, owner="writer-B", **options)
         assert b.warnings == []  # an expired lease is taken without force
         assert b_info["generation"] == a_info["generation"] + 1
-        assert taken_after < ttl + 2.0
         assert lines(b.query(TAGS)) == ["before-crash"]
         lease = head_of(tmp_path, oid)["lease"]
         assert lease["owner"] == "writer-B"
         assert lease["generation"] == b_info["generation"]
+        # Taken at B's (frozen) now, and held ttl from then.
+        assert lease["expires_at"] == pytest.approx(expires_at + 0.001 + ttl, rel=0, abs=1e-6)
         b.close()
         assert b.exit() == 0
     assert os.path.exists(tmp_path / oid / "head.json")
@@ -542,7 +473,9 @@ def test_a_paused_writer_is_fenced_after_its_lease_expired_and_was_taken(tmp_pat
     taken over without force; when it resumes, its next flush is lease_fenced
     and nothing it executed is ever visible."""
     oid = "paused"
-    ttl = 3.0
+    # Long enough that A's heartbeat (every ttl/3) never runs during the test:
+    # A is frozen idle, never inside a head write holding the folder's lock.
+    ttl = 300.0
     url = str(tmp_path)
     with _proc.Worker("durable_obj") as a, _proc.Worker("durable_obj") as b:
         a_info = a.open(url, oid, owner="writer-A", lease_ttl=ttl, clock_skew=0)
@@ -550,18 +483,11 @@ def test_a_paused_writer_is_fenced_after_its_lease_expired_and_was_taken(tmp_pat
         a.execute("INSERT INTO t VALUES ('a1', 1)")
         a.flush()
         a.execute("INSERT INTO t VALUES ('a2', 2)")  # buffered when it freezes
-        # Freeze it just after a heartbeat renewal, never while it holds the
-        # file store's head lock (which would block B on the lock, not the lease).
-        renewed = head_bytes(tmp_path, oid)
-        deadline = time.monotonic() + ttl
-        while head_bytes(tmp_path, oid) == renewed:
-            assert time.monotonic() < deadline, "no heartbeat renewed the lease"
-            time.sleep(0.005)
-        time.sleep(0.02)
+        assert a.info()["pending"] == 1  # answered: A is idle, between commands
         os.kill(a.pid, signal.SIGSTOP)
         try:
             expires_at = head_of(tmp_path, oid)["lease"]["expires_at"]
-            time.sleep(max(0.0, expires_at - time.time()) + 0.05)
+            b.clock(expires_at + 0.001)  # B's clock: A's lease has run out
             b_info = b.open(url, oid, owner="writer-B", lease_ttl=30, clock_skew=0)
             assert b.warnings == []
             assert b_info["generation"] == a_info["generation"] + 1
@@ -591,16 +517,6 @@ def test_a_paused_writer_is_fenced_after_its_lease_expired_and_was_taken(tmp_pat
 
 # -- replay in another process means what the writer saw ---------------------
 
-REPLAY_WRITER = """
-import durable_obj
-obj = durable_obj.Namespace(P["url"], owner="writer").open(P["oid"])
-obj.execute("CREATE TABLE e (id UInt32, v String, d DateTime) ENGINE = MergeTree ORDER BY id")
-outcome = attempt(obj.execute, P["sql"])
-obj.flush()
-seen = obj.query(P["query"], "CSV").data()
-obj.close()
-emit({"outcome": outcome, "seen": seen})
-"""
 REPLAY_QUERY = "SELECT id, v, toUnixTimestamp(d) FROM e ORDER BY id"
 
 
@@ -642,8 +558,10 @@ def test_a_statement_the_writer_ran_replays_to_the_same_rows_elsewhere(
     UUID / now(), and '2024-01-01 00:00:00' is 1704034800 for the writer but
     1704067200 after replay."""
     oid = "replay"
-    params = {"url": str(tmp_path), "oid": oid, "sql": sql, "query": REPLAY_QUERY}
-    wrote = _proc.run_json(REPLAY_WRITER, params, env={"TZ": "Asia/Tokyo"})
+    params = {"url": str(tmp_path), "owner": "writer", "oid": oid, "sql": sql}
+    wrote = _proc.run_value(
+        "replay_writer", {**params, "query": REPLAY_QUERY}, env={"TZ": "Asia/Tokyo"}
+    )
     outcome = wrote["outcome"]
     if not outcome["ok"]:
         assert outcome["category"] == "nondeterministic", outcome
@@ -668,25 +586,12 @@ def test_process_exits_although_an_object_was_never_closed(tmp_path: Path, endin
     whose heartbeat thread has ended (e.g. after it was fenced) hangs the same
     way; a live heartbeat thread only hides it by keeping the object alive."""
     oid = "unclosed"
-    _proc.run_py(
-        """
-        import durable_obj
-        obj = durable_obj.Namespace(P["url"], owner="setup").open(P["oid"])
-        obj.execute("CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY a")
-        obj.close()
-        """,
-        {"url": str(tmp_path), "oid": oid},
-    )
-    code = """
-        import durable_obj
-        obj = durable_obj.Namespace(P["url"]).open(P["oid"], read_only=True)
-        emit(obj.query("SELECT count() FROM t").strip())
-        if P["fail"]:
-            obj.query("SELECT * FROM no_such_table")  # uncaught: the script dies here
-        # ... and the script ends without obj.close()
-        """
+    table = "CREATE TABLE t (a UInt8) ENGINE = MergeTree ORDER BY a"
+    params = {"url": str(tmp_path), "oid": oid}
+    _proc.run_value("write", {**params, "owner": "setup", "statements": [table]})
     fail = ending == "uncaught-exception"
-    proc = _proc.run_raw(code, {"url": str(tmp_path), "oid": oid, "fail": fail}, timeout=10)
+    # The program keeps the object referenced until the interpreter shuts down.
+    proc = _proc.run("leave_open", {**params, "fail": fail}, timeout=10)
     assert proc.stdout.startswith('@@"0"'), proc.stdout
     assert proc.returncode == (1 if fail else 0), proc.stderr
     if fail:

@@ -1,0 +1,301 @@
+"""The programs integration tests run in fresh interpreters.
+
+chDB runs one engine per process, so a test that needs a writer and a reader
+alive at once, a crash, or durable_obj and chdb.durable side by side runs
+each party as one of these programs:
+
+    python -m tests.integration.children NAME '{"param": ...}'
+
+`tests/integration/_proc.py` starts them (`run`, `run_value`, `Script`,
+`Worker`). A program talks to the test by `emit()`: one stdout line that
+starts with MARK and carries JSON (anything else on stdout, from the engine
+or a library, is ignored). Programs that must wait for the test read a line
+from stdin: an event the test sends, never a sleep.
+
+Each program imports the library it drives when it runs, so a chdb.durable
+child never imports durable_obj, and the other way round.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+#: Prefix of the lines a child uses to talk to the test.
+MARK = "@@"
+
+Params = dict[str, Any]
+PROGRAMS: dict[str, Callable[[Params], None]] = {}
+
+#: Objects a program leaves open on purpose: kept referenced until the
+#: interpreter shuts down, as a script's global would be.
+LEFT_OPEN: list[Any] = []
+
+
+def program(fn: Callable[[Params], None]) -> Callable[[Params], None]:
+    PROGRAMS[fn.__name__] = fn
+    return fn
+
+
+def emit(value: Any) -> None:
+    sys.stdout.write(MARK + json.dumps(value) + "\n")
+    sys.stdout.flush()
+
+
+def wait_for_test() -> str:
+    """Block until the test sends a line (or closes stdin): an event."""
+    return sys.stdin.readline().strip()
+
+
+def failure(exc: BaseException) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "category": getattr(exc, "category", None),
+        "type": type(exc).__name__,
+        "message": str(exc),
+    }
+
+
+def attempt(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+    """{"ok": True, "value": ...} or the error's category, type and message."""
+    try:
+        return {"ok": True, "value": fn(*args, **kwargs)}
+    except Exception as exc:
+        return failure(exc)
+
+
+def namespace(p: Params, **options: Any) -> Any:
+    import durable_obj
+
+    return durable_obj.Namespace(
+        p["url"], owner=p.get("owner"), storage_options=p.get("options") or {}, **options
+    )
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+@program
+def read(p: Params) -> None:
+    """Open (with either library), run `queries`, close; emit what was seen."""
+    lib = importlib.import_module(p["impl"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        obj = lib.Namespace(p["url"], owner=p.get("owner")).open(
+            p["oid"], read_only=p["read_only"], force=p["force"]
+        )
+    try:
+        seen = {
+            "warnings": [[w.category.__name__, str(w.message)] for w in caught],
+            "generation": obj.generation,
+            "seq": obj.seq,
+            "results": [obj.query(q, "CSV").data() for q in p["queries"]],
+        }
+    finally:
+        obj.close()
+    emit(seen)
+
+
+@program
+def read_query(p: Params) -> None:
+    """A read-only open of `oid` (default "o"): emit one query's CSV."""
+    with namespace(p).open(p.get("oid", "o"), read_only=True) as obj:
+        emit(obj.query(p["query"], "CSV").data())
+
+
+@program
+def open_missing(p: Params) -> None:
+    """A read-only open of an object that does not exist: emit the outcome."""
+    emit(attempt(lambda: namespace(p).open(p["oid"], read_only=True)))
+
+
+# -- writing --------------------------------------------------------------------------------
+
+
+@program
+def write(p: Params) -> None:
+    """Run `statements` as writer `owner` on `oid`, flush, close; emit the generation."""
+    with namespace(p).open(p.get("oid", "o")) as obj:
+        for sql in p["statements"]:
+            obj.execute(sql)
+        obj.flush()
+        emit(obj.generation)
+
+
+@program
+def crash_writer(p: Params) -> None:
+    """Flush `flushed`, execute `unflushed`, then wait to be SIGKILLed."""
+    obj = namespace(p, lease_ttl=p["ttl"]).open(p["oid"])
+    for sql in p["flushed"]:
+        obj.execute(sql)
+    obj.flush()
+    emit({"state": "FLUSHED", "seq": obj.seq, "generation": obj.generation})
+    for sql in p["unflushed"]:
+        obj.execute(sql)
+    emit({"state": "EXECUTED", "pending": obj.pending})
+    LEFT_OPEN.append(obj)
+    wait_for_test()  # the test kills us first
+
+
+@program
+def loop_writer(p: Params) -> None:
+    """Take the object by force and write whole batches until killed: each
+    batch is `rows` INSERTs then a flush (acknowledged by an emit), with a
+    checkpoint every `checkpoint_every` batches."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        obj = namespace(p).open(p["oid"], force=True)
+    state = obj.query(p["query"], "CSV").data()
+    rows = [[int(x) for x in line.split(",")] for line in state.splitlines() if line]
+    emit({"opened": rows, "warnings": [w.category.__name__ for w in caught]})
+    batch = len(rows)
+    while True:
+        for part in range(p["rows"]):
+            obj.execute(f"INSERT INTO b VALUES ({batch}, {part})")
+        obj.flush()
+        emit({"ack": batch})
+        if batch % p["checkpoint_every"] == p["checkpoint_every"] - 1:
+            # Keeps reopening cheap, and lets some kills land inside a checkpoint.
+            obj.checkpoint()
+            emit({"checkpoint": batch})
+        batch += 1
+
+
+@program
+def replay_writer(p: Params) -> None:
+    """Create table e, try `sql`, flush; emit the outcome and what the writer reads."""
+    obj = namespace(p).open(p["oid"])
+    obj.execute("CREATE TABLE e (id UInt32, v String, d DateTime) ENGINE = MergeTree ORDER BY id")
+    outcome = attempt(obj.execute, p["sql"])
+    obj.flush()
+    seen = obj.query(p["query"], "CSV").data()
+    obj.close()
+    emit({"outcome": outcome, "seen": seen})
+
+
+@program
+def race_open(p: Params) -> None:
+    """Race other processes to open the new object "raced" as its writer.
+
+    Says "ready" once the library is imported and the namespace made, then
+    opens when the test sends "go" (the start line); the winner holds the
+    lease until the test sends "release", after every racer has answered."""
+    ns = namespace(p)
+    emit("ready")
+    wait_for_test()
+    try:
+        obj = ns.open("raced")
+    except Exception as exc:
+        emit(getattr(exc, "category", type(exc).__name__))
+        return
+    emit("won")
+    wait_for_test()
+    obj.close()
+
+
+@program
+def leave_open(p: Params) -> None:
+    """Open `oid` read-only, emit a count, maybe fail, and end without close()."""
+    obj = namespace(p).open(p["oid"], read_only=True)
+    LEFT_OPEN.append(obj)
+    emit(obj.query("SELECT count() FROM t").strip())
+    if p["fail"]:
+        obj.query("SELECT * FROM no_such_table")  # uncaught: the program dies here
+
+
+# -- a long-lived worker, driven command by command -----------------------------------------
+
+_real_time = time.time
+
+
+def set_clock(at: float | None) -> None:
+    """Freeze this process's wall clock at `at` (None: the real clock again).
+    Both libraries read the wall clock as `time.time()`, for every lease
+    decision; monotonic time, sleeps and timeouts are untouched."""
+    frozen: Callable[[], float] = _real_time if at is None else (lambda: at)
+    time.time = frozen
+
+
+@program
+def serve(p: Params) -> None:
+    """Hold one object (durable_obj or chdb.durable) and serve commands read
+    from stdin, one JSON line each; reply to each with one emit."""
+    impl = p["impl"]
+    if impl not in ("durable_obj", "chdb.durable"):
+        raise SystemExit(f"unknown impl {impl!r}")
+    lib = importlib.import_module(impl)
+    obj: Any = None
+
+    def info() -> dict[str, Any]:
+        return {
+            "generation": obj.generation,
+            "seq": obj.seq,
+            "pending": obj.pending,
+            "fenced": obj.fenced,
+            "closed": obj.closed,
+            "pid": os.getpid(),
+        }
+
+    def handle(req: dict[str, Any]) -> Any:
+        nonlocal obj
+        op = req["op"]
+        if op == "open":
+            ns = lib.Namespace(req["url"], owner=req.get("owner"), **req.get("options", {}))
+            obj = ns.open(req["oid"], read_only=req["read_only"], force=req["force"])
+            return info()
+        if op == "execute":
+            obj.execute(req["sql"])
+            return None
+        if op == "flush":
+            return obj.flush()
+        if op == "checkpoint":
+            return obj.checkpoint()
+        if op == "query":
+            return obj.query(req["sql"], req.get("fmt", "CSV")).data()
+        if op == "info":
+            return info()
+        if op == "close":
+            obj.close()
+            return None
+        if op == "clock":
+            set_clock(req["at"])
+            return None
+        raise ValueError(f"unknown op {op!r}")
+
+    emit({"ready": impl})
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        if req["op"] == "exit":
+            break
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                reply: dict[str, Any] = {"ok": True, "value": handle(req)}
+            except Exception as exc:
+                reply = failure(exc)
+        reply["warnings"] = [
+            {"category": w.category.__name__, "message": str(w.message)} for w in caught
+        ]
+        emit(reply)
+    # Leave without close(): like a process that simply ends. os._exit skips
+    # interpreter teardown, so nothing is flushed or released behind our back.
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) not in (2, 3) or argv[1] not in PROGRAMS:
+        raise SystemExit(f"usage: python -m tests.integration.children {'|'.join(PROGRAMS)} [JSON]")
+    PROGRAMS[argv[1]](json.loads(argv[2]) if len(argv) == 3 else {})
+
+
+if __name__ == "__main__":
+    main(sys.argv)
