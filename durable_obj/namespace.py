@@ -9,17 +9,19 @@ The last path segment of an object URL is its id; the rest is the namespace.
 from __future__ import annotations
 
 import builtins
-import uuid
+import contextlib
+import os
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from durable_obj import ops
+from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest
-from durable_obj.errors import InvalidArgument
-from durable_obj.head import Head, Lease, ObjectRef
+from durable_obj.errors import DurableError, InvalidArgument, NotFound
+from durable_obj.head import FORKED_FROM, Head, Lease, ObjectRef
 from durable_obj.object import DurableObject, Result
 from durable_obj.options import Options, make_options
-from durable_obj.protocol import CHECKPOINT_DIR, CHECKPOINT_SUFFIX, HEAD_KEY, valid_oid
+from durable_obj.protocol import mint_checkpoint_key, object_key, valid_oid
 from durable_obj.stores import open_store, url_object_id
 from durable_obj.stores.base import Store
 
@@ -59,7 +61,18 @@ class Namespace:
     """A folder of durable objects on one store.
 
     `url` is a namespace URL, or a `Store` instance (a custom store, or one
-    wrapped in `durable_obj.testing.FaultyStore`).
+    wrapped in `durable_obj.testing.FaultyStore`). `owner` names this
+    process's writers in their leases (default: a random name);
+    `storage_options` go to the store as-is (endpoint_url, key, secret, ...);
+    `progress` is an fsspec callback for large transfers.
+
+    Options, for every object opened here (`durable_obj.options.Options`
+    documents each and its default): lease_ttl, heartbeat_interval,
+    clock_skew, commit_deadline, fetch_concurrency; db and timezone (of a new
+    object: an existing object's head decides); fold_segments, fold_bytes,
+    close_fold_segments (when the WAL is folded into a checkpoint);
+    auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
+    "refuse").
     """
 
     def __init__(
@@ -126,33 +139,55 @@ class Namespace:
     def release(self, oid: str) -> None:
         """Release the lease whoever holds it (administrative: a live holder is
         fenced at its next commit and loses what it did not flush)."""
-        ops.release(self.store, check_oid(oid))
+        ops.release(self.store, check_oid(oid), commit_deadline=self._options.commit_deadline)
 
     def scan(
-        self, sql: str, ids: Iterable[str] | None = None, fmt: str = "CSV"
+        self,
+        sql: str,
+        ids: Iterable[str] | None = None,
+        fmt: str = "CSV",
+        *,
+        missing_ok: bool = False,
     ) -> builtins.list[tuple[str, Result]]:
         """Run one read-only query on each object (all of them by default),
-        one after another: chDB runs one engine per process."""
+        one after another: chDB runs one engine per process.
+
+        `missing_ok=True` skips ids with no object, as chdb.durable does (a
+        fan-out over a tenant list); otherwise a missing one is `NotFound`.
+        An error names the object it came from, and keeps its class.
+        """
         targets = [info.oid for info in self.list()] if ids is None else list(ids)
         out = []
         for oid in targets:
-            with self.open(oid, read_only=True) as obj:
-                out.append((oid, obj.query(sql, fmt)))
+            try:
+                with self.open(oid, read_only=True) as obj:
+                    out.append((oid, obj.query(sql, fmt)))
+            except NotFound:
+                if missing_ok:
+                    continue
+                raise
+            except DurableError as exc:
+                raise type(exc)(f"scan of {oid!r} failed: {exc}") from exc
         return out
 
     def fork(self, src: str, dst: str) -> ops.ObjectInfo:
         """A new object `dst` whose base is the current state of `src` (its
-        base with the WAL folded in). `src` is only read."""
+        base with the WAL folded in). `src` is only read. A lost answer from
+        the store is settled by reading back; an unproven head is
+        `CommitAmbiguous`."""
         check_oid(src)
         check_oid(dst)
         ops.ensure_absent(self.store, dst)
+        writer = HeadWriter(self.store, dst, commit_deadline=self._options.commit_deadline)
         with self.open(src, read_only=True) as obj:
             path = obj.snapshot()
             size, sha256 = file_digest(path)
-            name = f"0-1-{uuid.uuid4().hex[:8]}{CHECKPOINT_SUFFIX}"
-            ref = ObjectRef(key=f"{CHECKPOINT_DIR}/{name}", size=size, sha256=sha256)
-            if self.store.create_file(f"{dst}/{ref.key}", path, self._progress) is None:
-                raise InvalidArgument(f"{dst}/{ref.key} already exists; nothing was changed")
+            ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
+            writer.publish(
+                ref,
+                lambda key: self.store.create_file(key, path, self._progress),
+                scratch=os.path.dirname(path),
+            )
             source = obj.head
             assert source is not None
         head = Head.cold(
@@ -163,10 +198,11 @@ class Namespace:
         head.engine.min_reader = source.engine.min_reader
         head.manifest.base = ref
         head.manifest.seq = 1
-        head.set_extension("timezone", source.extension().get("timezone", "UTC"))
-        head.set_extension("forked_from", {"oid": src, "seq": source.manifest.seq})
-        if self.store.create(f"{dst}/{HEAD_KEY}", head.to_bytes()) is None:
-            self.store.delete(f"{dst}/{ref.key}")
+        head.set_timezone(source.timezone)
+        head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
+        if not writer.create(head):
+            with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
+                self.store.delete(object_key(dst, ref.key))
             raise InvalidArgument(f"{dst!r} was created meanwhile; the fork was abandoned")
         return ops.describe(self.store, dst)
 
@@ -222,8 +258,7 @@ def open(
     `read_only=True` takes no lease and never creates; `force=True` takes an
     unexpired lease (the old holder is fenced and loses unflushed writes).
     `storage_options` go to the store as-is (endpoint_url, key, secret, ...).
-    Options: lease_ttl, heartbeat_interval, clock_skew, commit_deadline, db,
-    fetch_concurrency.
+    Options: those of `Namespace`.
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)

@@ -15,6 +15,7 @@ import durable_obj
 from durable_obj import errors
 from durable_obj.protocol import MAX_SQL_BYTES
 from durable_obj.stores import open_store
+from durable_obj.testing import abandon
 
 DDL = "CREATE TABLE m (k String, v UInt32) ENGINE = MergeTree ORDER BY k"
 
@@ -216,6 +217,8 @@ def test_corrupt_base_or_segment_refuses_to_open(ns_url: str, what: str, how: st
         with pytest.raises(errors.Corrupt) as info:
             durable_obj.open(url, read_only=read_only)
         assert ref["key"] in str(info.value)
+        if (what, how) == ("base", "missing"):
+            assert "missing base" in str(info.value)  # the phrase V1 tools match
     after_head = json.loads(store.get("o/head.json").data)  # type: ignore[union-attr]
     assert after_head["manifest"] == head["manifest"]
     assert after_head["lease"]["owner"] is None  # the failed writer open released it
@@ -301,6 +304,20 @@ def test_second_object_in_one_process_is_refused(tmp_path: Path) -> None:
         durable_obj.open(str(tmp_path / "b"))
     # the refused open left nothing behind
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+
+
+def test_lease_held_elsewhere_is_answered_before_the_engine_limit(tmp_path: Path) -> None:
+    """A writer open of an object leased elsewhere says lease_held, as
+    chdb.durable does, even while another object holds this process's one
+    engine (which would otherwise answer engine: "one engine per process")."""
+    held = durable_obj.open(str(tmp_path / "b"), owner="elsewhere")
+    abandon(held)  # its lease stays live; this process's engine is free again
+    with durable_obj.open(str(tmp_path / "a")):
+        with pytest.raises(errors.LeaseHeld, match="'elsewhere'"):
+            durable_obj.open(str(tmp_path / "b"))
+        with pytest.raises(errors.EngineError, match="one engine per process"):
+            durable_obj.open(str(tmp_path / "b"), read_only=True)
+    assert open_store(str(tmp_path)).get("b/head.json") is not None
 
 
 def test_objects_opened_in_turn_share_nothing(tmp_path: Path) -> None:

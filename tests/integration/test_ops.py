@@ -93,7 +93,7 @@ def test_release_fences_the_holder(ns_url: str) -> None:
     ns.release("o")
     assert ns.info("o").owner is None
     obj.execute("INSERT INTO m VALUES (1, 'lost')")
-    with pytest.raises(errors.LeaseFenced):
+    with pytest.raises(errors.LeaseFenced, match="the lease was released at generation 1"):
         obj.flush()
     with pytest.raises(errors.LeaseFenced):
         obj.close()
@@ -151,6 +151,20 @@ def test_scan_reads_each_object(ns_url: str) -> None:
     assert ns.scan("SELECT v FROM m", fmt="TSV") == [("a", "a\n"), ("b", "b\n")]
 
 
+def test_scan_skips_missing_ids_when_asked_and_names_the_failing_object(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("a") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a')")
+    ids = ["nope", "a", "gone"]
+    assert ns.scan("SELECT v FROM m", ids, fmt="TSV", missing_ok=True) == [("a", "a\n")]
+    with pytest.raises(errors.NotFound, match="nope"):
+        ns.scan("SELECT v FROM m", ids)
+    with pytest.raises(errors.DurableError, match="scan of 'a' failed") as failed:
+        ns.scan("SELECT no_such_column FROM m", ["a"])
+    assert type(failed.value) is type(failed.value.__cause__)  # the category is kept
+
+
 def test_close_folds_a_long_wal(ns_url: str) -> None:
     ns = durable_obj.Namespace(ns_url, owner="w")
     with ns.open("o") as obj:
@@ -172,3 +186,11 @@ def test_auto_flush_by_size(ns_url: str) -> None:
         seq = obj.seq
     assert seq > 1
     assert ops.read_head(open_store(ns_url), "o").lease.owner is None
+
+
+def test_gc_refuses_a_negative_grace(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+    with pytest.raises(errors.InvalidArgument, match="grace"):
+        ns.gc("o", grace=-1)

@@ -1,0 +1,276 @@
+"""The one head writer (durable_obj/commit.py): every head write settles a lost
+answer by reading back, and a caller gets a settled answer or
+`CommitAmbiguous`, never `StoreAmbiguous`.
+
+Each fault is injected on every call of one store operation (rate 1):
+`LOST_RESPONSE` applies the write and loses the answer, `AMBIGUOUS_BEFORE`
+loses it without applying anything.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+import pytest
+
+import durable_obj
+from durable_obj import errors, ops
+from durable_obj import lease as leases
+from durable_obj.commit import HeadWriter
+from durable_obj.digest import bytes_digest
+from durable_obj.head import Head, Lease, ObjectRef
+from durable_obj.stores.base import Store, Version
+from durable_obj.stores.memory import MemoryStore
+from durable_obj.testing import Fault, FaultyStore, abandon
+
+DDL = "CREATE TABLE m (k UInt32) ENGINE = MergeTree ORDER BY k"
+DEADLINE = 0.2
+LANDED, NOT_LANDED = Fault.LOST_RESPONSE, Fault.AMBIGUOUS_BEFORE
+
+
+def memory() -> MemoryStore:
+    return MemoryStore(f"commit-{uuid.uuid4().hex}")
+
+
+def faulty(inner: Store, op: str, fault: Fault) -> FaultyStore:
+    return FaultyStore(inner, seed=0, rate=1.0, faults=[fault], ops=[op])
+
+
+def stored(store: Store, oid: str = "o") -> Head:
+    blob = store.get(f"{oid}/head.json")
+    assert blob is not None
+    return Head.parse(blob.data)
+
+
+def leased_object(inner: Store, oid: str = "o") -> None:
+    """An object with one committed row, whose lease a dead writer still holds."""
+    obj = durable_obj.Namespace(inner, owner="holder").open(oid)
+    obj.execute(DDL)
+    obj.execute("INSERT INTO m VALUES (1)")
+    obj.flush()
+    abandon(obj)
+
+
+# -- release() ------------------------------------------------------------------
+def test_ops_release_whose_answer_is_lost_but_landed_is_settled() -> None:
+    inner = memory()
+    leased_object(inner)
+    before = stored(inner)
+    store = faulty(inner, "replace", LANDED)
+    head = ops.release(store, "o", commit_deadline=DEADLINE)
+    after = stored(inner)
+    assert head.lease.released and after.lease.released
+    assert after.lease.generation == before.lease.generation
+    assert after.manifest == before.manifest
+    assert [f for _op, _key, f in store.injected] == [LANDED]
+
+
+def test_ops_release_that_never_lands_is_commit_ambiguous() -> None:
+    inner = memory()
+    leased_object(inner)
+    store = faulty(inner, "replace", NOT_LANDED)
+    with pytest.raises(errors.CommitAmbiguous, match="indeterminate") as caught:
+        ops.release(store, "o", commit_deadline=DEADLINE)
+    assert not isinstance(caught.value, errors.StoreAmbiguous)
+    assert stored(inner).lease.owner == "holder"  # nothing was changed
+    assert len(store.injected) > 1  # it wrote again until the deadline
+
+
+@pytest.mark.parametrize("fault", [LANDED, NOT_LANDED])
+def test_namespace_release_answers_settled_or_commit_ambiguous(fault: Fault) -> None:
+    inner = memory()
+    leased_object(inner)
+    ns = durable_obj.Namespace(faulty(inner, "replace", fault), commit_deadline=DEADLINE)
+    if fault is LANDED:
+        ns.release("o")
+        assert stored(inner).lease.released
+    else:
+        with pytest.raises(errors.CommitAmbiguous):
+            ns.release("o")
+        assert not stored(inner).lease.released
+
+
+def test_release_of_a_head_released_meanwhile_is_done() -> None:
+    """The holder closed between our read and our write: the lease is
+    released, which is all a release asks."""
+    inner = memory()
+    leased_object(inner)
+
+    class ClosesFirst(FaultyStore):
+        def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+            blob = self.inner.get(key)
+            assert blob is not None
+            head = Head.parse(blob.data)
+            head.lease = leases.release(head.lease)
+            assert self.inner.replace(key, head.to_bytes(), blob.version) is not None
+            return None  # our own write finds the head moved
+
+    head = ops.release(ClosesFirst(inner, seed=0, rate=0.0), "o", commit_deadline=DEADLINE)
+    assert head.lease.released and stored(inner).lease.released
+
+
+# -- fork() ---------------------------------------------------------------------
+def source(inner: Store) -> None:
+    with durable_obj.Namespace(inner, owner="w").open("src") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1), (2)")
+
+
+@pytest.mark.parametrize("op", ["create", "create_file"])
+def test_fork_whose_answer_is_lost_but_landed_is_settled(op: str) -> None:
+    """`create` writes the fork's head, `create_file` its base."""
+    inner = memory()
+    source(inner)
+    store = faulty(inner, op, LANDED)
+    info = durable_obj.Namespace(store, commit_deadline=DEADLINE).fork("src", "dst")
+    assert info.seq == 1 and info.owner is None
+    assert [(o, f) for o, _key, f in store.injected] == [(op, LANDED)]
+    with durable_obj.Namespace(inner).open("dst", read_only=True) as fork:
+        assert fork.query("SELECT k FROM m ORDER BY k") == "1\n2\n"
+
+
+@pytest.mark.parametrize("op", ["create", "create_file"])
+def test_fork_that_never_lands_is_commit_ambiguous(op: str) -> None:
+    inner = memory()
+    source(inner)
+    ns = durable_obj.Namespace(faulty(inner, op, NOT_LANDED), commit_deadline=DEADLINE)
+    with pytest.raises(errors.CommitAmbiguous, match="indeterminate") as caught:
+        ns.fork("src", "dst")
+    assert not isinstance(caught.value, errors.StoreAmbiguous)
+    assert inner.get("dst/head.json") is None
+
+
+# -- the writer itself ------------------------------------------------------------
+def writer_object(inner: Store) -> tuple[HeadWriter, leases.Holder]:
+    me = leases.Holder("me", uuid.uuid4().hex)
+    writer = HeadWriter(inner, "o", holder=me, commit_deadline=DEADLINE)
+    assert writer.create_cold(db="default", engine_version="26.1.1", timezone="UTC")
+    return writer, me
+
+
+def test_commit_whose_answer_is_lost_but_landed_counts_and_renews() -> None:
+    inner = memory()
+    writer, _me = writer_object(inner)
+    writer.store = faulty(inner, "replace", LANDED)
+    assert writer.head is not None
+    writer.head.manifest.seq = 1
+    writer.commit()
+    head = stored(inner)
+    assert head.manifest.seq == 1 and head.lease.expires_at == writer.expires_at
+    assert writer.version == inner.get("o/head.json").version  # type: ignore[union-attr]
+
+
+def test_commit_that_never_lands_is_commit_ambiguous_and_unchanged() -> None:
+    inner = memory()
+    writer, _me = writer_object(inner)
+    writer.store = faulty(inner, "replace", NOT_LANDED)
+    assert writer.head is not None
+    writer.head.manifest.seq = 1
+    with pytest.raises(errors.CommitAmbiguous, match="indeterminate"):
+        writer.commit()
+    assert stored(inner).manifest.seq == 0 and not writer.fenced
+
+
+@pytest.mark.parametrize(
+    ("rival", "said"),
+    [
+        (lambda lease: leases.release(lease), "the lease was released at generation 1"),
+        (
+            lambda lease: lease.model_copy(
+                update={"owner": "x", "instance": "i-x", "generation": 2}
+            ),
+            "the lease was taken by 'x' (instance i-x) at generation 2",
+        ),
+    ],
+)
+def test_fence_says_what_became_of_the_lease(
+    rival: object, said: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not "the lease now belongs to None": released, or taken by whom."""
+    inner = memory()
+    writer, _me = writer_object(inner)
+    blob = inner.get("o/head.json")
+    assert blob is not None
+    head = Head.parse(blob.data)
+    head.lease = rival(head.lease)  # type: ignore[operator]
+    assert inner.replace("o/head.json", head.to_bytes(), blob.version) is not None
+    with pytest.raises(errors.LeaseFenced, match=re.escape(said)):
+        writer.commit()
+    assert writer.fenced
+    assert f"fenced; {said}" in caplog.text
+
+
+def test_create_loses_to_another_head_and_retries_a_create_that_did_not_land() -> None:
+    inner = memory()
+    writer_object(inner)  # someone else's head is there
+    other = HeadWriter(inner, "o", holder=leases.Holder("b", "i-b"), commit_deadline=DEADLINE)
+    assert not other.create_cold(db="default", engine_version="26.1.1", timezone="UTC")
+    assert other.head is None
+    fresh = memory()
+    store = FaultyStore(fresh, seed=0, rate=1.0, faults=[NOT_LANDED], ops=["create"])
+    calls = 0
+    original = store._pick
+
+    def first_only(op: str, key: str) -> Fault | None:
+        nonlocal calls
+        calls += 1
+        return original(op, key) if calls == 1 else None
+
+    store._pick = first_only  # type: ignore[method-assign]
+    writer = HeadWriter(store, "o", holder=leases.Holder("c", "i-c"), commit_deadline=DEADLINE)
+    assert writer.create_cold(db="default", engine_version="26.1.1", timezone="UTC")
+    assert stored(fresh).lease.instance == "i-c"
+
+
+def test_take_retries_over_an_unchanged_head_and_settles_a_lost_answer() -> None:
+    inner = memory()
+    blob_head = Head.cold(db="default", engine_version="26.1.1", lease=Lease(generation=3))
+    assert inner.create("o/head.json", blob_head.to_bytes()) is not None
+    for fault in (LANDED, NOT_LANDED):
+        me = leases.Holder("me", uuid.uuid4().hex)
+        store = faulty(inner, "replace", fault)
+        writer = HeadWriter(store, "o", holder=me, commit_deadline=DEADLINE)
+        read = writer.read()
+        assert read is not None
+        if fault is LANDED:
+            taken = writer.take(read, force=False, clock_skew=5.0, engine_version="26.1.1")
+            assert taken is not None and taken.lease.generation == 4
+            assert stored(inner).lease.instance == me.instance
+            assert writer.taken_from == read.head
+        else:
+            with pytest.raises(errors.CommitAmbiguous, match="indeterminate"):
+                writer.take(read, force=True, clock_skew=5.0, engine_version="26.1.1")
+
+
+def test_publish_settles_by_size_and_sha256() -> None:
+    inner = memory()
+    writer, _me = writer_object(inner)
+    data = b'{"sql": "SELECT 1"}\n'
+    size, sha = bytes_digest(data)
+    ref = ObjectRef(key="wal/1-1-abcdef12.jsonl", size=size, sha256=sha)
+    writer.store = faulty(inner, "create", LANDED)
+    writer.publish(ref, lambda key: writer.store.create(key, data))
+    assert inner.get("o/wal/1-1-abcdef12.jsonl") is not None
+    ref2 = ObjectRef(key="wal/1-2-abcdef12.jsonl", size=size, sha256=sha)
+    writer.store = faulty(inner, "create", NOT_LANDED)
+    with pytest.raises(errors.CommitAmbiguous, match="indeterminate"):
+        writer.publish(ref2, lambda key: writer.store.create(key, data))
+
+
+def test_flush_that_never_lands_is_commit_ambiguous_and_stays_buffered() -> None:
+    inner = memory()
+    store = FaultyStore(inner, seed=0, rate=1.0, faults=[NOT_LANDED], ops=["replace"])
+    store.enabled = False
+    obj = durable_obj.Namespace(store, commit_deadline=DEADLINE).open("o")
+    try:
+        obj.execute(DDL)
+        store.enabled = True
+        with pytest.raises(errors.CommitAmbiguous, match="indeterminate"):
+            obj.flush()
+        assert obj.pending == 1 and stored(inner).manifest.seq == 0
+        store.enabled = False
+        assert obj.flush() is not None and stored(inner).manifest.seq == 1
+    finally:
+        store.enabled = False
+        obj.close()
