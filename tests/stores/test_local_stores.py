@@ -69,6 +69,27 @@ class TestFileStore(SharedStoreTests):
         assert store.replace("h", b"c" * 10, v1) is None
 
 
+class TestFileStoreOddRoot(SharedStoreTests):
+    """The same suite under a root reached through a link, whose name has a
+    space, non-ASCII, '%', '#' and '?': the child processes of the races open
+    it again from `store.url`, which must name this very folder."""
+
+    @pytest.fixture
+    def store(self, tmp_path: Path) -> Store:
+        real = tmp_path / "real" / "root"
+        real.mkdir(parents=True)
+        (tmp_path / "lïnk été 50% #1?").symlink_to(real.parent)
+        return FileStore(str(tmp_path / "lïnk été 50% #1?" / "root"))
+
+    def test_url_names_the_folder(self, store: Store, tmp_path: Path) -> None:
+        assert store.url.endswith("/l%C3%AFnk%20%C3%A9t%C3%A9%2050%25%20%231%3F/root")
+        assert store.create("o/head.json", b"x") is not None
+        again = open_store(store.url)
+        blob = again.get("o/head.json")
+        assert blob is not None and blob.data == b"x"
+        assert (tmp_path / "real" / "root" / "o" / "head.json").read_bytes() == b"x"
+
+
 def test_split_url() -> None:
     assert split_url("memory://ns/a") == ("memory", "ns/a")
     assert split_url("file:///tmp/x") == ("file", "/tmp/x")
