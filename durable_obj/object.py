@@ -46,12 +46,11 @@ from durable_obj.errors import (
     DurableError,
     LeaseFenced,
 )
-from durable_obj.export import EXPORT_FORMATS as EXPORT_FORMATS  # re-exported
 from durable_obj.export import check_format, export_tables, list_tables
 from durable_obj.head import Head
 from durable_obj.heartbeat import Heartbeat
 from durable_obj.local import LocalCopy
-from durable_obj.opening import open_object
+from durable_obj.opening import Opener
 from durable_obj.options import Options
 from durable_obj.protocol import mint_checkpoint_key
 from durable_obj.sql import is_insert
@@ -193,14 +192,14 @@ class DurableObject:
             started = time.monotonic()
             self._local.make_scratch()
             try:
-                existed = open_object(
+                existed = Opener(
                     self._w,
                     self._local,
                     self._opts,
                     read_only=self._read_only,
                     force=force,
                     progress=self._progress,
-                )
+                ).run()
             except BaseException:
                 self._abort_open()
                 raise

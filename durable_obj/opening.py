@@ -44,124 +44,131 @@ class HeadMoved(Exception):
     """The head changed between reading it and taking the lease: start over."""
 
 
-def open_object(
-    writer: HeadWriter,
-    local: LocalCopy,
-    options: Options,
-    *,
-    read_only: bool,
-    force: bool,
-    progress: Callback | None = None,
-) -> bool:
-    """Open, starting over (with an empty engine and scratch) while the head
-    moves under us; True if the object existed. The caller cleans up after
-    any failure: `local` and `writer` hold what was done so far."""
-    for attempt in range(1, OPEN_ATTEMPTS + 1):
-        try:
-            return _open_once(
-                writer, local, options, read_only=read_only, force=force, progress=progress
-            )
-        except HeadMoved:
-            if attempt == OPEN_ATTEMPTS:
-                raise LeaseHeld(
-                    f"{writer.url}: the head kept changing while taking the lease "
-                    f"({attempt} attempts); another writer is active. Nothing was changed."
-                ) from None
-            local.reset()
-            writer.forget()
-    raise AssertionError("unreachable")
+class Opener:
+    """One open() of `writer`'s object into `local`, with its retries. The
+    caller cleans up after any failure: `local` and `writer` hold what was
+    done so far."""
 
+    def __init__(
+        self,
+        writer: HeadWriter,
+        local: LocalCopy,
+        options: Options,
+        *,
+        read_only: bool,
+        force: bool,
+        progress: Callback | None = None,
+    ) -> None:
+        self.writer = writer
+        self.local = local
+        self.options = options
+        self.read_only = read_only
+        self.force = force
+        self.progress = progress
 
-def _open_once(
-    writer: HeadWriter,
-    local: LocalCopy,
-    options: Options,
-    *,
-    read_only: bool,
-    force: bool,
-    progress: Callback | None = None,
-) -> bool:
-    """Open once; True if the object existed."""
-    # The process's engine starts in the background while the head is read;
-    # the base and the segments download while the open goes on.
-    prestart()
-    got = writer.read()
-    if got is not None:
-        restore.check_protocol(got.head, url=writer.url, read_only=read_only)
-        if not read_only and not force:
-            assert writer.holder is not None
-            leases.check_free(
-                got.head.lease, writer.holder, writer.clock.time(), clock_skew=options.clock_skew
-            )
-    elif read_only:
-        raise NotFound(
-            f"no durable object at {writer.url} (no {HEAD_KEY}); a read-only open "
-            "never creates one. Check the URL and storage_options."
-        )
-    with ThreadPoolExecutor(2) as pool:  # the base, and every segment
-        fetches = None
+    def run(self) -> bool:
+        """Open, starting over (with an empty engine and scratch) while the
+        head moves under us; True if the object existed."""
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                return self._once()
+            except HeadMoved:
+                if attempt == OPEN_ATTEMPTS:
+                    raise LeaseHeld(
+                        f"{self.writer.url}: the head kept changing while taking the lease "
+                        f"({attempt} attempts); another writer is active. Nothing was changed."
+                    ) from None
+                self.local.reset()
+                self.writer.forget()
+        raise AssertionError("unreachable")
+
+    def _once(self) -> bool:
+        writer, local, options = self.writer, self.local, self.options
+        read_only, force = self.read_only, self.force
+        # The process's engine starts in the background while the head is
+        # read; the base and the segments download while the open goes on.
+        prestart()
+        got = writer.read()
         if got is not None:
-            assert local.work is not None
-            fetches = restore.Fetches(
-                pool,
-                writer.store,
-                writer.oid,
-                got.head,
-                work=local.work,
-                concurrency=options.fetch_concurrency,
-                progress=progress,
+            restore.check_protocol(got.head, url=writer.url, read_only=read_only)
+            if not read_only and not force:
+                assert writer.holder is not None
+                leases.check_free(
+                    got.head.lease,
+                    writer.holder,
+                    writer.clock.time(),
+                    clock_skew=options.clock_skew,
+                )
+        elif read_only:
+            raise NotFound(
+                f"no durable object at {writer.url} (no {HEAD_KEY}); a read-only open "
+                "never creates one. Check the URL and storage_options."
             )
-        try:
-            engine = local.start_engine()
-            if got is None:
-                local.pin(options.timezone)  # checks it before anything is written
-                if not writer.create_cold(
-                    db=options.db, engine_version=engine.version, timezone=options.timezone
-                ):
-                    raise HeadMoved()  # lost the creation race: read it again
-                engine.create_database(options.db)
-                engine.use_database(options.db)
-                return False
-            restore.check_engine(engine, got.head)
-            if read_only:
-                writer.adopt(got)
-            else:
-                _take_lease(writer, engine, got, options, force=force)
-            local.pin_head(got.head)
-            restore.restore(engine, got.head, fetches, url=writer.url)
-        except BaseException:
-            if fetches is not None:
-                fetches.cancel()
-            raise
-    if not read_only:
-        # A slow restore can outlast the TTL: re-assert before handing out a
-        # writer, so we never return one whose lease was already taken.
-        writer.commit()
-    return True
+        with ThreadPoolExecutor(2) as pool:  # the base, and every segment
+            fetches = None
+            if got is not None:
+                assert local.work is not None
+                fetches = restore.Fetches(
+                    pool,
+                    writer.store,
+                    writer.oid,
+                    got.head,
+                    work=local.work,
+                    concurrency=options.fetch_concurrency,
+                    progress=self.progress,
+                )
+            try:
+                engine = local.start_engine()
+                if got is None:
+                    local.pin(options.timezone)  # checks it before anything is written
+                    if not writer.create_cold(
+                        db=options.db, engine_version=engine.version, timezone=options.timezone
+                    ):
+                        raise HeadMoved()  # lost the creation race: read it again
+                    engine.create_database(options.db)
+                    engine.use_database(options.db)
+                    return False
+                restore.check_engine(engine, got.head)
+                if read_only:
+                    writer.adopt(got)
+                else:
+                    self._take_lease(engine, got)
+                local.pin_head(got.head)
+                restore.restore(engine, got.head, fetches, url=writer.url)
+            except BaseException:
+                if fetches is not None:
+                    fetches.cancel()
+                raise
+        if not read_only:
+            # A slow restore can outlast the TTL: re-assert before handing out
+            # a writer, so we never return one whose lease was already taken.
+            writer.commit()
+        return True
 
-
-def _take_lease(
-    writer: HeadWriter, engine: Engine, got: Stored, options: Options, *, force: bool
-) -> None:
-    taken = writer.take(
-        got, force=force, clock_skew=options.clock_skew, engine_version=engine.version
-    )
-    if taken is None:
-        raise HeadMoved()
-    previous = got.head.lease
-    if taken.forced:
-        message = (
-            f"force takeover of {writer.url}: the lease of {previous.owner!r} had not "
-            "expired; whatever it executed but did not flush is lost, and its next "
-            "commit will fail with lease_fenced"
+    def _take_lease(self, engine: Engine, got: Stored) -> None:
+        writer = self.writer
+        taken = writer.take(
+            got,
+            force=self.force,
+            clock_skew=self.options.clock_skew,
+            engine_version=engine.version,
         )
-        # _take_lease, _open_once, open_object, DurableObject._open, Namespace.open
-        warnings.warn(message, RuntimeWarning, stacklevel=6)
-        log.warning(message)
-    if previous.generation and not previous.released:
-        log.info(
-            "%s: took the lease from %r at generation %d",
-            writer.url,
-            previous.owner,
-            taken.lease.generation,
-        )
+        if taken is None:
+            raise HeadMoved()
+        previous = got.head.lease
+        if taken.forced:
+            message = (
+                f"force takeover of {writer.url}: the lease of {previous.owner!r} had not "
+                "expired; whatever it executed but did not flush is lost, and its next "
+                "commit will fail with lease_fenced"
+            )
+            # _take_lease, _once, run, DurableObject._open, Namespace.open: its caller
+            warnings.warn(message, RuntimeWarning, stacklevel=6)
+            log.warning(message)
+        if previous.generation and not previous.released:
+            log.info(
+                "%s: took the lease from %r at generation %d",
+                writer.url,
+                previous.owner,
+                taken.lease.generation,
+            )
