@@ -7,7 +7,7 @@ import pytest
 import durable_obj
 from durable_obj import errors
 from durable_obj.namespace import check_oid, split_object_url
-from durable_obj.options import make_options
+from durable_obj.options import Options, make_options
 
 
 def test_all_is_pinned() -> None:
@@ -74,3 +74,10 @@ def test_options_defaults_and_errors() -> None:
         make_options({"lease_ttl": -1})
     with pytest.raises(errors.InvalidArgument, match="lease_ttl"):
         make_options({"lease_ttl": float("inf")})
+
+
+def test_namespace_documents_every_option() -> None:
+    """The option list in Namespace's docstring does not go stale."""
+    doc = durable_obj.Namespace.__doc__ or ""
+    missing = [name for name in Options.model_fields if name not in doc]
+    assert not missing, f"Namespace's docstring does not name {missing}"

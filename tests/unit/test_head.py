@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 
 from durable_obj.errors import Corrupt, LimitExceeded
 from durable_obj.head import Head, Lease
-from durable_obj.protocol import MAX_HEAD_BYTES, MAX_SAFE_INT
+from durable_obj.protocol import (
+    MAX_HEAD_BYTES,
+    MAX_SAFE_INT,
+    head_key,
+    mint_checkpoint_key,
+    mint_wal_key,
+    object_key,
+    seq_of,
+)
 
 SHA = "ab" * 32
 
@@ -181,3 +189,30 @@ def test_arbitrary_json_never_raises_anything_but_corrupt(value: object) -> None
         return
     # Whatever parses is a real reference (or none), never a coerced value.
     assert head.manifest.base is None or isinstance(head.manifest.base.size, int)
+
+
+def test_timezone_extension_is_read_and_written_in_one_place() -> None:
+    head = Head.parse(encode(valid_doc()))  # a chdb.durable head records none
+    assert head.timezone == "UTC" and not head.records_timezone
+    head.set_timezone("Asia/Tokyo")
+    again = Head.parse(head.to_bytes())
+    assert again.timezone == "Asia/Tokyo" and again.records_timezone
+    assert json.loads(head.to_bytes())["durable_obj"]["timezone"] == "Asia/Tokyo"
+    doc = valid_doc()
+    doc["durable_obj"] = {"timezone": 9}
+    with pytest.raises(Corrupt, match=r"head\.durable_obj\.timezone is not a string"):
+        _ = Head.parse(encode(doc)).timezone
+
+
+def test_key_layout() -> None:
+    assert head_key("agent-1") == "agent-1/head.json"
+    assert object_key("agent-1", "wal/1-2-ab.jsonl") == "agent-1/wal/1-2-ab.jsonl"
+    wal, base = mint_wal_key(3, 17), mint_checkpoint_key(3, 18)
+    assert wal.startswith("wal/3-17-") and wal.endswith(".jsonl")
+    assert base.startswith("checkpoints/3-18-") and base.endswith(".tar")
+    assert mint_wal_key(3, 17) != wal  # unique every time
+    assert seq_of(wal.removeprefix("wal/")) == 17
+    assert seq_of(base.removeprefix("checkpoints/")) == 18
+    assert seq_of("0-1-deadbeef.tar.gz") == 1  # chdb.durable's base names too
+    for name in ("notes.txt", "x-1-ab.jsonl", "1-2.jsonl", "sub/1-2-ab.jsonl"):
+        assert seq_of(name) is None

@@ -61,3 +61,23 @@ def test_owns_and_self_fence() -> None:
 
 def test_own_instance_is_never_held_against_us() -> None:
     assert not leases.held_by_other(held(ME, 1e12), ME, 0.0, 0.0)
+
+
+def test_check_free_refuses_only_a_live_lease_of_another() -> None:
+    leases.check_free(Lease(generation=4), ME, 100.0, clock_skew=5)
+    leases.check_free(held(ME, 200.0), ME, 100.0, clock_skew=5)
+    leases.check_free(held(OTHER, 100.0), ME, 105.5, clock_skew=5)
+    with pytest.raises(LeaseHeld, match="'other'"):
+        leases.check_free(held(OTHER, 100.0), ME, 104.0, clock_skew=5)
+
+
+def test_expiry_and_what_became_of_a_lease() -> None:
+    assert leases.expiry(held(ME, 130.0)) == 130.0
+    assert leases.expiry(leases.release(held(ME, 130.0))) == 0.0
+    assert leases.describe(None) == "the head is gone"
+    assert leases.describe(leases.release(held(ME, 1.0, gen=7))) == (
+        "the lease was released at generation 7"
+    )
+    assert leases.describe(held(OTHER, 1.0, gen=8)) == (
+        "the lease was taken by 'other' (instance i-other) at generation 8"
+    )
