@@ -33,8 +33,11 @@ a link it did not check: it walks from the real root one folder at a time
 with `O_NOFOLLOW | O_DIRECTORY` and opens, creates, renames and unlinks by
 name inside the folder it holds open (`*at` calls), so a folder swapped for a
 link between the check and the use fails the walk instead of leading out.
-Files this store writes never exist before it creates them (`O_EXCL`), and
-it lists only regular files, never descending into a linked folder.
+Files this store writes never exist before it creates them (`O_EXCL`); the
+lock file beside a head is never a link (chdb.durable would follow one); a
+FIFO or device at a key is refused, not opened for good; and a listing shows
+regular files only, never descending into a linked folder (an aliased object
+is listed once, under its real name).
 
 Not for a network filesystem: flock and link semantics over NFS/SMB vary.
 """
