@@ -35,7 +35,7 @@ name inside the folder it holds open (`*at` calls), so a folder swapped for a
 link between the check and the use fails the walk instead of leading out.
 Files this store writes never exist before it creates them (`O_EXCL`); the
 lock file beside a head is never a link (chdb.durable would follow one); a
-FIFO or device at a key is refused, not opened for good; and a listing shows
+FIFO or device at a key is refused without blocking; and a listing shows
 regular files only, never descending into a linked folder (an aliased object
 is listed once, under its real name).
 
