@@ -9,38 +9,38 @@ of `durable_obj.sql`, which knows ClickHouse strings, quoted identifiers and
 comments (so `'now()'`, `` `now()` `` and `-- now()` are not calls):
 
 * deterministic: logged unchanged;
-* pinnable: evaluated once now and replaced by a literal of the same type,
-  and the writer runs the pinned text, so writer and replay agree exactly:
+* pinnable: evaluated once now and replaced by a literal of the same type
+  (`durable_obj.literals`: exact, and the same in every time zone), and the
+  writer runs the pinned text, so writer and replay agree exactly:
   - any non-deterministic call inside the rows of `INSERT ... VALUES` (each
     occurrence is evaluated once per row anyway),
   - a query-constant call anywhere (`now()`, `today()`, `randConstant()`, ...),
   - an omitted column whose DEFAULT / MATERIALIZED expression is
-    non-deterministic, in `INSERT ... VALUES` (the value is made explicit);
+    non-deterministic (`durable_obj.defaults`: the value is made explicit);
 * refused with `Nondeterministic` otherwise: per-row randomness outside
   VALUES, table functions that read outside the object (`url`, `file`, `s3`,
-  `remote`, ...), `system.*` tables other than pure generators, and calls
-  whose value cannot be computed on its own.
+  `remote`, ...), `system.*` tables other than pure generators, calls whose
+  value cannot be computed on its own, and DDL that gives existing rows a
+  value computed at read or merge time (`durable_obj.defaults`).
 
 Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 """
-
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import DurableError, Nondeterministic
+from durable_obj.defaults import ColumnRules
+from durable_obj.errors import Nondeterministic
+from durable_obj.literals import Literals
 from durable_obj.sql import (
     Call,
-    InsertShape,
     Token,
     code_words,
     evaluated_from,
     find_calls,
     insert_shape,
     outermost,
-    quote_ident,
     quote_string,
     splice,
     tokenize,
@@ -154,6 +154,7 @@ class Catalog:
             | EXTERNAL_ENGINES
             | EXTERNAL_SOURCES
             | {"system", "information_schema", "clickhouse", "materialized"}
+            | {"materialize", "clear", "ttl"}  # DDL that computes column values
         )
 
     @classmethod
@@ -188,7 +189,14 @@ class Pinner:
         self._known: Catalog | None = None
         self._mode = mode
         self._tz = timezone
-        self._columns: dict[tuple[str, str], list[list[str]]] = {}
+        self._literals = Literals(engine)
+        self._rules = ColumnRules(
+            engine,
+            self._literals,
+            nondeterministic=lambda: self._catalog.nondeterministic,
+            query_constant=QUERY_CONSTANT,
+            mode=mode,
+        )
         self._suspicious: frozenset[str] | None = None
 
     @property
@@ -200,7 +208,8 @@ class Pinner:
 
     def schema_changed(self) -> None:
         """Forget cached column definitions (call after any non-INSERT)."""
-        self._columns.clear()
+        self._rules.forget()
+        self._literals.forget()
 
     def prepare(self, sql: str, db: str) -> str:
         """The text to run and log: `sql` itself, or `sql` with values pinned.
@@ -225,7 +234,7 @@ class Pinner:
         shape = insert_shape(tokens)
         if shape is None:
             return sql
-        if self._missing_defaults(shape, db):
+        if self._rules.missing(shape, db):
             return None
         if has_settings or shape.head_end >= len(tokens):
             return sql
@@ -236,6 +245,7 @@ class Pinner:
         tokens = tokenize(sql)
         calls = find_calls(tokens)
         self._refuse_outside_reads(tokens, calls)
+        self._rules.check_ddl(tokens, calls, db)
         shape = insert_shape(tokens)
         rows = [] if shape is None else [(tokens[a].start, tokens[b].end) for a, b in shape.rows]
         evaluated, pinnable = evaluated_from(tokens)
@@ -270,7 +280,7 @@ class Pinner:
             replacements += self._evaluate(sql, pin)
         needed: list[str] = []
         if shape is not None:
-            needed = self._explicit_defaults(tokens, shape, db, replacements)
+            needed = self._rules.make_explicit(tokens, shape, db, replacements)
         if replacements:
             sql = splice(sql, replacements)
         return self._with_settings(sql, needed)
@@ -323,7 +333,7 @@ class Pinner:
             by_text.setdefault(sql[call.start : call.end], []).append(call)
         out = []
         for text, group in by_text.items():
-            literals = self._values(text, len(group))
+            literals = self._literals.values(text, len(group))
             if literals is None:
                 raise Nondeterministic(
                     f"{group[0].shown}() could not be evaluated on its own to pin its value "
@@ -331,108 +341,6 @@ class Pinner:
                 )
             out += [(c.start, c.end, lit) for c, lit in zip(group, literals, strict=True)]
         return out
-
-    def _values(self, expr: str, count: int) -> list[str] | None:
-        """`count` independent evaluations of `expr`, as typed literals."""
-        try:
-            rows = self._engine.text(
-                f"SELECT toTypeName(e), toString(e) FROM (SELECT {expr} AS e "
-                f"FROM numbers({count}))",
-                "JSONCompactEachRow",
-            )
-        except DurableError:
-            return None
-        values = [json.loads(line) for line in rows.splitlines() if line]
-        if len(values) != count:
-            return None
-        return [_literal(type_name, value) for type_name, value in values]
-
-    def _table_columns(self, shape: InsertShape, db: str) -> list[list[str]]:
-        """[name, type, default_kind, default_expression] of the INSERT's table."""
-        database = shape.database or db
-        columns = self._columns.get((database, shape.table))
-        if columns is None:
-            listing = self._engine.run_params(
-                "SELECT name, type, default_kind, default_expression FROM system.columns "
-                "WHERE database = {db:String} AND table = {t:String} ORDER BY position "
-                "FORMAT JSONCompactEachRow",
-                {"db": database, "t": shape.table},
-            )
-            columns = [json.loads(line) for line in listing.splitlines() if line]
-            self._columns[(database, shape.table)] = columns
-        return columns
-
-    def _missing_defaults(self, shape: InsertShape, db: str) -> list[tuple[str, str, str, str]]:
-        """(name, type, kind, culprit) of each omitted column whose DEFAULT or
-        MATERIALIZED expression is non-deterministic."""
-        listed = None if shape.columns is None else {c.lower() for c in shape.columns}
-        missing = []
-        for name, type_name, kind, expr in self._table_columns(shape, db):
-            if kind not in ("DEFAULT", "MATERIALIZED"):
-                continue
-            given = listed is not None and name.lower() in listed
-            if given or (kind == "DEFAULT" and listed is None):
-                continue  # the row carries it
-            bad = sorted(
-                c.shown
-                for c in find_calls(tokenize(expr))
-                if c.name in self._catalog.nondeterministic
-            )
-            if bad:
-                missing.append((name, type_name, kind, bad[0]))
-        return missing
-
-    def _explicit_defaults(
-        self,
-        tokens: list[Token],
-        shape: InsertShape,
-        db: str,
-        replacements: list[tuple[int, int, str]],
-    ) -> list[str]:
-        """An INSERT that leaves a non-deterministic DEFAULT / MATERIALIZED
-        column to the engine: make the value explicit (VALUES), or refuse.
-        Returns settings the rewritten INSERT needs."""
-        columns = self._table_columns(shape, db)
-        missing = self._missing_defaults(shape, db)
-        for name, _type, kind, bad in missing:
-            if shape.values_at is None or not shape.rows or self._mode == "refuse":
-                raise Nondeterministic(
-                    f"column {name!r} is {kind} {bad}(...), which the engine would compute "
-                    "anew on every replay; list the column and insert its value explicitly. "
-                    "Nothing was run."
-                )
-        if not missing:
-            return []
-        per_row: list[list[str]] = [[] for _ in shape.rows]
-        expressions = {c[0]: c[3] for c in columns}
-        for name, type_name, _kind, _bad in missing:
-            expr = expressions[name]
-            literals = self._values(f"CAST({expr} AS {type_name})", len(shape.rows))
-            if literals is None:
-                raise Nondeterministic(
-                    f"column {name!r} has a non-deterministic default that depends on other "
-                    "columns, so it cannot be computed apart from the row; list the column "
-                    "and insert its value explicitly. Nothing was run."
-                )
-            for row, literal in enumerate(literals):
-                per_row[row].append(literal)
-        for (_, close), literals in zip(shape.rows, per_row, strict=True):
-            at = tokens[close].start
-            replacements.append((at, at, ", " + ", ".join(literals)))
-        names = [m[0] for m in missing]
-        if shape.columns is None:
-            # VALUES without a list holds every ordinary column: write the list out.
-            ordinary = [c[0] for c in columns if c[2] not in ("MATERIALIZED", "ALIAS", "EPHEMERAL")]
-            at = tokens[shape.head_end - 1].end
-            replacements.append(
-                (at, at, " (" + ", ".join(map(quote_ident, ordinary + names)) + ")")
-            )
-        else:
-            at = tokens[shape.head_end - 1].start  # the list's closing parenthesis
-            replacements.append((at, at, ", " + ", ".join(map(quote_ident, names))))
-        if any(m[2] == "MATERIALIZED" for m in missing):
-            return ["insert_allow_materialized_columns = 1"]
-        return []
 
     def _with_settings(self, sql: str, needed: list[str]) -> str:
         """Make an INSERT carry the object's time zone, so a reader that does
@@ -455,7 +363,3 @@ class Pinner:
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         at = tokens[shape.head_end].start
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
-
-
-def _literal(type_name: str, value: str) -> str:
-    return f"CAST({quote_string(value)}, {quote_string(type_name)})"

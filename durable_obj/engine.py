@@ -192,8 +192,7 @@ class Engine:
                     "the statement failed (engine message withheld: it carries a credential)"
                 ) from None
             raise EngineError(f"chDB: {_clean(exc)}") from exc
-        data = result.data() if hasattr(result, "data") else result
-        return data if isinstance(data, str) else str(data)
+        return _decoded(result)
 
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
@@ -203,8 +202,7 @@ class Engine:
             result = self._conn.query(sql, "TSV", params=params)
         except Exception as exc:
             raise EngineError(f"chDB: {_clean(exc)}") from exc
-        data = result.data()
-        return data if isinstance(data, str) else str(data)
+        return _decoded(result)
 
     def use_database(self, db: str) -> None:
         """Pin the current database; the name goes through a parameter."""
@@ -327,6 +325,19 @@ class Engine:
             shutil.rmtree(self._data, ignore_errors=True)
 
 
+def _decoded(result: Any) -> str:
+    """A query result as text. chDB decodes it as UTF-8 and raises a bare
+    RuntimeError when it is not (a String holding arbitrary bytes)."""
+    try:
+        data = result.data() if hasattr(result, "data") else result
+    except Exception:
+        raise EngineError(
+            "the result is not valid UTF-8 text (a String holding arbitrary bytes, such as "
+            "randomString() or unhex() give); select hex(...) of such a value instead"
+        ) from None
+    return data if isinstance(data, str) else str(data)
+
+
 def _clean(exc: BaseException) -> str:
     """The engine's message without its stack trace."""
     text = str(exc).split("Stack trace", 1)[0].strip()
@@ -375,11 +386,15 @@ def check_read(analysis: Analysis, syntax: str) -> None:
 def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
     """execute() takes one statement that changes only the object's database.
 
-    Messages never quote the statement: it may carry a credential.
+    The checks run in chdb.durable V1's order: what kind of statement it is
+    (control, global) is judged before its secrets, so both libraries give a
+    statement the same category. Messages never quote the statement: it may
+    carry a credential.
     """
     if analysis.query_class == "UNKNOWN":
         raise ClassificationRefused(
-            f"execute() refused the statement: {syntax}. Nothing was run or logged."
+            f"execute() could not classify the statement ({syntax}); refusing rather than "
+            "logging something whose effect is unknown. Nothing was run or logged."
         )
     if analysis.statement_count != 1:
         raise ClassificationRefused(
@@ -390,11 +405,6 @@ def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
         raise ClassificationRefused(
             "this statement changes nothing; use query(), which does not write the WAL"
         )
-    if analysis.has_secrets:
-        raise SecretRefused(
-            "this mutation carries a credential, and WAL segments are stored as plain text; "
-            "it was not run or logged. Load the data in the caller and INSERT literals."
-        )
     if analysis.query_class == "CONTROL":
         raise ClassificationRefused(
             "control statements (USE, SET, SYSTEM, BACKUP, RESTORE, per-statement settings "
@@ -404,6 +414,11 @@ def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
         raise ClassificationRefused(
             "this statement changes state outside every database (users, settings "
             "profiles, ...), which a checkpoint cannot carry; not run"
+        )
+    if analysis.has_secrets:
+        raise SecretRefused(
+            "this mutation carries a credential, and WAL segments are stored as plain text; "
+            "it was not run or logged. Load the data in the caller and INSERT literals."
         )
     if analysis.changes_database_lifecycle:
         raise ClassificationRefused(

@@ -365,6 +365,41 @@ def evaluated_from(tokens: list[Token]) -> tuple[int, bool]:
     return 0, True
 
 
+#: Words after which `ttl` is a name (of a column, a table, an alias), not a
+#: TTL clause: they expect a name or an expression next.
+_BEFORE_A_NAME = frozenset(
+    {"by", "select", "where", "prewhere", "having", "and", "or", "not", "as", "on", "using"}
+    | {"set", "column", "exists", "distinct", "then", "else", "when", "case", "in", "like"}
+    | {"ilike", "between", "is", "with", "from", "join", "table", "into", "to", "after"}
+    | {"update", "delete", "order", "group", "limit", "values", "key", "primary", "partition"}
+    | {"sample", "index", "projection", "default", "materialized", "alias", "ephemeral"}
+    | {"codec", "comment", "remove", "drop", "clear", "rename", "database", "dictionary"}
+    | {"view", "create", "alter", "final", "if", "first", "interval", "array", "global"}
+    | {"any", "all", "offset", "over", "filter", "cluster", "return", "describe", "exchange"}
+)
+
+
+def ttl_clause(tokens: list[Token]) -> int | None:
+    """Index of the first TTL keyword (a table or column TTL, `MODIFY TTL`,
+    `MATERIALIZE TTL`; `REMOVE TTL` excluded) of a CREATE / ALTER TABLE, or
+    None. A column or alias named `ttl` is told apart by its neighbours: a
+    TTL keyword follows the end of a type or expression and starts one."""
+    for i, tok in enumerate(tokens):
+        if tok.kind != "ident" or tok.text.lower() != "ttl" or i == 0:
+            continue
+        before = tokens[i - 1]
+        if before.kind == "ident" and before.text.lower() in ("modify", "materialize"):
+            return i
+        if i + 1 >= len(tokens) or tokens[i + 1].text in (",", ")", "]", "=", ".", ";"):
+            continue
+        if before.kind == "ident" and before.text.lower() in _BEFORE_A_NAME:
+            continue
+        if before.kind == "punct" and before.text not in (")", "]"):
+            continue
+        return i
+    return None
+
+
 # -- building text ----------------------------------------------------------------
 
 
@@ -377,6 +412,51 @@ def quote_string(text: str) -> str:
 def quote_ident(name: str) -> str:
     """`name` as a back-quoted ClickHouse identifier that reads back exactly."""
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def type_in_zone(type_name: str, zone: str) -> str:
+    """`type_name` (as `toTypeName` spells it) with every DateTime and
+    DateTime64 in it, at any depth, carrying the time zone `zone` instead of
+    its own or none. Named-tuple element names and Enum labels are kept."""
+    tokens = tokenize(type_name)
+    closing = match_parens(tokens)
+    zone_lit = quote_string(zone)
+    replacements = []
+    for i, tok in enumerate(tokens):
+        kind = tok.text.lower() if tok.kind == "ident" else ""
+        if kind not in ("datetime", "datetime64"):
+            continue
+        after = tokens[i + 1] if i + 1 < len(tokens) else None
+        if after is not None and after.kind in ("ident", "quoted"):
+            continue  # `DateTime DateTime`: a tuple element named DateTime
+        params = closing.get(i + 1) if after is not None and after.text == "(" else None
+        end = tokens[params].end if params is not None else tok.end
+        if kind == "datetime":
+            replacements.append((tok.start, end, f"DateTime({zone_lit})"))
+        elif params is not None and params > i + 2:
+            scale = tokens[i + 2].text
+            replacements.append((tok.start, end, f"DateTime64({scale}, {zone_lit})"))
+        else:
+            replacements.append((tok.start, end, f"DateTime64(3, {zone_lit})"))
+    return splice(type_name, replacements)
+
+
+def typed_literal(type_name: str, text: bytes | None, wire_type: str | None = None) -> str:
+    """A constant expression of type `type_name` holding the value whose text
+    form (as `toString` writes it for `wire_type`, by default `type_name`) is
+    `text`, or NULL for None. Its meaning depends on nothing but itself: not
+    on the time zone of the session or the process that runs it (a wire type
+    carries the zone of every DateTime), not on the text being UTF-8 (other
+    bytes are written as `unhex('...')`)."""
+    if text is None:
+        return f"CAST(NULL, {quote_string(type_name)})"
+    try:
+        value = quote_string(text.decode("utf-8"))
+    except UnicodeDecodeError:
+        value = f"unhex('{text.hex().upper()}')"
+    if wire_type is not None and wire_type != type_name:
+        value = f"CAST({value}, {quote_string(wire_type)})"
+    return f"CAST({value}, {quote_string(type_name)})"
 
 
 def splice(sql: str, replacements: Iterable[tuple[int, int, str]]) -> str:

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+import durable_obj
+import durable_obj.errors
 from tests.integration import _proc
 
 SCHEMA = [
@@ -25,6 +27,9 @@ SCHEMA = [
     "CREATE TABLE dflt (id UInt32, u UUID DEFAULT generateUUIDv4(), "
     "t DateTime DEFAULT now(), m DateTime MATERIALIZED now()) ENGINE = MergeTree ORDER BY id",
     "CREATE TABLE c (id UInt32, s String) ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE archive (id UInt32, content String, created_at DateTime64(3) DEFAULT now64(3)) "
+    "ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE later (id UInt32) ENGINE = MergeTree ORDER BY id",
 ]
 
 KEEP, PIN, REFUSE = "keep", "pin", "refuse"
@@ -88,8 +93,11 @@ CORPUS: list[tuple[str, str]] = [
     ("DELETE FROM e WHERE id = 5", KEEP),
     ("ALTER TABLE e ADD COLUMN extra String DEFAULT 'x'", KEEP),
     ("ALTER TABLE e DROP COLUMN extra", KEEP),
-    ("ALTER TABLE e ADD COLUMN stamp DateTime DEFAULT now()", KEEP),  # stored, not evaluated
-    ("ALTER TABLE e DROP COLUMN stamp", KEEP),
+    # a non-deterministic column expression on a table without rows: stored, not evaluated
+    ("ALTER TABLE later ADD COLUMN stamp DateTime DEFAULT now()", KEEP),
+    # every part of e holds s: the new default only reaches future rows
+    ("ALTER TABLE e MODIFY COLUMN s String DEFAULT toString(rand())", KEEP),
+    ("ALTER TABLE e MODIFY COLUMN s String DEFAULT ''", KEEP),
     ("CREATE TABLE c2 (id UInt32, t DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY id", KEEP),
     ("CREATE VIEW v_now AS SELECT now() AS t", KEEP),
     ("CREATE VIEW v_e AS SELECT id, s FROM e WHERE id < 10", KEEP),
@@ -140,6 +148,11 @@ CORPUS: list[tuple[str, str]] = [
     ),
     ("INSERT INTO dflt (id, u) VALUES (6, generateUUIDv4())", PIN),
     ("CREATE TABLE c5 ENGINE = MergeTree ORDER BY id AS SELECT 1 AS id, now() AS t", PIN),
+    ("INSERT INTO later (id) VALUES (1)", PIN),
+    ("ALTER TABLE e UPDATE d = now(), d64 = now64(6) WHERE id = 300", PIN),
+    ("INSERT INTO e (id, s) VALUES (330, hex(randomString(8)))", PIN),
+    ("INSERT INTO archive (id, content) SELECT id, s FROM e WHERE id < 20", PIN),
+    ("INSERT INTO archive SELECT id + 100, s, toDateTime64(0, 3) FROM e WHERE id < 20", KEEP),
     # -- refused ----------------------------------------------------------
     ("INSERT INTO e (id, s) SELECT number + 400, toString(rand()) FROM numbers(3)", REFUSE),
     (
@@ -176,6 +189,25 @@ CORPUS: list[tuple[str, str]] = [
     ),
     ("CREATE TABLE ext (x String) ENGINE = URL('http://127.0.0.1:9/x', CSV)", REFUSE),
     ("CREATE TABLE ext2 (x String) ENGINE = File(CSV)", REFUSE),
+    # existing rows would read a value computed at read time (issue 12 §3b)
+    ("ALTER TABLE e ADD COLUMN stamp DateTime DEFAULT now()", REFUSE),
+    ("ALTER TABLE e ADD COLUMN r UInt64 MATERIALIZED rand64()", REFUSE),
+    ("ALTER TABLE e ADD COLUMN a DateTime ALIAS now()", REFUSE),
+    (
+        "ALTER TABLE e ADD COLUMN k String DEFAULT 'k', ADD COLUMN u UUID DEFAULT generateUUIDv4()",
+        REFUSE,
+    ),
+    ("ALTER TABLE dflt MATERIALIZE COLUMN m", REFUSE),
+    ("ALTER TABLE dflt CLEAR COLUMN t", REFUSE),
+    ("ALTER TABLE e MODIFY TTL d + INTERVAL 1 DAY", REFUSE),
+    (
+        "CREATE TABLE c7 (id UInt32, d DateTime) ENGINE = MergeTree ORDER BY id TTL d + INTERVAL 1 DAY",
+        REFUSE,
+    ),
+    (
+        "CREATE TABLE c8 (id UInt32, r UInt32 MATERIALIZED rand()) ENGINE = MergeTree ORDER BY id AS SELECT 1 AS id",
+        REFUSE,
+    ),
 ]
 
 
@@ -263,3 +295,80 @@ def test_corpus_replays_exactly_in_every_time_zone(tmp_path: Path, writer_tz: st
                 f"table {table} differs after replay under TZ={reader_tz} "
                 f"(written under TZ={writer_tz})"
             )
+
+
+# -- issue 12 §3b, in process -----------------------------------------------------
+
+
+def _logged(root: Path, oid: str) -> list[str]:
+    head = json.loads((root / oid / "head.json").read_text())
+    return [
+        json.loads(line)["sql"]
+        for ref in head["manifest"]["wal"]
+        for line in (root / oid / ref["key"]).read_bytes().splitlines()
+    ]
+
+
+def test_insert_select_into_archive_with_now64_default_is_pinned(tmp_path: Path) -> None:
+    """`created_at DEFAULT now64(3)` is constant within one statement: an
+    INSERT ... SELECT that omits it gets one pinned value for every row."""
+    with durable_obj.Namespace(str(tmp_path), owner="w").open("o") as obj:
+        obj.execute(
+            "CREATE TABLE memories (id UInt32, content String) ENGINE = MergeTree ORDER BY id"
+        )
+        obj.execute(
+            "CREATE TABLE archive (id UInt32, content String, created_at DateTime64(3) "
+            "DEFAULT now64(3)) ENGINE = MergeTree ORDER BY id"
+        )
+        obj.execute("INSERT INTO memories VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+        obj.execute("INSERT INTO archive (id, content) SELECT id, content FROM memories;")
+        obj.execute(
+            "INSERT INTO archive (content, id) WITH 10 AS k SELECT content, id + k FROM memories"
+        )
+        written = obj.query("SELECT * FROM archive ORDER BY id", "TSV").data()
+        obj.flush()
+    logged = _logged(tmp_path, "o")[-2:]
+    assert "now64" not in logged[0] and "`created_at`" in logged[0], logged[0]
+    assert len({row.split("\t")[2] for row in written.splitlines()}) == 2  # one per statement
+    with durable_obj.Namespace(str(tmp_path)).open("o", read_only=True) as obj:
+        assert obj.query("SELECT * FROM archive ORDER BY id", "TSV").data() == written
+
+
+def test_insert_select_leaving_a_per_row_default_is_refused(tmp_path: Path) -> None:
+    with durable_obj.Namespace(str(tmp_path), owner="w").open("o") as obj:
+        obj.execute("CREATE TABLE t (id UInt32, u UUID DEFAULT generateUUIDv4()) ENGINE = Memory")
+        with pytest.raises(durable_obj.errors.Nondeterministic, match="generateUUIDv4"):
+            obj.execute("INSERT INTO t (id) SELECT number FROM numbers(3)")
+
+
+def test_add_column_with_now_default_is_refused_only_when_rows_exist(tmp_path: Path) -> None:
+    """Issue 12 §3b: old parts have no data for a new column, so its default is
+    computed when they are read: two reads of an old row a second apart, or
+    the writer and a replica, see different times."""
+    with durable_obj.Namespace(str(tmp_path), owner="w").open("o") as obj:
+        obj.execute("CREATE TABLE m (id UInt32) ENGINE = MergeTree ORDER BY id")
+        obj.execute("CREATE TABLE empty (id UInt32) ENGINE = MergeTree ORDER BY id")
+        obj.execute("INSERT INTO m VALUES (1)")
+        for sql in (
+            "ALTER TABLE m ADD COLUMN updated_at DateTime DEFAULT now()",
+            "ALTER TABLE m ADD COLUMN updated_at DateTime MATERIALIZED now()",
+            "ALTER TABLE m ADD COLUMN updated_at DateTime ALIAS now()",
+            "ALTER TABLE m ADD COLUMN IF NOT EXISTS `r` UInt32 DEFAULT rand()",
+        ):
+            with pytest.raises(durable_obj.errors.Nondeterministic) as info:
+                obj.execute(sql)
+            assert "existing rows" in str(info.value) and "UPDATE" in str(info.value)
+        assert obj.pending == 3
+        obj.execute("ALTER TABLE empty ADD COLUMN updated_at DateTime DEFAULT now()")
+        # the way there: a constant default, filled in, then the default for new rows
+        obj.execute("ALTER TABLE m ADD COLUMN updated_at DateTime DEFAULT toDateTime(0, 'UTC')")
+        with pytest.raises(durable_obj.errors.Nondeterministic):
+            obj.execute("ALTER TABLE m MODIFY COLUMN updated_at DEFAULT now()")  # part lacks it
+        obj.execute("ALTER TABLE m UPDATE updated_at = toDateTime(1, 'UTC') WHERE 1")
+        obj.execute("ALTER TABLE m MODIFY COLUMN updated_at DEFAULT now()")
+        with pytest.raises(durable_obj.errors.Nondeterministic, match="MATERIALIZE COLUMN"):
+            obj.execute("ALTER TABLE m MATERIALIZE COLUMN updated_at")
+        with pytest.raises(durable_obj.errors.Nondeterministic, match="CLEAR COLUMN"):
+            obj.execute("ALTER TABLE m CLEAR COLUMN updated_at")
+        with pytest.raises(durable_obj.errors.Nondeterministic, match="TTL"):
+            obj.execute("ALTER TABLE m MODIFY TTL updated_at + INTERVAL 1 DAY")

@@ -24,6 +24,9 @@ from durable_obj.sql import (
     split_rows,
     tokenize,
     tokenize_head,
+    ttl_clause,
+    type_in_zone,
+    typed_literal,
 )
 
 
@@ -250,3 +253,82 @@ def test_quote_ident_reads_back_by_the_engine(engine: Engine, names: list[str]) 
     cols = ", ".join(f"{i} AS {quote_ident(n)}" for i, n in enumerate(names))
     header = engine.text(f"SELECT {cols}", "JSONCompactEachRowWithNames").split("\n")[0]
     assert json.loads(header) == names
+
+
+# -- zone-free types and literals ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("type_name", "expected"),
+    [
+        ("DateTime", "DateTime('UTC')"),
+        ("DateTime('Asia/Tokyo')", "DateTime('UTC')"),
+        ("DateTime64(3)", "DateTime64(3, 'UTC')"),
+        ("DateTime64(9, 'Europe/Berlin')", "DateTime64(9, 'UTC')"),
+        (
+            "Map(DateTime, Array(Nullable(DateTime64(6))))",
+            "Map(DateTime('UTC'), Array(Nullable(DateTime64(6, 'UTC'))))",
+        ),
+        (
+            "Tuple(\n    DateTime DateTime,\n    `a b` LowCardinality(DateTime))",
+            "Tuple(\n    DateTime DateTime('UTC'),\n    `a b` LowCardinality(DateTime('UTC')))",
+        ),
+        (
+            "Enum8('DateTime' = 1, 'DateTime64(3)' = 2)",
+            "Enum8('DateTime' = 1, 'DateTime64(3)' = 2)",
+        ),
+        ("Array(String)", None),
+        ("Date32", None),
+    ],
+)
+def test_type_in_zone(type_name: str, expected: str | None) -> None:
+    assert type_in_zone(type_name, "UTC") == (type_name if expected is None else expected)
+
+
+def test_typed_literal_forms() -> None:
+    assert typed_literal("Nullable(String)", None) == "CAST(NULL, 'Nullable(String)')"
+    assert typed_literal("String", b"it's") == "CAST('it\\'s', 'String')"
+    assert typed_literal("String", b"\xff\x00") == "CAST(unhex('FF00'), 'String')"
+    assert typed_literal("DateTime", b"2026-01-01 00:00:00", "DateTime('UTC')") == (
+        "CAST(CAST('2026-01-01 00:00:00', 'DateTime(\\'UTC\\')'), 'DateTime')"
+    )
+
+
+@given(st.lists(st.binary(), min_size=1, max_size=20))
+def test_typed_literal_holds_any_bytes(engine: Engine, blobs: list[bytes]) -> None:
+    row = ", ".join(f"hex({typed_literal('String', b)})" for b in blobs)
+    got = engine.text(f"SELECT {row}", "TSV").strip("\n").split("\t")
+    assert got == [b.hex().upper() for b in blobs]
+
+
+@pytest.mark.parametrize(
+    ("sql", "keyword"),
+    [
+        ("CREATE TABLE t (d DateTime) ENGINE = MergeTree ORDER BY d TTL d + INTERVAL 1 DAY", 1),
+        ("CREATE TABLE t (d DateTime TTL d + INTERVAL 1 DAY, x UInt8) ENGINE = Memory", 1),
+        ("CREATE TABLE t (d DateTime64(3) TTL d + INTERVAL 1 DAY) ENGINE = Memory", 1),
+        ("CREATE TABLE t (d DateTime DEFAULT now() TTL d + 1) ENGINE = Memory", 1),
+        ("ALTER TABLE t MODIFY TTL d + INTERVAL 1 DAY", 1),
+        ("ALTER TABLE t MATERIALIZE TTL", 1),
+        ("ALTER TABLE t MATERIALIZE TTL IN PARTITION 1", 1),
+        ("ALTER TABLE t MODIFY COLUMN c TTL d + INTERVAL 1 DAY", 1),
+        ("ALTER TABLE t REMOVE TTL", None),
+        ("ALTER TABLE t MODIFY COLUMN c REMOVE TTL", None),
+        (
+            "CREATE TABLE t (ttl UInt8, x UInt8 DEFAULT ttl + 1) ENGINE = MergeTree ORDER BY ttl",
+            None,
+        ),
+        ("CREATE TABLE ttl (a UInt8) ENGINE = MergeTree ORDER BY (a, ttl)", None),
+        ("ALTER TABLE t UPDATE ttl = 1 WHERE ttl > 0", None),
+        ("ALTER TABLE t ADD COLUMN ttl UInt8 AFTER ttl", None),
+        ("CREATE TABLE t ENGINE = Memory AS SELECT 1 AS ttl", None),
+        ("CREATE TABLE t (`ttl` UInt8) ENGINE = MergeTree ORDER BY `ttl` TTL toDate(0)", 1),
+    ],
+)
+def test_ttl_clause(sql: str, keyword: int | None) -> None:
+    tokens = tokenize(sql)
+    at = ttl_clause(tokens)
+    if keyword is None:
+        assert at is None
+    else:
+        assert at is not None and tokens[at].text.upper() == "TTL"

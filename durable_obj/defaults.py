@@ -1,0 +1,311 @@
+"""Column expressions that the engine computes by itself: make them exact, or refuse.
+
+A column's DEFAULT / MATERIALIZED / ALIAS expression is stored, not run, so
+`CREATE TABLE t (ts DateTime DEFAULT now())` replays exactly. It runs later,
+and then it matters:
+
+* an INSERT that omits such a column has the engine compute it. When the
+  expression is non-deterministic the value is made explicit: one literal
+  per row in `INSERT ... VALUES`, and one literal for all rows in
+  `INSERT ... SELECT` when the expression is constant within a statement
+  (`now64(3)`); per-row randomness there is refused;
+* a part written before a column existed has no data for it, and the engine
+  computes the column when the part is read (and freezes a value at some
+  later merge). A DDL statement that gives existing rows a non-deterministic
+  column expression (`ADD COLUMN` / `MODIFY COLUMN` ... `DEFAULT now()`,
+  `MATERIALIZE COLUMN` or `CLEAR COLUMN` of such a column, a `CREATE TABLE
+  ... AS SELECT` whose columns compute one) is refused, as is every `TTL`,
+  which deletes or rewrites rows whenever a merge finds them expired.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import Nondeterministic
+from durable_obj.literals import Literals
+from durable_obj.sql import (
+    Call,
+    InsertShape,
+    Token,
+    depth_zero,
+    evaluated_from,
+    find_calls,
+    quote_ident,
+    tokenize,
+    ttl_clause,
+)
+
+if TYPE_CHECKING:
+    from durable_obj.engine import Engine
+
+_KINDS = ("DEFAULT", "MATERIALIZED", "ALIAS")
+
+
+@dataclass(frozen=True, slots=True)
+class Missing:
+    """An omitted column whose expression the engine would compute."""
+
+    name: str
+    type_name: str
+    kind: str  # DEFAULT or MATERIALIZED
+    culprit: str  # the first non-deterministic call, as written
+    per_row: bool  # a call other than a query-constant one
+
+
+class ColumnRules:
+    """The rules above, for one object's engine (with a cache of table columns)."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        literals: Literals,
+        *,
+        nondeterministic: Callable[[], frozenset[str]],
+        query_constant: frozenset[str],
+        mode: str,
+    ) -> None:
+        self._engine = engine
+        self._literals = literals
+        self._nondeterministic = nondeterministic
+        self._query_constant = query_constant
+        self._mode = mode
+        self._columns: dict[tuple[str, str], list[list[str]]] = {}
+
+    def forget(self) -> None:
+        """Forget cached column definitions (call after any non-INSERT)."""
+        self._columns.clear()
+
+    # -- INSERT ---------------------------------------------------------------
+
+    def missing(self, shape: InsertShape, db: str) -> list[Missing]:
+        """Each column the INSERT omits whose DEFAULT or MATERIALIZED
+        expression is non-deterministic."""
+        listed = None if shape.columns is None else {c.lower() for c in shape.columns}
+        out = []
+        for name, type_name, kind, expr in self._table_columns(shape.database or db, shape.table):
+            if kind not in ("DEFAULT", "MATERIALIZED"):
+                continue
+            given = listed is not None and name.lower() in listed
+            if given or (kind == "DEFAULT" and listed is None):
+                continue  # the row carries it
+            bad = self._culprits(find_calls(tokenize(expr)))
+            if bad:
+                per_row = any(c.name not in self._query_constant for c in bad)
+                out.append(Missing(name, type_name, kind, bad[0].shown, per_row))
+        return out
+
+    def make_explicit(
+        self,
+        tokens: list[Token],
+        shape: InsertShape,
+        db: str,
+        replacements: list[tuple[int, int, str]],
+    ) -> list[str]:
+        """Add to `replacements` what makes every omitted non-deterministic
+        column explicit, or refuse. Returns settings the rewritten INSERT needs."""
+        missing = self.missing(shape, db)
+        if not missing:
+            return []
+        for m in missing:
+            if self._mode == "refuse" or not (
+                (shape.values_at is not None and shape.rows)
+                or (shape.select_at is not None and not m.per_row)
+            ):
+                raise Nondeterministic(
+                    f"column {m.name!r} is {m.kind} {m.culprit}(...), which the engine would "
+                    "compute anew on every replay; list the column and insert its value "
+                    "explicitly. Nothing was run."
+                )
+        columns = self._table_columns(shape.database or db, shape.table)
+        expressions = {c[0]: c[3] for c in columns}
+        count = len(shape.rows) if shape.values_at is not None else 1
+        per_row: list[list[str]] = [[] for _ in range(count)]
+        for m in missing:
+            literals = self._literals.values(f"CAST({expressions[m.name]} AS {m.type_name})", count)
+            if literals is None:
+                raise Nondeterministic(
+                    f"column {m.name!r} has a non-deterministic default that depends on other "
+                    "columns, so it cannot be computed apart from the row; list the column "
+                    "and insert its value explicitly. Nothing was run."
+                )
+            for row, literal in enumerate(literals):
+                per_row[row].append(literal)
+        if shape.values_at is not None:
+            for (_, close), literals in zip(shape.rows, per_row, strict=True):
+                at = tokens[close].start
+                replacements.append((at, at, ", " + ", ".join(literals)))
+        else:
+            # The SELECT's rows, each with the statement's one value appended.
+            assert shape.select_at is not None
+            start = tokens[shape.select_at].start
+            last = max(i for i, t in enumerate(tokens) if t.text != ";")
+            replacements.append((start, start, f"SELECT *, {', '.join(per_row[0])} FROM ("))
+            replacements.append((tokens[last].end, tokens[last].end, ")"))
+        names = [m.name for m in missing]
+        if shape.columns is None:
+            # No list: the rows hold every ordinary column. Write the list out.
+            ordinary = [c[0] for c in columns if c[2] not in ("MATERIALIZED", "ALIAS", "EPHEMERAL")]
+            at = tokens[shape.head_end - 1].end
+            replacements.append(
+                (at, at, " (" + ", ".join(map(quote_ident, ordinary + names)) + ")")
+            )
+        else:
+            at = tokens[shape.head_end - 1].start  # the list's closing parenthesis
+            replacements.append((at, at, ", " + ", ".join(map(quote_ident, names))))
+        if any(m.kind == "MATERIALIZED" for m in missing):
+            return ["insert_allow_materialized_columns = 1"]
+        return []
+
+    # -- DDL ------------------------------------------------------------------
+
+    def check_ddl(self, tokens: list[Token], calls: list[Call], db: str) -> None:
+        """Refuse a CREATE / ALTER TABLE that gives existing rows a value
+        computed when they are read or merged."""
+        words = [_keyword(tokens, i) for i in range(min(8, len(tokens)))]
+        if not words or words[0] not in ("create", "attach", "alter"):
+            return
+        if words[0] != "alter" and {"view", "function", "dictionary"} & set(words):
+            return  # a definition that holds no rows (a MATERIALIZED VIEW is refused earlier)
+        if (at := ttl_clause(tokens)) is not None:
+            raise Nondeterministic(
+                f"a TTL (at position {tokens[at].start}) deletes or rewrites rows when a "
+                "background merge finds them expired, at a different time on the writer and on "
+                "every replay, so replicas would hold different rows; delete old rows with "
+                "ALTER TABLE ... DELETE WHERE (or DELETE FROM) instead. Nothing was run."
+            )
+        if words[0] == "alter":
+            self._check_alter(tokens, calls, db)
+            return
+        select_at, _ = evaluated_from(tokens)
+        if select_at < len(tokens):
+            bad = self._culprits([c for c in calls if c.first < select_at])
+            if bad:
+                raise Nondeterministic(
+                    f"CREATE TABLE ... AS SELECT fills the table at once, and its column "
+                    f"expression {bad[0].shown}() would be computed for those rows anew on "
+                    "every replay; create the table first, then INSERT ... SELECT (which pins "
+                    "a default that is constant within the statement). Nothing was run."
+                )
+
+    def _check_alter(self, tokens: list[Token], calls: list[Call], db: str) -> None:
+        target = _alter_target(tokens)
+        if target is None:
+            return
+        database, table, start = target
+        database = database or db
+        bounds = [start] + [i for i, t in depth_zero(tokens, start) if t.text == ","]
+        bounds.append(len(tokens))
+        for a, b in itertools.pairwise(bounds):
+            a = a if a == start else a + 1
+            verb = _keyword(tokens, a)
+            if _keyword(tokens, a + 1) != "column" or verb not in _COLUMN_VERBS:
+                continue
+            i = a + 2
+            while i < b - 1 and _keyword(tokens, i) in ("if", "not", "exists"):
+                i += 1
+            if i >= b:
+                continue
+            column = tokens[i].name
+            if verb in ("add", "modify"):
+                kind = next(
+                    (w.upper() for j in range(i, b) if (w := _keyword(tokens, j)) in _KINDS_LOWER),
+                    "",
+                )
+                bad = self._culprits([c for c in calls if a <= c.first < b])
+                if bad and self._rows_compute(database, table, column, verb, kind):
+                    raise _existing_rows(f"{verb.upper()} COLUMN {column} {kind} {bad[0].shown}()")
+            else:
+                expr = next(
+                    (c[3] for c in self._table_columns(database, table) if c[0] == column), ""
+                )
+                bad = self._culprits(find_calls(tokenize(expr)))
+                if bad and self._has_rows(database, table):
+                    raise _existing_rows(
+                        f"{verb.upper()} COLUMN {column} (whose expression is {bad[0].shown}())"
+                    )
+
+    def _rows_compute(self, db: str, table: str, column: str, verb: str, kind: str) -> bool:
+        """Would rows already in the table get this column's new expression
+        computed for them (at read time, or frozen by a later merge)?"""
+        if not self._has_rows(db, table):
+            return False
+        if verb == "add" or kind == "ALIAS":
+            return True
+        engine = self._engine.run_params(
+            "SELECT engine FROM system.tables WHERE database = {db:String} AND name = {t:String}",
+            {"db": db, "t": table},
+        ).strip()
+        if not engine.endswith("MergeTree"):
+            return True
+        lacking = self._engine.run_params(
+            "SELECT count() FROM system.parts WHERE database = {db:String} AND table = "
+            "{t:String} AND active AND name NOT IN (SELECT name FROM system.parts_columns "
+            "WHERE database = {db:String} AND table = {t:String} AND active AND column = "
+            "{c:String})",
+            {"db": db, "t": table, "c": column},
+        ).strip()
+        return lacking != "0"
+
+    def _has_rows(self, db: str, table: str) -> bool:
+        out = self._engine.run_params(
+            "SELECT count() FROM {db:Identifier}.{t:Identifier}", {"db": db, "t": table}
+        )
+        return out.strip() != "0"
+
+    def _culprits(self, calls: list[Call]) -> list[Call]:
+        nondeterministic = self._nondeterministic()
+        return sorted((c for c in calls if c.name in nondeterministic), key=lambda c: c.start)
+
+    def _table_columns(self, db: str, table: str) -> list[list[str]]:
+        """[name, type, default_kind, default_expression] of a table's columns."""
+        columns = self._columns.get((db, table))
+        if columns is None:
+            listing = self._engine.run_params(
+                "SELECT name, type, default_kind, default_expression FROM system.columns "
+                "WHERE database = {db:String} AND table = {t:String} ORDER BY position "
+                "FORMAT JSONCompactEachRow",
+                {"db": db, "t": table},
+            )
+            columns = [json.loads(line) for line in listing.splitlines() if line]
+            self._columns[(db, table)] = columns
+        return columns
+
+
+_KINDS_LOWER = frozenset(k.lower() for k in _KINDS)
+_COLUMN_VERBS = frozenset({"add", "modify", "materialize", "clear"})
+
+
+def _keyword(tokens: list[Token], i: int) -> str:
+    """The lower-cased word at `i` if it is an unquoted identifier, else ''."""
+    return tokens[i].text.lower() if i < len(tokens) and tokens[i].kind == "ident" else ""
+
+
+def _existing_rows(what: str) -> Nondeterministic:
+    return Nondeterministic(
+        f"{what} gives the table's existing rows a non-deterministic value that the engine "
+        "computes when they are read (and freezes at some later merge), so it differs on "
+        "every read and on every replica. Add the column with a constant default and fill it "
+        "with ALTER TABLE ... UPDATE col = <value> WHERE 1 (values from the caller), then "
+        "MODIFY COLUMN to the non-deterministic default for future rows. Nothing was run."
+    )
+
+
+def _alter_target(tokens: list[Token]) -> tuple[str | None, str, int] | None:
+    """(database, table, index of the first command) of `ALTER TABLE [db.]t [ON CLUSTER c]`."""
+    if len(tokens) < 4 or tokens[1].word != "table":
+        return None
+    i = 2
+    database: str | None = None
+    table = tokens[i].name
+    if i + 2 < len(tokens) and tokens[i + 1].text == ".":
+        database, table = table, tokens[i + 2].name
+        i += 2
+    i += 1
+    if i + 2 < len(tokens) and tokens[i].word == "on" and tokens[i + 1].word == "cluster":
+        i += 3
+    return database, table, i

@@ -1,0 +1,219 @@
+"""The processes of tests/property/test_pinning.py, each started fresh with TZ set.
+
+    python -m tests.property.pinning_child write|read|read-v1|script  < params.json
+
+`write` opens a new object (never folded into a checkpoint, so every reader
+replays the WAL) and runs the generated cases in three phases:
+
+A. per case k: `CREATE TABLE t_k (id UInt32, c Array(T))` and
+   `INSERT INTO t_k (id, c) VALUES (1, arrayShuffle([V])), (5, [])`: the
+   pinner logs `arrayShuffle([V])` as a literal of Array(T);
+B. that literal LIT, read back from the WAL, in every kind of statement:
+   INSERT ... SELECT of constants, ALTER TABLE ... UPDATE, ALTER TABLE ...
+   DELETE WHERE, lightweight DELETE, CREATE TABLE ... AS SELECT;
+C. per query-constant call Q (`now64(3, 'Asia/Tokyo')`, ...), the pinner
+   pins Q in CREATE TABLE ... AS SELECT, INSERT ... SELECT, INSERT ...
+   VALUES, ALTER TABLE ... UPDATE / DELETE and lightweight DELETE.
+
+It reports what each statement became, whether the pinned value is the value
+V had (RowBinary bytes), and a dump of every table. `read` (durable_obj) and
+`read-v1` (chdb.durable) open the object read-only and report the same dump.
+The dump is zone-independent: column types, and each row as RowBinary hex.
+`script` runs given statements and queries (the single-example regression
+tests). The result is printed as one line prefixed with `@@`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+MARK = "@@"
+NO_FOLD = {"fold_segments": 0, "fold_bytes": 0, "close_fold_segments": 0}
+
+
+def dump(query: Callable[[str], str]) -> dict[str, str]:
+    """Every table's column types and rows, as bytes that no zone changes."""
+    columns = query(
+        "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() "
+        "ORDER BY table, position FORMAT JSONCompactEachRow"
+    )
+    tables = sorted({json.loads(line)[0] for line in columns.splitlines() if line})
+    out = {"": columns}
+    for table in tables:
+        out[table] = query(
+            f"SELECT hex(formatRow('RowBinary', *)) AS h FROM `{table}` ORDER BY h FORMAT TSV"
+        )
+    return out
+
+
+def _wal_statements(root: Path) -> list[str]:
+    head = json.loads((root / "head.json").read_text())
+    out: list[str] = []
+    for ref in head["manifest"]["wal"]:
+        for line in (root / ref["key"]).read_bytes().splitlines():
+            out.append(json.loads(line)["sql"])
+    return out
+
+
+def _first_row_value(sql: str) -> str:
+    """The text of the second value of the first row of a logged INSERT."""
+    from durable_obj.sql import insert_shape, tokenize
+
+    tokens = tokenize(sql)
+    shape = insert_shape(tokens)
+    assert shape is not None and shape.rows, sql
+    open_, close = shape.rows[0]
+    depth, comma = 0, None
+    for i in range(open_ + 1, close):
+        if tokens[i].text in ("(", "["):
+            depth += 1
+        elif tokens[i].text in (")", "]"):
+            depth -= 1
+        elif depth == 0 and tokens[i].text == ",":
+            comma = i
+            break
+    assert comma is not None, sql
+    return sql[tokens[comma + 1].start : tokens[close].start].strip()
+
+
+def write(p: dict[str, Any]) -> dict[str, Any]:
+    import durable_obj
+
+    ns = durable_obj.Namespace(p["url"], owner="writer", timezone=p["timezone"], **NO_FOLD)
+    obj = ns.open(p["oid"])
+    errors: list[dict[str, str]] = []
+
+    def run(sql: str, case: str) -> bool:
+        try:
+            obj.execute(sql)
+        except durable_obj.DurableError as exc:
+            errors.append({"case": case, "sql": sql, "category": exc.category, "error": str(exc)})
+            return False
+        return True
+
+    def query(sql: str) -> str:
+        return str(obj.query(sql, "TSV").data()).strip()
+
+    # A: pin arrayShuffle([V]) in VALUES
+    for k, case in enumerate(p["cases"]):
+        if run(
+            f"CREATE TABLE t_{k} (id UInt32, c Array({case['type']})) "
+            "ENGINE = MergeTree ORDER BY id",
+            case["type"],
+        ):
+            run(
+                f"INSERT INTO t_{k} (id, c) VALUES (1, arrayShuffle([{case['value']}])), (5, [])",
+                case["type"],
+            )
+    obj.flush()
+    root = Path(p["url"]) / p["oid"]
+    logged = {s.split()[2]: s for s in _wal_statements(root) if s.startswith("INSERT INTO t_")}
+    faithful = []
+    for k, case in enumerate(p["cases"]):
+        if f"t_{k}" not in logged:
+            continue
+        want = query(f"SELECT hex(formatRow('RowBinary', [{case['value']}]))")
+        got = query(f"SELECT hex(formatRow('RowBinary', c)) FROM t_{k} WHERE id = 1")
+        if want != got:
+            faithful.append(
+                {
+                    "case": case["type"],
+                    "value": case["value"],
+                    "want": want,
+                    "got": got,
+                    "logged": logged[f"t_{k}"],
+                }
+            )
+        lit = _first_row_value(logged[f"t_{k}"])
+        # B: the pinned literal in every kind of statement
+        for sql in (
+            f"INSERT INTO t_{k} (id, c) SELECT 2, {lit} UNION ALL SELECT 3, {lit}",
+            f"INSERT INTO t_{k} (id, c) SELECT 4, {lit}",
+            f"ALTER TABLE t_{k} UPDATE c = {lit} WHERE id = 5",
+            f"ALTER TABLE t_{k} DELETE WHERE id = 2 AND sipHash64(c) = sipHash64({lit})",
+            f"DELETE FROM t_{k} WHERE id = 3 AND sipHash64(c) = sipHash64({lit})",
+            f"CREATE TABLE u_{k} ENGINE = MergeTree ORDER BY tuple() AS SELECT {lit} AS c",
+        ):
+            run(sql, case["type"])
+    # C: query-constant calls pinned in every kind of statement
+    for j, q in enumerate(p["constants"]):
+        if run(
+            f"CREATE TABLE s_{j} ENGINE = MergeTree ORDER BY id AS "
+            f"SELECT toUInt32(1) AS id, {q} AS c",
+            q,
+        ):
+            for sql in (
+                f"INSERT INTO s_{j} (id, c) SELECT 2, {q}",
+                f"INSERT INTO s_{j} (id, c) VALUES (3, {q}), (4, {q})",
+                f"ALTER TABLE s_{j} UPDATE c = {q} WHERE id = 1",
+                f"ALTER TABLE s_{j} DELETE WHERE id = 2 AND sipHash64(c) != sipHash64({q})",
+                f"DELETE FROM s_{j} WHERE id = 3 AND sipHash64(c) != sipHash64({q})",
+            ):
+                run(sql, q)
+    obj.flush()
+    tables = dump(query)
+    obj.close()
+    return {
+        "errors": errors,
+        "faithful": faithful,
+        "dump": tables,
+        "statements": _wal_statements(root),
+    }
+
+
+def script(p: dict[str, Any]) -> dict[str, Any]:
+    """Open (a writer, or read-only), execute `statements`, flush, then answer
+    `queries` (TSV): for the regression tests of single examples."""
+    import durable_obj
+
+    ns = durable_obj.Namespace(p["url"], owner="script", timezone=p.get("timezone", "UTC"))
+    obj = ns.open(p["oid"], read_only=p.get("read_only", False))
+    outcomes = []
+    for sql in p.get("statements", []):
+        try:
+            obj.execute(sql)
+            outcomes.append("ok")
+        except durable_obj.DurableError as exc:
+            outcomes.append(f"{exc.category}: {exc}")
+    if not p.get("read_only"):
+        obj.flush()
+    answers = [str(obj.query(q, "TSV").data()) for q in p.get("queries", [])]
+    obj.close()
+    return {"outcomes": outcomes, "answers": answers}
+
+
+def read(p: dict[str, Any], impl: str) -> dict[str, Any]:
+    if impl == "chdb.durable":
+        import chdb.durable as lib
+    else:
+        import durable_obj as lib  # type: ignore[no-redef]
+    obj = lib.Namespace(p["url"]).open(p["oid"], read_only=True)
+    try:
+        return {"dump": dump(lambda sql: str(obj.query(sql, "TSV").data()).strip())}
+    finally:
+        obj.close()
+
+
+def main() -> None:
+    mode = sys.argv[1]
+    params = json.load(sys.stdin)
+    if mode == "write":
+        out = write(params)
+    elif mode == "read":
+        out = read(params, "durable_obj")
+    elif mode == "read-v1":
+        out = read(params, "chdb.durable")
+    elif mode == "script":
+        out = script(params)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")
+    sys.stdout.write(MARK + json.dumps(out) + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
