@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 
 import click
 
-from durable_obj.cli.failures import PASS_THROUGH, convert, one_line
+from durable_obj.cli.failures import PASS_THROUGH, cli_words, convert, one_line
 from durable_obj.cli.session import Session, session
 from durable_obj.namespace import check_oid, split_object_url
 
@@ -29,7 +29,7 @@ class _LogHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            text = one_line(record.getMessage())
+            text = one_line(cli_words(record.getMessage()))
             prefix = "warning" if record.levelno >= logging.WARNING else "info"
             self._session.echo(f"{prefix}: {text}", err=True)
         except Exception:
@@ -70,7 +70,8 @@ class _Group(click.Group):
                 finally:
                     for w in caught:
                         if issubclass(w.category, _USER_WARNINGS):
-                            sess.echo(f"warning: {one_line(str(w.message))}", err=True)
+                            text = one_line(cli_words(str(w.message)))
+                            sess.echo(f"warning: {text}", err=True)
                         else:
                             others.append(w)
         except PASS_THROUGH:
