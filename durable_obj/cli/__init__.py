@@ -3,6 +3,7 @@
     durable-obj ls s3://bucket/agents -o endpoint_url=http://127.0.0.1:9000 -o key=... -o secret=...
     durable-obj info /srv/agents/checkout-api
     durable-obj sql /srv/agents/checkout-api "SELECT count() FROM memories"
+    durable-obj exec /srv/agents/checkout-api "DELETE FROM memories WHERE id = 7"
     durable-obj verify /srv/agents/checkout-api --restore
 
 An object URL's last path segment is the object id; the rest is its
@@ -18,7 +19,8 @@ would appear in the output.
 
 The commands use only the public API (`Namespace`, `durable_obj.ops`).
 Layout: `app` (the command group, failure and warning handling), `read`
-(ls, info, verify, sql), `admin` (checkpoint, gc, fork, export, release),
+(ls, info, verify, sql), `write` (exec), `admin` (checkpoint, gc, fork,
+export, release),
 and private helpers: `failures`, `redaction`, `options` (`-o` parsing),
 `session` (per-invocation output), `progress`, `formatting`.
 
@@ -28,7 +30,7 @@ Needs the `cli` extra: `pip install 'durable_obj[cli]'`.
 from __future__ import annotations
 
 # Importing the command modules registers their commands on the group.
-from durable_obj.cli import admin, read
+from durable_obj.cli import admin, read, write
 from durable_obj.cli.app import cli, main
 
-__all__ = ["admin", "cli", "main", "read"]
+__all__ = ["admin", "cli", "main", "read", "write"]

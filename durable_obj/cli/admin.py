@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 import click
@@ -13,10 +12,7 @@ from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import options_callback, session, storage_options
-
-
-def _default_owner() -> str:
-    return f"durable-obj-cli@{socket.gethostname() or 'localhost'}"
+from durable_obj.cli.write import default_owner
 
 
 @cli.command("checkpoint")
@@ -36,7 +32,7 @@ def checkpoint_cmd(
     with progress_bar("checkpoint") as bar:
         ns = Namespace(
             namespace,
-            owner=owner or _default_owner(),
+            owner=owner or default_owner(),
             storage_options=storage_options,
             progress=bar,
         )

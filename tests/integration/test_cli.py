@@ -244,6 +244,63 @@ def test_sql_errors(ns: Path, obj_url: str) -> None:
         assert obj.query("SELECT count() FROM m") == "3\n"
 
 
+def test_sql_refusal_speaks_cli(obj_url: str) -> None:
+    message = fails("classification_refused", "sql", obj_url, "DELETE FROM m WHERE k = 1")
+    assert "'durable-obj exec'" in message and "execute()" not in message
+
+
+# -- exec -----------------------------------------------------------------------------
+def test_exec_commits_and_says_what(ns: Path, obj_url: str) -> None:
+    before = head_doc(ns / "o")["manifest"]
+    out = ok(
+        "exec", obj_url, "INSERT INTO m VALUES (4, 'd')", "ALTER TABLE m DELETE WHERE k = 1"
+    ).stdout
+    after = head_doc(ns / "o")
+    (segment,) = [r["key"] for r in after["manifest"]["wal"] if r not in before["wal"]]
+    assert after["manifest"]["seq"] == before["seq"] + 1
+    assert out == f"committed 2 statement(s) to o as {segment}, seq {before['seq'] + 1}\n"
+    assert after["lease"]["owner"] is None  # closed: the lease is released
+    sums = ok("sql", obj_url, "SELECT groupArray(k) FROM (SELECT k FROM m ORDER BY k)")
+    assert "[2,3,4]" in sums.stdout.replace(" ", "")
+
+
+def test_exec_all_or_nothing(ns: Path, obj_url: str) -> None:
+    before = head_doc(ns / "o")
+    message = fails(
+        "engine", "exec", obj_url, "INSERT INTO m VALUES (4, 'd')", "INSERT INTO nope VALUES (1)"
+    )
+    assert message.startswith("statement 2 of 2: ") and "Nothing of this run" in message
+    after = head_doc(ns / "o")
+    assert after["manifest"] == before["manifest"] and after["lease"]["owner"] is None
+    # a read-only statement: exec points at sql, in the CLI's words
+    message = fails("classification_refused", "exec", obj_url, "SELECT * FROM m")
+    assert "'durable-obj sql'" in message and "query()" not in message
+    two = "INSERT INTO m VALUES (5, 'e'); INSERT INTO m VALUES (6, 'f')"
+    message = fails("classification_refused", "exec", obj_url, two)
+    assert "as its own argument to 'durable-obj exec'" in message and "execute()" not in message
+    assert head_doc(ns / "o")["manifest"] == before["manifest"]
+    assert "QUERY" not in fails("invalid_argument", "exec", obj_url)
+
+
+def test_exec_missing_object_and_create(ns: Path) -> None:
+    url = str(ns / "fresh")
+    assert "--create" in fails("not_found", "exec", url, DDL)
+    assert not (ns / "fresh").exists()
+    out = ok("exec", url, "--create", DDL, "INSERT INTO m VALUES (1, 'a')").stdout
+    assert out.startswith("committed 2 statement(s) to fresh as wal/")
+    assert ok("sql", url, "SELECT count() FROM m", "--format", "TSV").stdout == "1\n"
+
+
+def test_exec_on_a_held_lease_says_force(ns: Path, obj_url: str) -> None:
+    abandon_writer(obj_url)
+    message = fails("lease_held", "exec", obj_url, "INSERT INTO m VALUES (4, 'd')")
+    assert "pass --force" in message and "force=True" not in message
+    assert "read_only" not in message
+    out = ok("exec", obj_url, "--force", "--owner", "ops", "INSERT INTO m VALUES (4, 'd')")
+    assert "force takeover" in out.stderr
+    assert ok("sql", obj_url, "SELECT count() FROM m", "--format", "TSV").stdout == "4\n"
+
+
 # -- checkpoint -----------------------------------------------------------------------
 def test_checkpoint(ns: Path, obj_url: str) -> None:
     before = head_doc(ns / "o")
@@ -263,7 +320,8 @@ def test_checkpoint_errors(ns: Path, obj_url: str) -> None:
     fails("not_found", "checkpoint", str(ns / "nope"))
     assert not (ns / "nope").exists()  # a writer open would have created it
     abandon_writer(obj_url)
-    assert "holder" in fails("lease_held", "checkpoint", obj_url)
+    message = fails("lease_held", "checkpoint", obj_url)
+    assert "holder" in message and "pass --force" in message and "force=True" not in message
     result = ok("checkpoint", obj_url, "--force")
     warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
     assert warning and "force takeover" in warning[0]

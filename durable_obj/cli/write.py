@@ -1,0 +1,100 @@
+"""The command that changes an object's data: exec."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Any
+
+import click
+
+from durable_obj import DurableObject, Namespace
+from durable_obj.cli.app import cli, parse_object_url
+from durable_obj.cli.failures import Failure, cli_words, exit_code
+from durable_obj.cli.session import session, storage_options
+from durable_obj.errors import DurableError, NotFound
+
+log = logging.getLogger("durable_obj")
+
+
+def default_owner() -> str:
+    """The lease owner of a CLI writer: durable-obj-cli@HOST."""
+    return f"durable-obj-cli@{socket.gethostname() or 'localhost'}"
+
+
+def _discard(obj: DurableObject) -> None:
+    """Close without flushing; a failure to release the lease is reported,
+    never raised over the error that brought us here (the lease expires)."""
+    try:
+        obj.close(discard=True)
+    except DurableError as exc:
+        log.warning("%s: the lease was not released (%s); it expires on its own", obj.url, exc)
+
+
+@cli.command("exec")
+@click.argument("object_url")
+@click.argument("statements", metavar="STATEMENT...", nargs=-1, required=True)
+@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
+)
+@click.option("--create", is_flag=True, help="Create the object if it does not exist.")
+@click.option(
+    "--allow-nondeterministic",
+    is_flag=True,
+    help="Log a statement that would replay differently as written (replicas may diverge).",
+)
+@storage_options
+def exec_cmd(
+    object_url: str,
+    statements: tuple[str, ...],
+    owner: str | None,
+    force: bool,
+    create: bool,
+    allow_nondeterministic: bool,
+    storage_options: dict[str, Any],
+) -> None:
+    """Run changes (INSERT, ALTER, CREATE, ...) and commit them durably.
+
+    Opens the object as its writer, runs each STATEMENT in order (one
+    statement per argument), commits them together as one WAL segment, and
+    closes. All or nothing: if a statement fails, nothing of this run is
+    committed. For a read-only query use `durable-obj sql`.
+    """
+    namespace, oid = parse_object_url(object_url)
+    ns = Namespace(namespace, owner=owner or default_owner(), storage_options=storage_options)
+    if not create:
+        try:
+            ns.info(oid)  # a writer open would create a missing object: refuse instead
+        except NotFound as exc:
+            raise Failure(
+                "not_found", f"{exc}; nothing was run. Pass --create to create it."
+            ) from None
+    obj = ns.open(oid, force=force)
+    total = len(statements)
+    try:
+        for n, statement in enumerate(statements, start=1):
+            try:
+                obj.execute(statement, allow_nondeterministic=allow_nondeterministic)
+            except DurableError as exc:
+                where = f"statement {n} of {total}: " if total > 1 else ""
+                raise Failure(
+                    exc.category,
+                    f"{where}{cli_words(str(exc))} Nothing of this run was committed.",
+                    exit_code(exc.category),
+                ) from None
+        logged = obj.pending
+        key = obj.flush()
+        seq = obj.seq
+    except BaseException:
+        _discard(obj)
+        raise
+    obj.close()
+    sess = session()
+    if key is None:
+        sess.echo(f"nothing to commit: the statement(s) changed nothing; {oid} stays at seq {seq}")
+        return
+    unlogged = f" ({total - logged} changed nothing and were not logged)" if logged < total else ""
+    sess.echo(f"committed {logged} statement(s) to {oid} as {key}, seq {seq}{unlogged}")
