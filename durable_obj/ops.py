@@ -275,3 +275,48 @@ def url_protocol(url: str) -> str:
         return split_url(url)[0]
     except InvalidArgument:  # only a file: URL is refused there
         return "file"
+
+
+@dataclass(frozen=True)
+class GcWaiting:
+    """What only the grace period keeps from `gc` (see `gc_waiting`)."""
+
+    oid: str
+    keys: list[str]
+    bytes: int
+    #: When the current base is `grace` seconds old and those keys become
+    #: collectable (None: no base, or the store reports no modification time).
+    collectable_at: float | None
+
+
+def gc_waiting(store: Store, oid: str, *, grace: float = DEFAULT_GC_GRACE) -> GcWaiting:
+    """The keys `gc(grace=0)` would delete that `gc(grace=grace)` keeps, and
+    when they become collectable. Reads only; the same rule as `gc`."""
+    if grace < 0:
+        raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
+    head = read_head(store, oid)
+    entries = store.list_keys(oid)
+    base = head.manifest.base
+    if base is None:
+        return GcWaiting(oid, [], 0, None)
+    referenced = {object_key(oid, r.key) for r in live_refs(head)}
+    base_key = object_key(oid, base.key)
+    base_entry = next((e for e in entries if e.key == base_key), None)
+    base_seq = seq_of(base.key.rsplit("/", 1)[-1])
+    modified = None if base_entry is None else base_entry.modified
+    collectable_at = None if modified is None else modified + grace
+    if base_entry is None or (collectable_at is not None and time.time() >= collectable_at):
+        return GcWaiting(oid, [], 0, collectable_at)  # settled (or no base): nothing waits
+    waiting = []
+    for entry in entries:
+        folder, _, name = entry.key[len(oid) + 1 :].partition("/")
+        seq = seq_of(name)
+        if (
+            folder in (WAL_DIR, CHECKPOINT_DIR)
+            and entry.key not in referenced
+            and seq is not None
+            and base_seq is not None
+            and seq < base_seq
+        ):
+            waiting.append(entry)
+    return GcWaiting(oid, [e.key for e in waiting], sum(e.size for e in waiting), collectable_at)

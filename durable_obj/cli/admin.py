@@ -81,6 +81,9 @@ def gc_cmd(
         f"{verb} {len(report.deleted)} key(s), {fmt.human_size(report.deleted_bytes)}; "
         f"kept {report.kept} key(s), {fmt.human_size(report.kept_bytes)}"
     )
+    waiting = fmt.grace_text(ops.gc_waiting(ns.store, oid, grace=grace), grace)
+    if waiting is not None:
+        sess.echo(waiting)
 
 
 @cli.command("fork")

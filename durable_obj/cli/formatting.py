@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from durable_obj.ops import ObjectInfo
+from durable_obj.ops import GcWaiting, ObjectInfo
 
 
 def clock() -> float:
@@ -44,6 +44,23 @@ def human_duration(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h {s % 3600 // 60}m"
     return f"{s // 86400}d {s % 86400 // 3600}h"
+
+
+def grace_text(waiting: GcWaiting, grace: float, now: float | None = None) -> str | None:
+    """What `gc` kept only because of the grace period, and when it becomes
+    collectable; None when nothing waits."""
+    if not waiting.keys:
+        return None
+    now = clock() if now is None else now
+    when = "once the current base is that old"
+    if waiting.collectable_at is not None:
+        left = waiting.collectable_at - now
+        when = f"from {utc(waiting.collectable_at)} (in {human_duration(left)})"
+    return (
+        f"{len(waiting.keys)} of the kept key(s) ({human_size(waiting.bytes)}) are superseded "
+        f"and wait out the {grace:g} s grace period (--grace): collectable {when}. A reader "
+        "that read an older head may still need them until then."
+    )
 
 
 def lease_expiry(expires_at: float | None, now: float | None = None) -> str:

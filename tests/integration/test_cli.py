@@ -333,7 +333,15 @@ def test_gc(ns: Path, obj_url: str) -> None:
     ok("checkpoint", obj_url)
     # The first base and the segment are now superseded; a grace period keeps them.
     stored = {p for p in (ns / "o").rglob("*") if p.is_file()}
-    assert ok("gc", obj_url).stdout.startswith("deleted 0 key(s), 0 B; kept 4 key(s)")
+    out = ok("gc", obj_url).stdout.splitlines()
+    assert out[0].startswith("deleted 0 key(s), 0 B; kept 4 key(s)")
+    # ... and says so: which keys wait, for how long
+    assert out[1].startswith("2 of the kept key(s) (")
+    assert "wait out the 3600 s grace period (--grace): collectable from " in out[1]
+    assert re.search(r"\(in (59m|1h 0m)\)", out[1]), out[1]
+    assert ok("gc", obj_url, "--dry-run", "--grace", "7200").stdout.splitlines()[1].startswith(
+        "2 of the kept key(s) ("
+    )
     out = ok("gc", obj_url, "--grace", "0", "--dry-run", "--list").stdout.splitlines()
     assert out[-1].startswith("would delete 2 key(s), ")
     doomed = {ns / key for key in out[:-1]}
@@ -341,6 +349,7 @@ def test_gc(ns: Path, obj_url: str) -> None:
     assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored
     out = ok("gc", obj_url, "--grace", "0").stdout
     assert out.startswith("deleted 2 key(s), ") and "kept 2 key(s)" in out
+    assert "grace" not in out  # nothing waits any more
     assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored - doomed
     ok("verify", obj_url, "--restore")
     fails("invalid_argument", "gc", obj_url, "--grace", "-1")

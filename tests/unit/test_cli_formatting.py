@@ -10,7 +10,7 @@ from rich.console import Console
 
 from durable_obj.cli import formatting as fmt
 from durable_obj.head import Head
-from durable_obj.ops import ObjectInfo
+from durable_obj.ops import GcWaiting, ObjectInfo
 
 NOW = 1_000_000.0
 SHA = "0" * 64
@@ -138,3 +138,15 @@ def test_objects_table() -> None:
 def test_rows_table_cells() -> None:
     rows = _render(fmt.rows_table(["a", "b", "c", "d"], [["x", 1, None, [1, "é"]]]))
     assert rows == [["x", "1", "NULL", '[1, "é"]']]
+
+
+def test_grace_text() -> None:
+    assert fmt.grace_text(GcWaiting("o", [], 0, NOW + 10), 3600, NOW) is None
+    text = fmt.grace_text(GcWaiting("o", ["o/wal/a", "o/wal/b"], 2048, NOW + 3590), 3600, NOW)
+    assert text is not None
+    assert text.startswith("2 of the kept key(s) (2.0 KiB) are superseded and wait out the 3600 s ")
+    assert f"collectable from {fmt.utc(NOW + 3590)} (in 59m)." in text
+    text = fmt.grace_text(GcWaiting("o", ["o/wal/a"], 1, None), 1.5, NOW)
+    assert (
+        text is not None and "1.5 s grace" in text and "once the current base is that old" in text
+    )

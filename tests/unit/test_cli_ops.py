@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from durable_obj import ops
-from durable_obj.errors import Corrupt, NotFound
+from durable_obj.errors import Corrupt, InvalidArgument, NotFound
 from durable_obj.stores import open_store
 
 
@@ -49,3 +49,37 @@ def test_export_formats() -> None:
 )
 def test_url_protocol(url: str, protocol: str) -> None:
     assert ops.url_protocol(url) == protocol
+
+
+def test_gc_waiting_is_what_only_the_grace_keeps() -> None:
+    import time
+
+    import durable_obj
+
+    url = f"memory://cli-ops-gc-{uuid.uuid4().hex}"
+    with durable_obj.open(f"{url}/o") as obj:
+        obj.execute("CREATE TABLE t (k UInt8) ENGINE = MergeTree ORDER BY k")
+        obj.checkpoint()
+        obj.execute("INSERT INTO t VALUES (1)")
+        obj.flush()
+        obj.checkpoint()
+    store = open_store(url)
+    base = ops.read_head(store, "o").manifest.base
+    assert base is not None
+    (entry,) = [e for e in store.list_keys("o") if e.key == f"o/{base.key}"]
+    assert entry.modified is not None
+    before = time.time()
+    waiting = ops.gc_waiting(store, "o", grace=3600)
+    ungraced = ops.gc(store, "o", grace=0, dry_run=True)
+    assert waiting.keys == ungraced.deleted and len(waiting.keys) == 2
+    assert waiting.bytes == ungraced.deleted_bytes
+    assert waiting.collectable_at == entry.modified + 3600
+    assert ops.gc(store, "o", grace=3600, dry_run=True).deleted == []
+    # settled: nothing waits (gc deletes it), and the time is still told
+    settled = ops.gc_waiting(store, "o", grace=0)
+    assert settled.keys == [] and settled.bytes == 0
+    assert settled.collectable_at is not None and settled.collectable_at <= before
+    with pytest.raises(InvalidArgument):
+        ops.gc_waiting(store, "o", grace=-1)
+    with pytest.raises(NotFound):
+        ops.gc_waiting(store, "nope")
