@@ -320,3 +320,23 @@ def gc_waiting(store: Store, oid: str, *, grace: float = DEFAULT_GC_GRACE) -> Gc
         ):
             waiting.append(entry)
     return GcWaiting(oid, [e.key for e in waiting], sum(e.size for e in waiting), collectable_at)
+
+
+def missing_namespace(store: Store) -> str | None:
+    """Why the namespace `store` is rooted at does not exist, or None.
+
+    A local folder that does not exist (or is not a folder) is missing. A
+    memory namespace always exists (an unused one is empty). For a cloud
+    store this answers None: an empty prefix in a bucket is an empty
+    namespace, and a missing bucket fails the store's own calls (`BackendError`
+    naming the bucket)."""
+    if store.protocol != "file":
+        return None
+    from durable_obj.stores import split_url
+
+    path = split_url(store.url)[1]
+    if os.path.isdir(path):
+        return None
+    if os.path.lexists(path):
+        return f"{store.url} is not a folder"
+    return f"folder {path} does not exist"

@@ -148,6 +148,24 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
     return pairs_text(pairs)
 
 
+def object_json(info: ObjectInfo) -> dict[str, Any]:
+    """`ls --json`'s entry for one object: the fields of `ls`, unformatted
+    (sizes in bytes, times as Unix seconds, None as null)."""
+    return {
+        "id": info.oid,
+        "seq": info.seq,
+        "generation": info.generation,
+        "owner": info.owner,
+        "expires_at": info.expires_at,
+        "segments": info.segments,
+        "live_bytes": info.live_bytes,
+        "stored_bytes": info.stored_bytes,
+        "last_write": info.last_write,
+        "db": info.db,
+        "timezone": info.timezone,
+    }
+
+
 def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Table:
     """`ls`'s table: one row per object."""
     now = clock() if now is None else now

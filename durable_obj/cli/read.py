@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import click
@@ -14,16 +15,38 @@ from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import session, storage_options
+from durable_obj.errors import BackendError
+
+#: How a store says that the bucket (container) of a namespace does not exist.
+_NO_BUCKET = re.compile(r"\b(?:bucket|container) '[^']*'.* does not exist\b")
 
 
 @cli.command("ls")
 @click.argument("ns_url")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object each.")
 @storage_options
-def ls_cmd(ns_url: str, storage_options: dict[str, Any]) -> None:
-    """List the objects of a namespace."""
+def ls_cmd(ns_url: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+    """List the objects of a namespace.
+
+    A namespace that does not exist (a local folder that is not there, a
+    bucket or container that does not exist) is an error, not_found. An
+    existing folder, or a prefix in an existing bucket, with no objects is an
+    empty namespace: nothing listed, exit 0.
+    """
     ns = Namespace(ns_url, storage_options=storage_options)
-    infos = ns.list()
+    missing = ops.missing_namespace(ns.store)
+    if missing is not None:
+        raise Failure("not_found", f"{missing}: no namespace to list; nothing was read")
+    try:
+        infos = ns.list()
+    except BackendError as exc:
+        if _NO_BUCKET.search(str(exc)):
+            raise Failure("not_found", str(exc)) from None
+        raise
     sess = session()
+    if as_json:
+        sess.echo(json.dumps([fmt.object_json(info) for info in infos], indent=2))
+        return
     if not infos:
         sess.echo(f"no durable objects in {ns.url}", err=True)
         return

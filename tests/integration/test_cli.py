@@ -129,9 +129,35 @@ def test_ls_lists_objects_with_their_lease(ns: Path, obj_url: str) -> None:
 
 
 def test_ls_empty_and_missing_namespace(tmp_path: Path) -> None:
-    result = ok("ls", str(tmp_path / "nothing-here"))
+    # an existing folder without objects: an empty namespace
+    (tmp_path / "empty").mkdir()
+    result = ok("ls", str(tmp_path / "empty"))
     assert result.stdout == ""
     assert "no durable objects" in result.stderr
+    assert json.loads(ok("ls", str(tmp_path / "empty"), "--json").stdout) == []
+    # a folder that is not there: not_found, and nothing is created
+    message = fails("not_found", "ls", str(tmp_path / "nothing-here"))
+    assert f"folder {tmp_path / 'nothing-here'} does not exist" in message
+    fails("not_found", "ls", str(tmp_path / "nothing-here"), "--json")
+    assert not (tmp_path / "nothing-here").exists()
+    (tmp_path / "a-file").write_text("x")
+    assert "is not a folder" in fails("not_found", "ls", str(tmp_path / "a-file"))
+    # memory: an unused namespace is empty
+    assert ok("ls", f"memory://unused-{uuid.uuid4().hex}", "--json").stdout.strip() == "[]"
+
+
+def test_ls_json(ns: Path, obj_url: str) -> None:
+    abandon_writer(str(ns / "p"))
+    listed = json.loads(ok("ls", str(ns), "--json").stdout)
+    assert [entry["id"] for entry in listed] == ["o", "p"]
+    head = head_doc(ns / "p")
+    o, p = listed
+    assert o["seq"] == 2 and o["generation"] == 1 and o["segments"] == 1
+    assert o["owner"] is None and o["expires_at"] is None
+    assert p["owner"] == "holder" and p["expires_at"] == head["lease"]["expires_at"]
+    assert o["live_bytes"] > 0 and o["stored_bytes"] >= o["live_bytes"]
+    assert isinstance(o["last_write"], float)
+    assert (o["db"], o["timezone"]) == ("default", "UTC")
 
 
 def test_lease_expiry_shown_as_expired(monkeypatch: pytest.MonkeyPatch, ns: Path) -> None:
@@ -339,8 +365,10 @@ def test_gc(ns: Path, obj_url: str) -> None:
     assert out[1].startswith("2 of the kept key(s) (")
     assert "wait out the 3600 s grace period (--grace): collectable from " in out[1]
     assert re.search(r"\(in (59m|1h 0m)\)", out[1]), out[1]
-    assert ok("gc", obj_url, "--dry-run", "--grace", "7200").stdout.splitlines()[1].startswith(
-        "2 of the kept key(s) ("
+    assert (
+        ok("gc", obj_url, "--dry-run", "--grace", "7200")
+        .stdout.splitlines()[1]
+        .startswith("2 of the kept key(s) (")
     )
     out = ok("gc", obj_url, "--grace", "0", "--dry-run", "--list").stdout.splitlines()
     assert out[-1].startswith("would delete 2 key(s), ")
@@ -527,6 +555,14 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
 
     listed = s3("ls", namespace)
     assert listed.exit_code == 0 and "│ o " in listed.stdout
+    assert [o["id"] for o in json.loads(s3("ls", namespace, "--json").stdout)] == ["o"]
+    empty = s3("ls", f"{namespace}-empty-prefix", "--json")  # an empty prefix: empty namespace
+    assert (empty.exit_code, empty.stdout.strip()) == (0, "[]")
+    no_bucket = s3("ls", "s3://no-such-bucket-here/ns")
+    assert no_bucket.exit_code == 1
+    assert no_bucket.stderr.startswith("error: not_found: ") and "no-such-bucket-here" in (
+        no_bucket.stderr
+    )
     info = s3("info", url)
     assert info.exit_code == 0 and "1 segment(s)" in info.stdout
     assert json.loads(s3("info", url, "--json").stdout)["manifest"]["seq"] == 2

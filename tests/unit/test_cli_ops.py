@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +84,15 @@ def test_gc_waiting_is_what_only_the_grace_keeps() -> None:
         ops.gc_waiting(store, "o", grace=-1)
     with pytest.raises(NotFound):
         ops.gc_waiting(store, "nope")
+
+
+def test_missing_namespace(tmp_path: Path) -> None:
+    assert ops.missing_namespace(open_store(str(tmp_path))) is None
+    gone = tmp_path / "gone"
+    assert ops.missing_namespace(open_store(str(gone))) == f"folder {gone} does not exist"
+    assert not gone.exists()
+    (tmp_path / "f").write_text("x")
+    assert ops.missing_namespace(open_store(str(tmp_path / "f"))) == (
+        f"{open_store(str(tmp_path / 'f')).url} is not a folder"
+    )
+    assert ops.missing_namespace(open_store(f"memory://unused-{uuid.uuid4().hex}")) is None
