@@ -1,4 +1,4 @@
-"""Commands that change stored state: checkpoint, gc, fork, export, release."""
+"""Commands that change stored state: checkpoint, gc, fork, release."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import options_callback, session, storage_options
+from durable_obj.cli.session import session, storage_options
 from durable_obj.cli.write import default_owner
 
 
@@ -99,47 +99,6 @@ def fork_cmd(src_url: str, dst_id: str, storage_options: dict[str, Any]) -> None
     sess = session()
     sess.echo(f"forked {oid} into {info.oid}")
     sess.echo(fmt.info_text(info, ns.url))
-
-
-@cli.command("export")
-@click.argument("object_url")
-@click.argument("dest_url")
-@click.option(
-    "--format",
-    "fmt_name",
-    type=click.Choice(ops.export_formats(), case_sensitive=False),
-    default="parquet",
-    show_default=True,
-)
-@click.option(
-    "--to-option",
-    "-t",
-    "to_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=options_callback,
-    help="Storage options for DEST_URL (default: the -o options when DEST_URL has the "
-    "same protocol as OBJECT_URL, else none).",
-)
-@storage_options
-def export_cmd(
-    object_url: str,
-    dest_url: str,
-    fmt_name: str,
-    to_options: dict[str, Any],
-    storage_options: dict[str, Any],
-) -> None:
-    """Write each table to DEST_URL/<table>.<parquet|csv|jsonl>."""
-    namespace, oid = parse_object_url(object_url)
-    if not to_options and ops.url_protocol(dest_url) == ops.url_protocol(namespace):
-        to_options = storage_options
-    with progress_bar("export") as bar:
-        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
-        written = ns.export(oid, dest_url, format=fmt_name.lower(), storage_options=to_options)
-    sess = session()
-    for url in written:
-        sess.echo(url)
-    sess.echo(f"exported {len(written)} table(s) of {oid}", err=True)
 
 
 @cli.command("release")

@@ -411,6 +411,79 @@ def test_export(tmp_path: Path, obj_url: str) -> None:
     fails("not_found", "export", str(tmp_path / "ns" / "nope"), str(dest))
 
 
+def test_export_refuses_to_overwrite(tmp_path: Path, obj_url: str) -> None:
+    dest = tmp_path / "out"
+    ok("export", obj_url, str(dest))
+    before = (dest / "m.parquet").read_bytes()
+    ok("exec", obj_url, "INSERT INTO m VALUES (4, 'd')")
+    message = fails("invalid_argument", "export", obj_url, str(dest))
+    assert f"file://{dest}/m.parquet already exist(s)" in message and "--overwrite" in message
+    assert (dest / "m.parquet").read_bytes() == before
+    ok("export", obj_url, str(dest), "--overwrite")
+    assert sorted(pq.read_table(dest / "m.parquet").to_pydict()["k"]) == [1, 2, 3, 4]
+    assert "--all" in fails("invalid_argument", "export", obj_url, str(dest), "--id", "o")
+
+
+@pytest.fixture
+def agents(ns: Path, obj_url: str) -> Path:
+    """ns: o (m: 1..3), a2 (m: 10), a3 (m: empty), bare (no table m)."""
+    ok("exec", str(ns / "a2"), "--create", DDL, "INSERT INTO m VALUES (10, 'x')")
+    ok("exec", str(ns / "a3"), "--create", DDL)
+    ok("exec", str(ns / "bare"), "--create", "CREATE TABLE t (x UInt8) ENGINE = Memory")
+    return ns
+
+
+def test_export_namespace_parquet(tmp_path: Path, agents: Path) -> None:
+    out = tmp_path / "all.parquet"
+    result = ok("export", str(agents), str(out), "--all", "m")
+    assert result.stdout == f"file://{out}\n"
+    assert "skipped 1 object(s) without table 'm': bare" in result.stderr
+    assert "exported table 'm' of 3 object(s), 4 row(s)" in result.stderr
+    table = pq.read_table(out)
+    assert table.column_names == ["object_id", "k", "v"]
+    assert str(table.schema.field("k").type) == "uint32"
+    rows = sorted(zip(*table.to_pydict().values(), strict=True))
+    assert rows == [("a2", 10, "x"), ("o", 1, "a"), ("o", 2, "b"), ("o", 3, "c")]
+    # an existing file is refused unless --overwrite
+    assert "--overwrite" in fails("invalid_argument", "export", str(agents), str(out), "--all", "m")
+    ok("export", str(agents), str(out), "--all", "m", "--id", "a2", "--overwrite")
+    assert pq.read_table(out).to_pydict() == {"object_id": ["a2"], "k": [10], "v": ["x"]}
+
+
+def test_export_namespace_text_formats(tmp_path: Path, agents: Path) -> None:
+    csv = tmp_path / "all.csv"
+    ok("export", str(agents), str(csv), "--all", "m", "--format", "csv", "--id-column", "agent")
+    lines = csv.read_text().splitlines()
+    assert lines[0] == '"agent","k","v"'  # one header, from the first object
+    assert sorted(lines[1:]) == ['"a2",10,"x"', '"o",1,"a"', '"o",2,"b"', '"o",3,"c"']
+    jsonl = tmp_path / "all.jsonl"
+    ok("export", str(agents), str(jsonl), "--all", "m", "--format", "jsonl")
+    rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
+    assert sorted((r["object_id"], r["k"]) for r in rows) == [
+        ("a2", 10),
+        ("o", 1),
+        ("o", 2),
+        ("o", 3),
+    ]
+
+
+def test_export_namespace_errors(tmp_path: Path, agents: Path) -> None:
+    out = tmp_path / "x.parquet"
+    message = fails("not_found", "export", str(agents), str(out), "--all", "nope")
+    assert "no object in" in message and "'nope'" in message
+    fails("not_found", "export", str(tmp_path / "no-ns"), str(out), "--all", "m")
+    fails("not_found", "export", str(agents), str(out), "--all", "m", "--id", "ghost")
+    fails("invalid_argument", "export", str(agents), str(out), "--all", "m", "--id", "a/b")
+    message = fails(
+        "invalid_argument", "export", str(agents), str(out), "--all", "m", "--id-column", "k"
+    )
+    assert "--id-column" in message
+    ok("exec", str(agents / "a3"), "ALTER TABLE m ADD COLUMN extra UInt8")
+    message = fails("schema_mismatch", "export", str(agents), str(out), "--all", "m")
+    assert "'a3'" in message and "extra UInt8" in message
+    assert not out.exists()
+
+
 # -- release --------------------------------------------------------------------------
 def test_release(ns: Path, obj_url: str) -> None:
     abandon_writer(obj_url)
