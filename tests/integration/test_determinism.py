@@ -11,15 +11,20 @@ fresh processes and must see exactly the writer's tables.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import durable_obj
 import durable_obj.errors
-from tests.integration import _proc
+from tests.integration import replay_child
 
 SCHEMA = [
     "CREATE TABLE e (id UInt32, s String, d DateTime, d64 DateTime64(6), f Float64) "
@@ -217,46 +222,6 @@ def test_corpus_is_large_and_labelled() -> None:
     assert len({sql for sql, _ in CORPUS}) == len(CORPUS)
 
 
-WRITER = r"""
-import json, time
-import durable_obj
-obj = durable_obj.Namespace(P["url"], owner="corpus").open(P["oid"])
-for ddl in P["schema"]:
-    obj.execute(ddl)
-outcomes = []
-for sql in P["corpus"]:
-    before = len(obj._buf)
-    try:
-        obj.execute(sql)
-    except durable_obj.DurableError as exc:
-        outcomes.append({"status": exc.category, "message": str(exc)})
-        continue
-    logged = json.loads(obj._buf._lines[-1])["sql"] if len(obj._buf) > before else None
-    outcomes.append({"status": "accepted", "logged": logged})
-obj.flush()
-tables = obj.query(
-    "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine != 'View'",
-    "TSV",
-).split()
-dump = {t: obj.query(f"SELECT * FROM `{t}` ORDER BY ALL", "JSONCompact").data() for t in tables}
-obj.close()
-emit({"outcomes": outcomes, "dump": dump})
-"""
-
-READER = r"""
-import time
-import durable_obj
-time.sleep(P["delay"])
-obj = durable_obj.Namespace(P["url"]).open(P["oid"], read_only=True)
-tables = obj.query(
-    "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine != 'View'",
-    "TSV",
-).split()
-dump = {t: obj.query(f"SELECT * FROM `{t}` ORDER BY ALL", "JSONCompact").data() for t in tables}
-obj.close()
-emit({"dump": dump, "tz": obj.timezone})
-"""
-
 _SETTINGS = re.compile(
     r"SETTINGS (?:insert_allow_materialized_columns = 1, )?session_timezone = 'UTC' "
 )
@@ -271,7 +236,7 @@ def _strip_tz(sql: str) -> str:
 def test_corpus_replays_exactly_in_every_time_zone(tmp_path: Path, writer_tz: str) -> None:
     corpus = [sql for sql, _ in CORPUS]
     params = {"url": str(tmp_path), "oid": "corpus", "schema": SCHEMA, "corpus": corpus}
-    wrote = _proc.run_json(WRITER, params, env={"TZ": writer_tz}, timeout=300)
+    wrote = replay_child.run("corpus", writer_tz, params)
     problems = []
     for (sql, label), outcome in zip(CORPUS, wrote["outcomes"], strict=True):
         if outcome["status"] == "accepted":
@@ -285,8 +250,8 @@ def test_corpus_replays_exactly_in_every_time_zone(tmp_path: Path, writer_tz: st
             problems.append(f"{label} -> {got}: {sql}")
     assert not problems, "\n".join(problems)
     for reader_tz in ("UTC", "Asia/Tokyo", "America/Los_Angeles"):
-        seen = _proc.run_json(
-            READER, {**params, "delay": 1.1 if reader_tz == "UTC" else 0}, env={"TZ": reader_tz}
+        seen = replay_child.run(
+            "corpus-read", reader_tz, {**params, "after_second": wrote["second"]}
         )
         assert seen["tz"] == "UTC"
         assert set(seen["dump"]) == set(wrote["dump"])
@@ -372,3 +337,83 @@ def test_add_column_with_now_default_is_refused_only_when_rows_exist(tmp_path: P
             obj.execute("ALTER TABLE m CLEAR COLUMN updated_at")
         with pytest.raises(durable_obj.errors.Nondeterministic, match="TTL"):
             obj.execute("ALTER TABLE m MODIFY TTL updated_at + INTERVAL 1 DAY")
+
+
+_names = st.sampled_from(["c", "`c`", "id", "ttl", "n", "`a b`", "s"])
+_exprs = st.sampled_from(
+    [
+        "now()", "rand()", "1", "'x'", "hex(randomString(4))", "randomString(3)", "id", "c",
+        "toDateTime(0, 'UTC')", "now64(3, 'Asia/Tokyo')", "generateUUIDv4()", "today()", "[now()]",
+    ]
+)  # fmt: skip
+_types = st.sampled_from(["DateTime", "String", "UInt64", "DateTime64(3)", "Array(DateTime)"])
+_kinds = st.sampled_from(["", " DEFAULT ", " MATERIALIZED ", " ALIAS ", " EPHEMERAL "])
+
+
+@st.composite
+def _column(draw: st.DrawFn, prefix: str) -> str:
+    kind = draw(_kinds)
+    expr = draw(_exprs) if kind else ""
+    ttl = draw(st.sampled_from(["", " TTL toDate(0) + 1"]))
+    return f"{prefix}{draw(_names)} {draw(_types)}{kind}{expr}{ttl}"
+
+
+_commands = st.one_of(
+    _column("ADD COLUMN "),
+    _column("ADD COLUMN IF NOT EXISTS "),
+    _column("MODIFY COLUMN "),
+    _names.map(lambda n: f"MATERIALIZE COLUMN {n}"),
+    _names.map(lambda n: f"CLEAR COLUMN {n}"),
+    st.just("MODIFY TTL toDate(0) + 1"),
+    st.just("REMOVE TTL"),
+    st.tuples(_names, _exprs).map(lambda t: f"UPDATE {t[0]} = {t[1]} WHERE 1"),
+    _exprs.map(lambda e: f"DELETE WHERE id = {e}"),
+)
+_statements = st.one_of(
+    st.lists(_commands, min_size=1, max_size=3).map(lambda cs: "ALTER TABLE m " + ", ".join(cs)),
+    st.tuples(st.lists(_names, max_size=2, unique=True), st.lists(_exprs, min_size=1, max_size=3))
+    .map(lambda t: (f"({', '.join(t[0])}) " if t[0] else "", ", ".join(t[1])))
+    .flatmap(
+        lambda t: st.sampled_from(
+            [
+                f"INSERT INTO m {t[0]}VALUES ({t[1]})",
+                f"INSERT INTO m {t[0]}VALUES ({t[1]}), ({t[1]});",
+                f"INSERT INTO m {t[0]}SELECT {t[1]}",
+                f"INSERT INTO m {t[0]}SELECT {t[1]} FROM m;",
+                f"INSERT INTO m {t[0]}WITH 1 AS k SELECT {t[1]} FROM numbers(2)",
+                f"INSERT INTO m {t[0]}SETTINGS async_insert = 0 VALUES ({t[1]})",
+            ]
+        )
+    ),
+    st.tuples(st.lists(_column(""), min_size=1, max_size=3), st.booleans(), _exprs).map(
+        lambda t: (
+            f"CREATE TABLE IF NOT EXISTS n ({', '.join(t[0])}) ENGINE = MergeTree "
+            "ORDER BY tuple()" + (f" AS SELECT {t[2]}" if t[1] else "")
+        )
+    ),
+    st.sampled_from(
+        ["DELETE FROM m WHERE c < now()", "TRUNCATE TABLE m", "DROP TABLE IF EXISTS n"]
+    ),
+)
+
+
+@given(_statements)
+@settings(max_examples=300)
+def test_execute_raises_nothing_but_durable_errors(
+    fuzz_object: durable_obj.DurableObject, sql: str
+) -> None:
+    """Whatever the statement, execute() runs it or raises a DurableError: the
+    parsers, the pinner and the column rules never leak an IndexError, a
+    KeyError or a UnicodeDecodeError."""
+    with contextlib.suppress(durable_obj.DurableError):
+        fuzz_object.execute(sql)
+
+
+@pytest.fixture(scope="module")
+def fuzz_object() -> Iterator[durable_obj.DurableObject]:
+    with durable_obj.open(f"memory://fuzz-{uuid.uuid4().hex}/o", owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE m (id UInt32, c DateTime DEFAULT now(), s String) ENGINE = MergeTree ORDER BY id"
+        )
+        obj.execute("INSERT INTO m (id, s) VALUES (1, 'a')")
+        yield obj

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
 import durable_obj
 from durable_obj import errors
 from durable_obj.stores import open_store
+from tests.integration import replay_child
 
 SECRET = "wJalrXUtnFEMI-K7MDENG-bPxRfiCYEXAMPLEKEY"
 KEY_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -52,3 +54,33 @@ def test_credentials_are_refused_and_never_stored_or_shown(
         assert secret not in logged, "a credential reached the log"
         for message in messages:
             assert secret not in message, f"a credential reached an error: {message}"
+
+
+#: Statements whose kind and credential both refuse them: V1 judges the kind
+#: (control, global) before the secret, then the secret before a database's
+#: lifecycle. Plus one it cannot classify.
+GATED = [
+    "CREATE NAMED COLLECTION nc AS key = 'value'",
+    f"ALTER NAMED COLLECTION nc SET key = '{SECRET}'",
+    f"CREATE USER u2 IDENTIFIED BY '{SECRET}'",
+    f"CREATE DATABASE d ENGINE = MySQL('127.0.0.1:9', 'db', 'user', '{SECRET}')",
+    f"INSERT INTO t SELECT * FROM s3('http://127.0.0.1:9/b/x.csv', '{KEY_ID}', '{SECRET}', 'CSV')",
+    "SELEC 1",
+]
+
+
+@pytest.mark.slow
+def test_statement_kind_is_judged_before_its_secrets_as_in_v1(tmp_path: Path) -> None:
+    def answers(impl: str) -> list[list[str]]:
+        params = {"statements": GATED, "oid": "o", "impl": impl, "url": str(tmp_path / impl)}
+        outcomes: list[list[str]] = replay_child.run("categories", "UTC", params)["outcomes"]
+        return outcomes
+
+    ours, v1 = answers("durable_obj"), answers("chdb.durable")
+    assert [c for c, _ in ours] == [c for c, _ in v1]
+    assert ours[0][0] == "classification_refused"
+    assert ours[3][0] == "secret_refused"
+    unclassified = ours[-1]
+    assert unclassified[0] == "classification_refused" and "could not classify" in unclassified[1]
+    for _, message in ours:
+        assert SECRET not in message and KEY_ID not in message

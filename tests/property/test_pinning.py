@@ -6,7 +6,7 @@ String of arbitrary bytes, FixedString, Float32/64 with their special values,
 Decimal, wide integers, IPv4/IPv6, Enum, and Array / Tuple / Map / Nullable /
 LowCardinality of them) and query-constant calls (`now64(6, 'Asia/Tokyo')`,
 `today()`, ...). A writer process under one TZ pins them in every kind of
-statement that pins (see `pinning_child`); readers under two other TZs
+statement that pins (see `tests.integration.replay_child`); readers under two other TZs
 replay the WAL in fresh processes, and the first examples also go through a
 chdb.durable reader. Every reader's tables must be byte-identical to the
 writer's, and every pinned value must be the value it stood for.
@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from durable_obj.sql import quote_ident, quote_string
-from tests.property import pinning_child
+from tests.integration import replay_child
 
 REPO = Path(__file__).resolve().parents[2]
 _PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
@@ -308,27 +306,6 @@ _constants = st.tuples(
 # -- processes ------------------------------------------------------------------------
 
 
-def _child(mode: str, tz: str, params: dict[str, Any]) -> subprocess.Popen[str]:
-    env = dict(os.environ, TZ=tz, PYTHONPATH=str(REPO))
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.property.pinning_child", mode],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        cwd=REPO,
-    )
-
-
-def _result(proc: subprocess.Popen[str], params: dict[str, Any], what: str) -> dict[str, Any]:
-    out, err = proc.communicate(json.dumps(params), timeout=900)
-    lines = [line for line in out.splitlines() if line.startswith(pinning_child.MARK)]
-    assert proc.returncode == 0 and lines, f"{what} failed (exit {proc.returncode}):\n{err[-4000:]}"
-    result: dict[str, Any] = json.loads(lines[-1][len(pinning_child.MARK) :])
-    return result
-
-
 STATS = {"examples": 0, "cases": 0, "constants": 0, "v1_readers": 0}
 
 
@@ -354,7 +331,7 @@ def test_pinned_values_replay_identically_in_every_zone(
             "cases": [{"type": type_name, "value": value} for type_name, value in cases],
             "constants": constants,
         }
-        wrote = _result(_child("write", WRITER_TZ, params), params, f"writer (TZ={WRITER_TZ})")
+        wrote = replay_child.run("write", WRITER_TZ, params)
         assert not wrote["errors"], "statements failed:\n" + "\n".join(
             f"{e['category']}: {e['error']}\n    {e['sql']}" for e in wrote["errors"]
         )
@@ -365,9 +342,9 @@ def test_pinned_values_replay_identically_in_every_zone(
         if STATS["v1_readers"] < V1_SAMPLES:
             STATS["v1_readers"] += 1
             readers.append(("read-v1", V1_READER_TZ))
-        procs = [(mode, tz, _child(mode, tz, params)) for mode, tz in readers]
-        for mode, tz, proc in procs:
-            seen = _result(proc, params, f"{mode} (TZ={tz})")["dump"]
+        children = [(mode, tz, replay_child.start(mode, tz, params)) for mode, tz in readers]
+        for mode, tz, child in children:
+            seen = replay_child.finish(child, f"{mode} (TZ={tz})")["dump"]
             assert set(seen) == set(wrote["dump"]), f"{mode} TZ={tz}: other tables"
             for table, rows in wrote["dump"].items():
                 assert seen[table] == rows, (
@@ -384,7 +361,7 @@ def test_pinned_values_replay_identically_in_every_zone(
 
 
 def _script(tz: str, **params: Any) -> dict[str, Any]:
-    return _result(_child("script", tz, params), params, f"script (TZ={tz})")
+    return replay_child.run("script", tz, params)
 
 
 def test_alter_update_now_replays_in_tokyo(tmp_path: Path) -> None:

@@ -1,9 +1,17 @@
-"""The processes of tests/property/test_pinning.py, each started fresh with TZ set.
+"""Child processes of the replay tests, each started fresh with TZ set.
 
-    python -m tests.property.pinning_child write|read|read-v1|script  < params.json
+    python -m tests.integration.replay_child MODE  < params.json
 
-`write` opens a new object (never folded into a checkpoint, so every reader
-replays the WAL) and runs the generated cases in three phases:
+`run(mode, tz, params)` starts one (`start` without waiting) and returns the
+JSON it printed on its last line prefixed with `@@`.
+
+tests/integration/test_determinism.py: `corpus` executes the labelled corpus
+as a writer and reports what each statement became; `corpus-read` reopens
+read-only. Both dump every table as JSONCompact.
+
+tests/property/test_pinning.py: `write` opens a new object (never folded into
+a checkpoint, so every reader replays the WAL) and runs the generated cases
+in three phases:
 
 A. per case k: `CREATE TABLE t_k (id UInt32, c Array(T))` and
    `INSERT INTO t_k (id, c) VALUES (1, arrayShuffle([V])), (5, [])`: the
@@ -20,18 +28,53 @@ V had (RowBinary bytes), and a dump of every table. `read` (durable_obj) and
 `read-v1` (chdb.durable) open the object read-only and report the same dump.
 The dump is zone-independent: column types, and each row as RowBinary hex.
 `script` runs given statements and queries (the single-example regression
-tests). The result is printed as one line prefixed with `@@`.
+tests); `categories` reports how a writer of either library answers each of
+given statements (tests/integration/test_secrets.py). The result is printed
+as one line prefixed with `@@`.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 MARK = "@@"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def start(mode: str, tz: str, params: dict[str, Any]) -> tuple[subprocess.Popen[str], str]:
+    """Start a child under TZ=`tz` and hand it `params`; `finish` collects it."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.integration.replay_child", mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, TZ=tz, PYTHONPATH=str(REPO)),
+        cwd=REPO,
+    )
+    return proc, json.dumps(params)
+
+
+def finish(child: tuple[subprocess.Popen[str], str], what: str) -> dict[str, Any]:
+    proc, params = child
+    out, err = proc.communicate(params, timeout=900)
+    lines = [line for line in out.splitlines() if line.startswith(MARK)]
+    assert proc.returncode == 0 and lines, f"{what} failed (exit {proc.returncode}):\n{err[-4000:]}"
+    result: dict[str, Any] = json.loads(lines[-1][len(MARK) :])
+    return result
+
+
+def run(mode: str, tz: str, params: dict[str, Any]) -> dict[str, Any]:
+    return finish(start(mode, tz, params), f"{mode} (TZ={tz})")
+
+
 NO_FOLD = {"fold_segments": 0, "fold_bytes": 0, "close_fold_segments": 0}
 
 
@@ -198,6 +241,69 @@ def read(p: dict[str, Any], impl: str) -> dict[str, Any]:
         obj.close()
 
 
+def corpus(p: dict[str, Any]) -> dict[str, Any]:
+    import durable_obj
+
+    obj = durable_obj.Namespace(p["url"], owner="corpus").open(p["oid"])
+    for ddl in p["schema"]:
+        obj.execute(ddl)
+    outcomes: list[dict[str, Any]] = []
+    for sql in p["corpus"]:
+        try:
+            obj.execute(sql)
+        except durable_obj.DurableError as exc:
+            outcomes.append({"status": exc.category, "message": str(exc)})
+            continue
+        outcomes.append({"status": "accepted"})
+    obj.flush()
+    # What each accepted statement became, from the WAL: the schema, then them in order.
+    logged = iter(_wal_statements(Path(p["url"]) / p["oid"])[len(p["schema"]) :])
+    for outcome in outcomes:
+        if outcome["status"] == "accepted":
+            outcome["logged"] = next(logged)
+    tables = _json_dump(obj)
+    obj.close()
+    return {"outcomes": outcomes, "dump": tables, "second": int(time.time())}
+
+
+def corpus_read(p: dict[str, Any]) -> dict[str, Any]:
+    import durable_obj
+
+    while int(time.time()) <= p["after_second"]:
+        time.sleep(0.05)  # an unpinned now() must read another second than the writer's
+    obj = durable_obj.Namespace(p["url"]).open(p["oid"], read_only=True)
+    tables = _json_dump(obj)
+    obj.close()
+    return {"dump": tables, "tz": obj.timezone}
+
+
+def _json_dump(obj: Any) -> dict[str, str]:
+    tables = obj.query(
+        "SELECT name FROM system.tables WHERE database = currentDatabase() AND engine != 'View'",
+        "TSV",
+    ).split()
+    return {t: obj.query(f"SELECT * FROM `{t}` ORDER BY ALL", "JSONCompact").data() for t in tables}
+
+
+def categories(p: dict[str, Any]) -> dict[str, Any]:
+    """The error category and message (or "ok") of each statement executed by a
+    writer of `impl` (durable_obj or chdb.durable) on a fresh object."""
+    if p["impl"] == "chdb.durable":
+        import chdb.durable as lib
+    else:
+        import durable_obj as lib  # type: ignore[no-redef]
+    obj = lib.Namespace(p["url"], owner="gate").open(p["oid"])
+    out = []
+    for sql in p["statements"]:
+        try:
+            obj.execute(sql)
+            out.append(["ok", ""])
+        except lib.DurableError as exc:
+            out.append([exc.category, str(exc)])
+    obj.close()
+    return {"outcomes": out}
+
+
 def main() -> None:
     mode = sys.argv[1]
     params = json.load(sys.stdin)
@@ -209,6 +315,12 @@ def main() -> None:
         out = read(params, "chdb.durable")
     elif mode == "script":
         out = script(params)
+    elif mode == "categories":
+        out = categories(params)
+    elif mode == "corpus":
+        out = corpus(params)
+    elif mode == "corpus-read":
+        out = corpus_read(params)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
     sys.stdout.write(MARK + json.dumps(out) + "\n")
