@@ -68,7 +68,10 @@ def gc_cmd(
     list_keys: bool,
     storage_options: dict[str, Any],
 ) -> None:
-    """Delete superseded bases, folded segments and orphans no head can need."""
+    """Delete superseded bases, folded segments and orphans no head can need.
+
+    Says how many superseded keys only the grace period still keeps (a
+    reader of an older head may need them), and when they become collectable."""
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, storage_options=storage_options)
     report = ns.gc(oid, grace=grace, dry_run=dry_run)

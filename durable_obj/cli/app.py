@@ -92,7 +92,7 @@ class _Group(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Also show durable_obj's info log lines.")
 @click.version_option(package_name="durable_obj", prog_name="durable-obj")
 def cli(verbose: bool) -> None:
-    """Inspect and administer durable objects (chDB databases in object storage).
+    """Inspect, change and administer durable objects (chDB databases in object storage).
 
     An OBJECT_URL's last path segment is the object id; the rest is its namespace
     (a local folder, file://, memory://, s3://, gs://, az://).

@@ -110,7 +110,9 @@ def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) 
 def sql_cmd(
     object_url: str, query: str, fmt_name: str | None, storage_options: dict[str, Any]
 ) -> None:
-    """Run one read-only query on the last flushed state."""
+    """Run one read-only query on the last flushed state.
+
+    Takes no lease. To change data use `durable-obj exec`."""
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, storage_options=storage_options)
     with ns.open(oid, read_only=True) as obj:
