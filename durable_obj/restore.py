@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.digest import file_digest, verify, verify_bytes
 from durable_obj.engine import check_compatible
-from durable_obj.errors import Corrupt, ProtocolUnsupported
+from durable_obj.errors import Corrupt, EngineError, ProtocolUnsupported
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
     PROTOCOL_VERSION,
@@ -152,8 +152,20 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
     if head.manifest.base is not None:
         assert fetches is not None
         path = fetches.base()
-        engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
-        os.unlink(path)
+        try:
+            engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+        except EngineError as exc:
+            if "not found in backup" not in str(exc):
+                raise
+            # The base verified against its SHA-256, so it is the archive the
+            # head names; a head whose manifest.db is not in it is inconsistent.
+            raise Corrupt(
+                f"{url}: the base {head.manifest.base.key} holds no database {db!r}, which "
+                "the head's manifest.db names; the head and its base disagree, so the "
+                "object was not opened and nothing was changed"
+            ) from exc
+        finally:
+            os.unlink(path)
     else:
         engine.create_database(db)
     engine.use_database(db)

@@ -232,6 +232,22 @@ def test_regression_failed_open_rewrote_engine_version() -> None:
     check_open(files, read_only=False)
 
 
+def test_regression_manifest_db_not_in_base() -> None:
+    """Found by test_hostile_heads: a head whose manifest.db (" efault") is not
+    the database its (intact) base holds was answered `engine` ("not found in
+    backup"); the head and its base disagree, which is `corrupt`."""
+    files = template()
+    doc = json.loads(files["o/head.json"])
+    assert doc["manifest"]["base"] is not None
+    doc["manifest"]["db"] = " efault"
+    files["o/head.json"] = json.dumps(doc).encode()
+    for read_only in (True, False):
+        store = install(files)
+        with pytest.raises(durable_obj.Corrupt, match="holds no database"):
+            durable_obj.Namespace(store, lease_ttl=30).open("o", read_only=read_only)
+        check_open(files, read_only)  # and nothing but the lease moved
+
+
 # -- symbolic links in a folder namespace ---------------------------------------
 # A folder store follows a link only while it stays inside the namespace root
 # and, below an object folder, inside that object folder (chdb.durable's rule).
