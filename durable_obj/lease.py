@@ -38,10 +38,12 @@ def check_free(lease: Lease, me: Holder, now: float, *, clock_skew: float) -> No
     """Raise `LeaseHeld` if someone else holds `lease` at `now` (allowing for
     their clock); a writer checks this before it does anything else."""
     if held_by_other(lease, me, now, clock_skew):
-        remaining = (lease.expires_at or now) - now
+        # The real wait: a normal takeover also waits out the skew allowance.
+        wait = (lease.expires_at or now) + clock_skew - now
         raise LeaseHeld(
             f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
-            f"generation {lease.generation}) for another {max(remaining, 0.0):.0f} s; "
+            f"generation {lease.generation}); a writer open succeeds in {max(wait, 0.0):.1f} s "
+            f"if it is not renewed (its expiry plus the {clock_skew:g} s clock_skew allowance); "
             "nothing was changed. Open it read_only=True, wait for the lease to expire, or "
             "pass force=True if that writer is known to be gone (its unflushed writes are lost)."
         )

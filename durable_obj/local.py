@@ -22,6 +22,11 @@ from durable_obj.determinism import Pinner
 from durable_obj.engine import Engine, acquire, check_mutation, check_read, engine_root
 from durable_obj.errors import Corrupt, InvalidArgument
 from durable_obj.head import EXTENSION, TIMEZONE, Head
+from durable_obj.sql import tokenize
+
+#: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
+#: name lives in system.tables.
+_KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
 
 
 class LocalCopy:
@@ -68,6 +73,13 @@ class LocalCopy:
             raise Corrupt(f"{self._url}: {exc}") from None
         self.pin(timezone)
 
+    def fresh_engine(self) -> Engine:
+        """The engine emptied, for a new base (the scratch folder is kept)."""
+        if self.engine is not None:
+            self.engine.release()
+            self.engine = None
+        return self.start_engine()
+
     def reset(self) -> None:
         """Between open attempts: an empty engine and scratch."""
         if self.engine is not None:
@@ -102,6 +114,21 @@ class LocalCopy:
         assert self.pinner is not None
         return self.pinner.prepare(sql, db)
 
+    def run_logged(self, engine: Engine, text: str, db: str) -> bool:
+        """Run a prepared mutation; False when it provably changed nothing
+        and must not be logged: a CREATE ... IF NOT EXISTS whose target
+        existed, or a DROP ... IF EXISTS whose target was absent, with the
+        catalogue entry of that name the same after as before."""
+        target = _conditional_ddl(text)
+        if target is None:
+            engine.run(text)
+            return True
+        create, where, name = target
+        before = _catalogue(engine, where or db, name)
+        engine.run(text)
+        unchanged = before == _catalogue(engine, where or db, name)
+        return not (unchanged and (before != "") == create)
+
     def snapshot(self, engine: Engine, db: str) -> str:
         """A full BACKUP of `db` as a `.tar` in the scratch folder."""
         assert self.work is not None
@@ -128,3 +155,46 @@ class LocalCopy:
         else:
             # From __del__ or at interpreter exit no thread may be started.
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _conditional_ddl(sql: str) -> tuple[bool, str, str] | None:
+    """(is CREATE, database or '', name) of `CREATE <kind> IF NOT EXISTS
+    [db.]name ...` or `DROP <kind> IF EXISTS [db.]name [SYNC]`; None for
+    anything else (OR REPLACE, several names, ON CLUSTER, ...)."""
+    tokens = tokenize(sql)
+    words = [t.word if t.kind == "ident" else "" for t in tokens]
+    if not words or words[0] not in ("create", "drop"):
+        return None
+    create = words[0] == "create"
+    for kind in _KINDS:
+        cond = ("if", "not", "exists") if create else ("if", "exists")
+        head = (words[0], *kind, *cond)
+        if tuple(words[: len(head)]) == head:
+            rest = tokens[len(head) :]
+            break
+    else:
+        return None
+    named = ("ident", "quoted")
+    if len(rest) >= 3 and rest[1].text == ".":
+        if rest[0].kind not in named or rest[2].kind not in named:
+            return None
+        where, name, tail = rest[0].name, rest[2].name, rest[3:]
+    elif rest and rest[0].kind in named:
+        where, name, tail = "", rest[0].name, rest[1:]
+    else:
+        return None
+    if not create and [t.word for t in tail] not in ([], ["sync"]):
+        return None
+    if create and tail and tail[0].word == "on":  # ON CLUSTER
+        return None
+    return create, where, name
+
+
+def _catalogue(engine: Engine, db: str, name: str) -> str:
+    """The catalogue entry of `db`.`name` ('' when there is none)."""
+    return engine.run_params(
+        "SELECT uuid, engine, create_table_query, metadata_modification_time "
+        "FROM system.tables WHERE database = {db:String} AND name = {t:String} "
+        "FORMAT JSONCompactEachRow",
+        {"db": db, "t": name},
+    )

@@ -93,8 +93,12 @@ class Namespace:
     def url(self) -> str:
         return self.store.url
 
-    def open(self, oid: str, *, read_only: bool = False, force: bool = False) -> DurableObject:
-        """Open (or create, as a writer) the object `oid`."""
+    def open(
+        self, oid: str, *, read_only: bool = False, force: bool = False, create: bool = True
+    ) -> DurableObject:
+        """Open the object `oid`; a writer open creates it if absent, unless
+        `create=False` (then a missing object is `NotFound`, nothing written).
+        See `durable_obj.open` for every argument."""
         check_oid(oid)
         obj = DurableObject(
             self.store,
@@ -104,7 +108,7 @@ class Namespace:
             options=self._options,
             progress=self._progress,
         )
-        obj._open(force)
+        obj._open(force, create)
         return obj
 
     # -- operations ------------------------------------------------------------
@@ -248,21 +252,61 @@ def open(
     owner: str | None = None,
     read_only: bool = False,
     force: bool = False,
+    create: bool = True,
     storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
     **options: Any,
 ) -> DurableObject:
-    """Open the durable object at `url`; a writer open creates it if absent.
+    """Open the durable object at `url` (its last path segment is the id).
 
-    `owner` names this writer in the lease (default: a random name);
-    `read_only=True` takes no lease and never creates; `force=True` takes an
-    unexpired lease (the old holder is fenced and loses unflushed writes).
-    `storage_options` go to the store as-is (endpoint_url, key, secret, ...).
-    Options: those of `Namespace`.
+    Use it as a context manager, so that it is always flushed and closed::
+
+        with durable_obj.open("s3://bucket/agents/alice", owner="svc-1") as obj:
+            obj.execute("INSERT INTO memories VALUES (...)")
+
+    An object dropped or left at interpreter exit without close() loses
+    its unflushed statements and keeps its lease until it expires; that is
+    reported as a ResourceWarning and a log record.
+
+    owner: the name this writer shows in the lease (default: random).
+    read_only: take no lease, never create; the view moves only on refresh().
+    force: take a lease another writer holds (it is fenced, and loses what
+        it did not flush); only when that writer is known to be gone.
+    create: a writer open of a missing object creates it (default True, as
+        chdb.durable V1 does and "open or create" per agent id needs); pass
+        create=False when the id must already exist (a mistyped id is then
+        NotFound instead of a new empty object).
+    storage_options: for the store's fsspec filesystem (endpoint_url, key,
+        secret, token, connection_string, ...); an unknown key is refused.
+    progress: an fsspec Callback for large uploads and downloads.
+
+    Options (`durable_obj.options.Options`), each with its default:
+    lease_ttl=30.0: seconds a writer's lease lasts without renewal.
+    heartbeat_interval=None: seconds between renewals (None: lease_ttl / 3,
+        the most allowed).
+    clock_skew=5.0: seconds added to another writer's expiry before a normal
+        takeover: a crashed writer's object opens lease_ttl + clock_skew
+        after its last renewal.
+    commit_deadline=30.0: seconds a commit retries before it reports
+        commit_ambiguous or backend.
+    db="default": database name of a new object (an existing head decides).
+    timezone="UTC": session time zone of a new object (an existing head decides).
+    nondeterminism="pin": pin now(), rand(), ... to literals; "refuse": refuse.
+    fetch_concurrency=32: parallel downloads of WAL segments during open.
+    fold_segments=64: after a flush, fold the WAL into a checkpoint at this
+        many segments (0: never).
+    fold_bytes=32 MiB: ... or at this many WAL bytes (0: never).
+    close_fold_segments=8: close() folds instead of flushing above this many.
+    auto_flush=False: flush without a flush() call when a limit below is hit.
+    auto_flush_bytes=1 MiB: ... when the buffer holds this many bytes (checked
+        on execute).
+    auto_flush_age=None: ... when the oldest buffered statement is this many
+        seconds old (checked on execute and by a timer on the heartbeat
+        thread, so an idle writer flushes too).
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)
     ns = Namespace(
         namespace, owner=owner, storage_options=storage_options, progress=progress, **options
     )
-    return ns.open(oid, read_only=read_only, force=force)
+    return ns.open(oid, read_only=read_only, force=force, create=create)

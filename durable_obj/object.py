@@ -29,6 +29,7 @@ thread in `heartbeat.py`, export in `export.py`.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -38,23 +39,22 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from durable_obj import lease as leases
+from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
-from durable_obj.engine import Engine
 from durable_obj.errors import (
-    ClassificationRefused,
-    Closed,
     DurableError,
     LeaseFenced,
 )
 from durable_obj.export import check_format, export_tables, list_tables
-from durable_obj.head import Head
 from durable_obj.heartbeat import Heartbeat
 from durable_obj.local import LocalCopy
-from durable_obj.opening import Opener
+from durable_obj.opening import Opener, Refresh
 from durable_obj.options import Options
+from durable_obj.pending import Pending
 from durable_obj.protocol import mint_checkpoint_key
 from durable_obj.sql import is_insert
-from durable_obj.wal import WalBuffer
+from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN, Surface
+from durable_obj.surface import Result as Result
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -63,17 +63,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("durable_obj")
 
-_NEW, _OPEN, _CLOSING, _CLOSED = "new", "open", "closing", "closed"
 
-
-class Result(str):
-    """A query's output: a `str`, with `.data()` for chdb.durable-style callers."""
-
-    def data(self) -> str:
-        return str(self)
-
-
-class DurableObject:
+class DurableObject(Surface):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     def __init__(
@@ -105,63 +96,10 @@ class DurableObject:
         self._local = LocalCopy(
             oid, url=self._w.url, mode=options.nondeterminism, timezone=options.timezone
         )
-        self._buf = WalBuffer()
+        self._buf = Pending()
         self._hb: Heartbeat | None = None
-        self._buffered_since = 0.0
-
-    # -- introspection -------------------------------------------------------
-    @property
-    def oid(self) -> str:
-        return self._oid
-
-    @property
-    def url(self) -> str:
-        return self._w.url
-
-    @property
-    def db(self) -> str:
-        return self._opts.db if self._w.head is None else self._w.head.manifest.db
-
-    @property
-    def generation(self) -> int:
-        return 0 if self._w.head is None else self._w.head.lease.generation
-
-    @property
-    def seq(self) -> int:
-        return 0 if self._w.head is None else self._w.head.manifest.seq
-
-    @property
-    def pending(self) -> int:
-        """Statements executed here and not yet made durable by flush()."""
-        return len(self._buf)
-
-    @property
-    def fenced(self) -> bool:
-        return self._w.fenced
-
-    @property
-    def closed(self) -> bool:
-        return self._state == _CLOSED
-
-    @property
-    def read_only(self) -> bool:
-        return self._read_only
-
-    @property
-    def timezone(self) -> str:
-        """The object's session time zone: every statement runs and replays in it."""
-        return self._local.timezone
-
-    @property
-    def head(self) -> Head | None:
-        """A copy of the head as this object last read or wrote it."""
-        return None if self._w.head is None else self._w.head.model_copy(deep=True)
-
-    def __repr__(self) -> str:
-        return (
-            f"DurableObject({self.url!r}, state={self._state}, generation={self.generation}, "
-            f"seq={self.seq}, pending={self.pending})"
-        )
+        self._fence_note = ""
+        self._warned = False
 
     def __enter__(self) -> DurableObject:
         return self
@@ -178,13 +116,15 @@ class DurableObject:
         # Local resources only: never a flush or a release, which are network
         # operations with outcomes a caller must see. The lease expires alone.
         try:
-            if self._state != _CLOSED:
-                self._local.teardown(background=False)
-        except Exception:
-            pass
+            self._left_open("collected")
+        finally:
+            with contextlib.suppress(Exception):
+                if self._state != _CLOSED:
+                    self._stop_heartbeat()
+                    self._local.teardown(background=False)
 
     # -- open ----------------------------------------------------------------
-    def _open(self, force: bool) -> None:
+    def _open(self, force: bool, create: bool = True) -> None:
         """Open the object; on any failure leave nothing behind but what it was."""
         with self._lock:
             if self._state != _NEW:
@@ -198,12 +138,14 @@ class DurableObject:
                     self._opts,
                     read_only=self._read_only,
                     force=force,
+                    create=create,
                     progress=self._progress,
                 ).run()
             except BaseException:
                 self._abort_open()
                 raise
             self._state = _OPEN
+            unclosed.track(self)
             if not self._read_only:
                 self._start_heartbeat()
             head = self._w.head
@@ -228,28 +170,36 @@ class DurableObject:
             self._local.teardown()
             self._state = _CLOSED
 
+    def refresh(self) -> bool:
+        """Move a read-only object's view to the state last committed: fetch
+        only the new WAL segments, or the new base after a checkpoint. True
+        if the view moved. Statements a writer has not flushed are never seen.
+
+        A failure before anything local changed (the head gone, a corrupt
+        segment, the network) leaves the view as it was; one while applying
+        closes the object (open it again). A writer's copy is always the
+        newest state, so on a writer refresh() is a no-op (False); a fenced
+        writer is `LeaseFenced`.
+        """
+        with self._lock:
+            self._require_open()
+            if not self._read_only:
+                self._require_writable()
+                return False
+            step = Refresh(self._w, self._local, self._opts, progress=self._progress)
+            if not step.fetch():
+                return False
+            try:
+                step.apply()
+            except BaseException:
+                log.warning("%s: refresh failed while applying; the object was closed", self.url)
+                self._w.forget()
+                self._local.teardown()
+                self._state = _CLOSED
+                raise
+            return True
+
     # -- reads and writes ----------------------------------------------------
-    def _require_open(self) -> Engine:
-        if self._state in (_CLOSED, _CLOSING):
-            raise Closed(f"{self.url} is closed")
-        if self._state != _OPEN or self._local.engine is None:
-            raise DurableError(f"{self.url} is not open")
-        return self._local.engine
-
-    def _require_writable(self) -> Engine:
-        engine = self._require_open()
-        if self._read_only:
-            raise ClassificationRefused(
-                f"{self.url} was opened read-only; execute(), flush() and checkpoint() "
-                "need a writer open"
-            )
-        if self._w.fenced:
-            raise LeaseFenced(
-                f"{self.url}: this writer lost its lease (another writer took over); it "
-                "accepts no writes. Reopen to continue from the last flushed state."
-            )
-        return engine
-
     def query(self, sql: str, fmt: str = "CSV") -> Result:
         """Run one read-only statement locally. No network, nothing logged.
 
@@ -266,19 +216,20 @@ class DurableObject:
         reading outside, ...) is pinned to the values it has now, or refused
         with `Nondeterministic`; see `durable_obj.determinism`. An expert who
         accepts divergent replicas passes `allow_nondeterministic=True`: the
-        statement is logged as written, with a warning.
+        statement is logged as written, with a warning. A `CREATE ... IF NOT
+        EXISTS` of an existing name, or a `DROP ... IF EXISTS` of an absent
+        one, runs but is not logged: it changed nothing.
         """
         with self._lock:
             engine = self._require_writable()
-            self._buf.admit(sql)  # limits before anything runs
+            self._buf.buf.admit(sql)  # limits before anything runs
             text = self._local.prepare(
                 engine, sql, self.db, allow_nondeterministic=allow_nondeterministic
             )
-            line = self._buf.admit(text)
-            engine.run(text)
-            if not self._buf:
-                self._buffered_since = time.monotonic()
-            self._buf.append(line)
+            line = self._buf.buf.admit(text)
+            if not self._local.run_logged(engine, text, self.db):
+                return
+            self._buf.add(line)
             if self._auto_flush_due():
                 self._flush_locked()
                 self._maybe_fold()
@@ -327,19 +278,24 @@ class DurableObject:
     def flush(self) -> str | None:
         """Publish the buffered statements as one WAL segment and commit it.
 
-        On return they survive the machine. Returns the segment key, or None
-        when nothing was buffered. On failure the statements stay buffered
-        and a later flush() retries them under a new key.
+        On return every statement executed before the call survives the
+        machine. Returns the new segment's key. When nothing is buffered it
+        returns, once, the key of the last commit (a segment, or a base) if
+        this thread executed statements since it was last told a key: another
+        thread's flush(), a checkpoint or the auto-flush committed them. Else
+        None: this thread executed nothing since. On failure the statements
+        stay buffered and a later flush() retries them under a new key.
         """
         with self._lock:
             self._require_writable()
-            key = self._flush_locked()
+            if not self._buf:
+                return self._buf.answer()
+            key = self._flush_locked(caller_told=True)
             self._maybe_fold()
             return key
 
     def _auto_flush_due(self) -> bool:
-        age = time.monotonic() - self._buffered_since
-        return bool(self._buf) and self._opts.auto_flush_due(self._buf.nbytes, age)
+        return bool(self._buf) and self._opts.auto_flush_due(self._buf.buf.nbytes, self._buf.age())
 
     def _maybe_fold(self, segments: int | None = None) -> None:
         """Growth policy: fold a long WAL into a new checkpoint, so the head
@@ -355,12 +311,16 @@ class DurableObject:
                 # time, so a failure is reported, never raised over a success.
                 log.warning("%s: folding the WAL failed (%s); will retry", self.url, exc)
 
-    def _flush_locked(self) -> str | None:
+    def _flush_locked(self, *, caller_told: bool = False) -> str | None:
         if not self._buf:
             return None
-        ref = self._w.commit_segment(self._buf.serialize(), scratch=self._local.work)
+        try:
+            ref = self._w.commit_segment(self._buf.buf.serialize(), scratch=self._local.work)
+        except LeaseFenced as exc:
+            self._fenced_by(exc)
+            raise
         count = len(self._buf)
-        self._buf.clear()
+        self._buf.committed(ref.key, caller_told=caller_told)
         log.debug("%s: flushed %d statement(s) as %s", self.url, count, ref.key)
         return ref.key
 
@@ -372,9 +332,9 @@ class DurableObject:
         """
         with self._lock:
             self._require_writable()
-            return self._checkpoint_locked()
+            return self._checkpoint_locked(caller_told=True)
 
-    def _checkpoint_locked(self) -> str:
+    def _checkpoint_locked(self, *, caller_told: bool = False) -> str:
         engine, work = self._local.engine, self._local.work
         assert engine is not None and work is not None
         started = time.monotonic()
@@ -385,9 +345,12 @@ class DurableObject:
             ref = self._w.commit_base(
                 key, local, engine_version=engine.version, scratch=work, progress=self._progress
             )
+        except LeaseFenced as exc:
+            self._fenced_by(exc)
+            raise
         finally:
             os.unlink(local)
-        self._buf.clear()
+        self._buf.committed(key, caller_told=caller_told)
         log.info(
             "%s: checkpoint %s, %d bytes, %.3f s",
             self.url,
@@ -399,8 +362,13 @@ class DurableObject:
 
     # -- heartbeat -----------------------------------------------------------
     def _start_heartbeat(self) -> None:
+        opts = self._opts
         self._hb = Heartbeat(
-            self._beat, self._opts.heartbeat, name=f"durable_obj-lease-{self._oid}"
+            self._beat,
+            opts.heartbeat,
+            name=f"durable_obj-lease-{self._oid}",
+            check=self._tick,
+            check_every=opts.auto_flush_age if opts.auto_flush else None,
         )
         self._hb.start()
 
@@ -414,6 +382,15 @@ class DurableObject:
         we believe in runs out, fence ourselves: from then on another writer
         may take over. False: beat no more. (A test drives it directly to
         stall the heartbeat deterministically.)"""
+        return self._on_heartbeat(renew=True)
+
+    def _tick(self) -> bool:
+        """Between beats: flush a buffer whose oldest statement reached
+        auto_flush_age, so an idle writer's statements do not wait for the
+        next execute()."""
+        return self._on_heartbeat(renew=False)
+
+    def _on_heartbeat(self, *, renew: bool) -> bool:
         with self._lock:
             if self._state != _OPEN or self._w.fenced:
                 return False
@@ -421,13 +398,15 @@ class DurableObject:
                 if self._auto_flush_due():
                     self._flush_locked()  # its commit renews the lease too
                     self._maybe_fold()
-                else:
+                elif renew:
                     self._w.commit()
-            except LeaseFenced:
+            except LeaseFenced as exc:
+                self._fenced_by(exc)
                 return False
             except DurableError as exc:
                 if leases.must_self_fence(self._w.expires_at, time.time()):
                     self._w.fenced = True
+                    self._fence_note = "it could not renew the lease before it ran out"
                     log.warning(
                         "%s: could not renew the lease before it expired (%s); "
                         "this writer fenced itself",
@@ -444,7 +423,10 @@ class DurableObject:
 
         If the flush fails, the error is raised and the object stays open with
         its statements buffered: retry close() or flush(), or call
-        close(discard=True) to drop them knowingly.
+        close(discard=True) to drop them knowingly. A fenced writer (state
+        "fenced") has nothing left to commit or release: close() always
+        closes it, and raises `LeaseFenced` if that dropped unflushed
+        statements (unless discard=True). Closing a closed object does nothing.
         """
         with self._lock:
             if self._state in (_CLOSED, _CLOSING, _NEW):
@@ -455,7 +437,16 @@ class DurableObject:
         self._stop_heartbeat()
         with self._lock:
             try:
-                if not self._read_only and not self._w.fenced:
+                if self._w.fenced:
+                    lost = self._buf.drop()
+                    if lost and not discard:
+                        why = self._fence_note or "it lost its lease"
+                        raise LeaseFenced(
+                            f"{self.url}: this writer was fenced ({why}); {lost} unflushed "
+                            "statement(s) were never committed. The object is closed; reopen "
+                            "to continue from the last flushed state."
+                        )
+                elif not self._read_only:
                     if not discard:
                         self._flush_locked()
                         self._maybe_fold(self._opts.close_fold_segments)
@@ -463,16 +454,9 @@ class DurableObject:
                         log.warning(
                             "%s: close(discard=True) dropped %d unflushed statement(s)",
                             self.url,
-                            len(self._buf),
+                            self._buf.drop(),
                         )
                     self._w.commit(release=True)
-                elif self._w.fenced and self._buf and not discard:
-                    lost = len(self._buf)
-                    self._buf.clear()
-                    raise LeaseFenced(
-                        f"{self.url}: this writer was fenced; {lost} unflushed statement(s) "
-                        "were never committed"
-                    )
             except LeaseFenced:
                 self._local.teardown()
                 self._state = _CLOSED

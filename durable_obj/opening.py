@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from durable_obj.commit import HeadWriter, Stored
     from durable_obj.engine import Engine
+    from durable_obj.head import ObjectRef
     from durable_obj.local import LocalCopy
     from durable_obj.options import Options
 
@@ -57,6 +58,7 @@ class Opener:
         *,
         read_only: bool,
         force: bool,
+        create: bool = True,
         progress: Callback | None = None,
     ) -> None:
         self.writer = writer
@@ -64,6 +66,7 @@ class Opener:
         self.options = options
         self.read_only = read_only
         self.force = force
+        self.create = create
         self.progress = progress
 
     def run(self) -> bool:
@@ -103,6 +106,12 @@ class Opener:
             raise NotFound(
                 f"no durable object at {writer.url} (no {HEAD_KEY}); a read-only open "
                 "never creates one. Check the URL and storage_options."
+            )
+        elif not self.create:
+            raise NotFound(
+                f"no durable object at {writer.url} (no {HEAD_KEY}); create=False never "
+                "creates one, and nothing was written. Check the object id, the URL and "
+                "storage_options, or open with create=True to create it."
             )
         with ThreadPoolExecutor(2) as pool:  # the base, and every segment
             fetches = None
@@ -172,3 +181,92 @@ class Opener:
                 previous.owner,
                 taken.lease.generation,
             )
+
+
+class Refresh:
+    """A read-only object's view moved to the head as stored now: only the
+    new WAL segments when the head kept its base and extended its WAL, else
+    the whole new base and WAL (a checkpoint, a fold, another database).
+
+    `fetch()` reads, checks, downloads and verifies everything first, and
+    touches nothing local: a failure there leaves the view as it was.
+    `apply()` then changes the engine; the caller closes the object if it
+    fails, since the local copy is then neither view."""
+
+    def __init__(
+        self,
+        writer: HeadWriter,
+        local: LocalCopy,
+        options: Options,
+        *,
+        progress: Callback | None = None,
+    ) -> None:
+        self.writer, self.local, self.options, self.progress = writer, local, options, progress
+        self._got: Stored | None = None
+        self._fetches: restore.Fetches | None = None
+        self._tail: list[ObjectRef] = []
+        self._full = False
+
+    def fetch(self) -> bool:
+        """False when the stored head names the same data as the view."""
+        writer, local = self.writer, self.local
+        was = writer.head
+        assert was is not None and local.engine is not None and local.work is not None
+        got = writer.read()
+        if got is None:
+            raise NotFound(
+                f"no durable object at {writer.url} any more (no {HEAD_KEY}); the view "
+                "was not changed"
+            )
+        restore.check_protocol(got.head, url=writer.url, read_only=True)
+        old, new = was.manifest, got.head.manifest
+        if new == old:
+            writer.adopt(got)  # a renewal moved only the lease
+            return False
+        restore.check_engine(local.engine, got.head)
+        same_base = new.db == old.db and new.base == old.base and new.seq > old.seq
+        extends = new.wal[: len(old.wal)] == old.wal and got.head.timezone == local.timezone
+        self._full = not (same_base and extends)
+        fetched = got.head
+        if not self._full:
+            fetched = got.head.model_copy(deep=True)
+            fetched.manifest.base = None
+            fetched.manifest.wal = self._tail = new.wal[len(old.wal) :]
+        with ThreadPoolExecutor(2) as pool:
+            fetches = restore.Fetches(
+                pool,
+                writer.store,
+                writer.oid,
+                fetched,
+                work=local.work,
+                concurrency=self.options.fetch_concurrency,
+                progress=self.progress,
+            )
+            try:
+                fetches.segments()
+                if fetched.manifest.base is not None:
+                    fetches.base()
+            except BaseException:
+                fetches.cancel()
+                raise
+        self._got, self._fetches = got, fetches
+        return True
+
+    def apply(self) -> None:
+        got, fetches, local = self._got, self._fetches, self.local
+        assert got is not None and fetches is not None and local.engine is not None
+        head, url = got.head, self.writer.url
+        if self._full:
+            engine = local.fresh_engine()
+            local.pin_head(head)
+            restore.restore(engine, head, fetches, url=url)
+        else:
+            db = head.manifest.db
+            restore.replay(local.engine, db, self._tail, fetches.segments(), url=url)
+        self.writer.adopt(got)
+        log.info(
+            "%s: refreshed to seq %d (%s)",
+            url,
+            head.manifest.seq,
+            "a new base" if self._full else f"{len(self._tail)} new WAL segment(s)",
+        )

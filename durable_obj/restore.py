@@ -169,9 +169,15 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
     else:
         engine.create_database(db)
     engine.use_database(db)
+    replay(engine, db, head.manifest.wal, [] if fetches is None else fetches.segments(), url=url)
+
+
+def replay(
+    engine: Engine, db: str, refs: list[ObjectRef], segments: list[list[str]], *, url: str
+) -> None:
+    """Replay verified `segments` (those of `refs`, in manifest order) onto `db`."""
     replayer = Replayer(engine, db)
-    segments = [] if fetches is None else fetches.segments()
-    for ref, statements in zip(head.manifest.wal, segments, strict=True):
+    for ref, statements in zip(refs, segments, strict=True):
         for n, sql in enumerate(statements, start=1):
             replayer.apply(sql, f"{ref.key} statement {n}")
     replayer.finish()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
@@ -37,6 +38,11 @@ REGISTRY: dict[str, _Registration] = {
 }
 
 
+#: A relative path whose first segment starts like a URL scheme ("s3:",
+#: "gs:x"); one letter is left alone (a drive letter).
+_SCHEME_LIKE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]+):")
+
+
 def supported_protocols() -> list[str]:
     return sorted(REGISTRY)
 
@@ -61,6 +67,15 @@ def split_url(url: str) -> tuple[str, str]:
         return protocol, path
     if url.startswith("local:"):
         return "file", os.path.abspath(url[len("local:") :])
+    looks = _SCHEME_LIKE.match(url)
+    if looks:
+        # "s3:/bkt/ns" (one slash) would quietly become the folder ./s3:/bkt/ns.
+        scheme = looks.group(1)
+        raise InvalidArgument(
+            f"{url!r} would be a local path, but it starts with {scheme + ':'!r} like a URL "
+            f"missing a slash: write {scheme}://... for that store, or ./{url} if a local "
+            "folder is really meant. Nothing was read or written."
+        )
     return "file", os.path.abspath(url)
 
 

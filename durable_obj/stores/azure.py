@@ -170,6 +170,9 @@ class AzureStore(CloudStore):
             config.max_single_get_size = GET_SIZE
             config.max_chunk_get_size = GET_SIZE
 
+    def _fs_classes(self) -> tuple[type, ...]:
+        return (importlib.import_module("adlfs").AzureBlobFileSystem,)
+
     def _bucket_name(self, first: str) -> str:
         # abfs://container@account.dfs.core.windows.net/path
         return first.split("@", 1)[0]

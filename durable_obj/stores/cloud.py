@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
 from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
-from durable_obj.stores.shared import SharedFS
+from durable_obj.stores.shared import SharedFS, accepted_options, check_options
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -57,6 +57,13 @@ class CloudStore(Store):
         self._prefix = prefix.strip("/")
         self._closed = False
         opts = dict(storage_options or {})
+        classes = self._fs_classes()
+        check_options(
+            f"{self.protocol}://{root.strip('/')}",
+            opts,
+            accepted_options(*classes) | {"retries", "skip_instance_cache"},
+            by=f"{classes[0].__module__.split('.')[0]}'s {classes[0].__name__}",
+        )
         self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
         opts["skip_instance_cache"] = True
         return opts
@@ -65,6 +72,11 @@ class CloudStore(Store):
         """The process's filesystem for `opts`, made by `make(opts, url)` the first time."""
         self._shared = SharedFS.acquire(self.protocol, opts, lambda: make(opts, self.url))
         self._fs = self._shared.fs
+
+    @abc.abstractmethod
+    def _fs_classes(self) -> tuple[type, ...]:
+        """The fsspec filesystem class (and what it hands options on to), whose
+        keyword arguments are the storage_options this store accepts."""
 
     def _bucket_name(self, first: str) -> str:
         return first

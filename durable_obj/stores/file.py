@@ -57,6 +57,7 @@ from urllib.parse import quote
 
 from durable_obj.errors import BackendError, InvalidArgument
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores.shared import check_options
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -130,6 +131,7 @@ class FileStore(Store):
         #: ... and as resolved: every key lives below this folder.
         self._real = os.path.realpath(self._root)
         opts = storage_options or {}
+        check_options(self.url, opts, ("fsync",), by="a local folder")
         #: fsync every published file and its directory (power-loss safety).
         self._fsync = bool(opts.get("fsync", True))
 

@@ -149,6 +149,9 @@ class GCSStore(CloudStore):
         self._endpoint = _safe_endpoint(str(self._fs._location))
         self._bucket_exists = False
 
+    def _fs_classes(self) -> tuple[type, ...]:
+        return (importlib.import_module("gcsfs.core").GCSFileSystem,)
+
     # -- plumbing -------------------------------------------------------
     def _object_url(self, full: str) -> str:
         return (

@@ -15,6 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
+from durable_obj.stores.shared import check_options
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -38,6 +39,7 @@ class MemoryStore(Store):
 
     def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
         self._root = root.strip("/")
+        check_options(self.url, storage_options or {}, (), by="the memory store")
 
     @property
     def url(self) -> str:

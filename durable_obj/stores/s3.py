@@ -188,6 +188,12 @@ class S3Store(CloudStore):
         self._fast: s3reads.FastReads | None = None
         self._fast_checked = False
 
+    def _fs_classes(self) -> tuple[type, ...]:
+        s3fs = importlib.import_module("s3fs")
+        session = importlib.import_module("aiobotocore.session")
+        # s3fs hands the options it does not name to botocore's session.
+        return (s3fs.S3FileSystem, session.AioSession)
+
     # -- plumbing -------------------------------------------------------
     async def _s3(self) -> Any:
         self._check_open()
