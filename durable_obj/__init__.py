@@ -36,7 +36,7 @@ from durable_obj.errors import (
     Timeout,
     UnsupportedStore,
 )
-from durable_obj.namespace import Namespace, export, open
+from durable_obj.namespace import Namespace, export, fork, open
 from durable_obj.object import DurableObject, Result
 
 __version__ = "0.1.0"
@@ -67,5 +67,6 @@ __all__ = [
     "UnsupportedStore",
     "errors",
     "export",
+    "fork",
     "open",
 ]

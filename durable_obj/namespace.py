@@ -57,6 +57,33 @@ def check_oid(oid: str) -> str:
     return oid
 
 
+def split_destination(dst: str) -> tuple[str | None, str]:
+    """(namespace URL, object id) of a fork's destination; the namespace is
+    None for a bare id (beside the source). A URL has a scheme (`s3://`,
+    `file:`, `local:`) or is a path: absolute, or relative starting with `./`
+    or `../`. Anything else must be an object id: `a/b` is refused rather
+    than guessed to be a relative path."""
+    if not isinstance(dst, str) or not dst.strip():
+        raise InvalidArgument("a fork destination must be a non-empty string")
+    lowered = dst.lower()
+    if (
+        "://" in dst
+        or lowered.startswith(("file:", "local:"))
+        or os.path.isabs(dst)
+        or dst.startswith(("./", "../"))
+    ):
+        namespace, oid = split_object_url(dst)
+        return namespace, check_oid(oid)
+    if not valid_oid(dst):
+        raise InvalidArgument(
+            f"invalid fork destination {dst!r}: give an object id beside the source (one path "
+            "segment: no '/', no backslash, no control character, not '.' or '..') or an "
+            "object URL (s3://bucket/ns/id, /abs/path/ns/id, or ./ns/id for a relative path). "
+            "Nothing was written."
+        )
+    return None, dst
+
+
 class Namespace:
     """A folder of durable objects on one store.
 
@@ -87,6 +114,7 @@ class Namespace:
         self._options: Options = make_options(options)
         self._owner = owner
         self._progress = progress
+        self._storage_options = storage_options
         self.store: Store = url if isinstance(url, Store) else open_store(url, storage_options)
 
     @property
@@ -174,22 +202,41 @@ class Namespace:
                 raise type(exc)(f"scan of {oid!r} failed: {exc}") from exc
         return out
 
-    def fork(self, src: str, dst: str) -> ops.ObjectInfo:
+    def fork(
+        self,
+        src: str,
+        dst: str,
+        *,
+        dst_storage_options: dict[str, Any] | None = None,
+    ) -> ops.ObjectInfo:
         """A new object `dst` whose base is the current state of `src` (its
-        base with the WAL folded in). `src` is only read. A lost answer from
+        base with the WAL folded in). `src` is only read.
+
+        `dst` is an object id beside `src` in this namespace, or an object
+        URL on any store (`s3://bucket/ns/copy`, `/abs/path/ns/copy`,
+        `./ns/copy`, ...; a relative path starts with `./`), reached with
+        `dst_storage_options` (default: this namespace's store options when
+        the URL has the same protocol, else none). The namespace's progress
+        callback sees the download of `src` and the upload of the copy.
+
+        An existing `dst` is refused (`InvalidArgument`) before anything is
+        read or written. The head is created only if absent, so a writer that
+        creates `dst` meanwhile wins: the fork is abandoned, its uploaded base
+        deleted (or left as an orphan no head references). A lost answer from
         the store is settled by reading back; an unproven head is
-        `CommitAmbiguous`."""
+        `CommitAmbiguous`.
+        """
         check_oid(src)
-        check_oid(dst)
-        ops.ensure_absent(self.store, dst)
-        writer = HeadWriter(self.store, dst, commit_deadline=self._options.commit_deadline)
+        store, oid = self._destination(dst, dst_storage_options)
+        ops.ensure_absent(store, oid)
+        writer = HeadWriter(store, oid, commit_deadline=self._options.commit_deadline)
         with self.open(src, read_only=True) as obj:
             path = obj.snapshot()
             size, sha256 = file_digest(path)
             ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
             writer.publish(
                 ref,
-                lambda key: self.store.create_file(key, path, self._progress),
+                lambda key: store.create_file(key, path, self._progress),
                 scratch=os.path.dirname(path),
             )
             source = obj.head
@@ -206,9 +253,28 @@ class Namespace:
         head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
         if not writer.create(head):
             with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
-                self.store.delete(object_key(dst, ref.key))
-            raise InvalidArgument(f"{dst!r} was created meanwhile; the fork was abandoned")
-        return ops.describe(self.store, dst)
+                store.delete(object_key(oid, ref.key))
+            raise InvalidArgument(
+                f"{oid!r} was created in {store.url} meanwhile by another writer, which wins; "
+                "the fork was abandoned and its uploaded base deleted (if that failed, it is "
+                "an orphan no head references)"
+            )
+        return ops.describe(store, oid)
+
+    def _destination(self, dst: str, options: dict[str, Any] | None) -> tuple[Store, str]:
+        """(store, id) of a fork's destination: an id beside the source, or an
+        object URL on a store of its own."""
+        namespace, oid = split_destination(dst)
+        if namespace is None:
+            if options is not None:
+                raise InvalidArgument(
+                    f"destination storage options go with a destination URL; {dst!r} is an "
+                    "id beside the source, on the source's store. Nothing was written."
+                )
+            return self.store, oid
+        if options is None and self.store.protocol == ops.url_protocol(namespace):
+            options = self._storage_options
+        return open_store(namespace, options), oid
 
     def export(
         self,
@@ -244,6 +310,36 @@ def export(
     ns = Namespace(namespace, storage_options=storage_options)
     with ns.open(check_oid(oid), read_only=True) as obj:
         return obj.export(to, format=format, storage_options=to_storage_options)
+
+
+def fork(
+    src_url: str,
+    dst_url: str,
+    *,
+    storage_options: dict[str, Any] | None = None,
+    dst_storage_options: dict[str, Any] | None = None,
+    progress: Callback | None = None,
+    **options: Any,
+) -> ops.ObjectInfo:
+    """Fork the object at `src_url` into a new object at `dst_url`, on the
+    same store or any other (a production object on S3 into a local folder
+    to debug it, a local experiment published to S3). The new object's base
+    is the source's current state; the source is only read.
+
+    `dst_url` is an object URL, or a bare id beside the source (a relative
+    path starts with `./`). `storage_options` reach the source's store,
+    `dst_storage_options` the destination's (default: `storage_options` when
+    both URLs have the same protocol, else none). `progress`: an fsspec
+    Callback that sees the source's download and the copy's upload.
+    Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...).
+
+    An existing destination is refused (`InvalidArgument`, naming it) and
+    left untouched; see `Namespace.fork` for a destination created meanwhile.
+    Returns the new object's `ObjectInfo`.
+    """
+    namespace, oid = split_object_url(src_url)
+    ns = Namespace(namespace, storage_options=storage_options, progress=progress, **options)
+    return ns.fork(check_oid(oid), dst_url, dst_storage_options=dst_storage_options)
 
 
 def open(

@@ -235,8 +235,12 @@ def release(store: Store, oid: str, *, commit_deadline: float = DEFAULT_COMMIT_D
 
 
 def ensure_absent(store: Store, oid: str) -> None:
+    """`InvalidArgument` naming `oid` and its store if it has a head (a fork's
+    destination must not exist)."""
     if store.get(head_key(oid)) is not None:
-        raise InvalidArgument(f"{oid!r} already exists in {store.url}; nothing was changed")
+        raise InvalidArgument(
+            f"{oid!r} already exists in {store.url}; it was left unchanged and nothing was written"
+        )
 
 
 def head_document(store: Store, oid: str) -> object:

@@ -11,8 +11,9 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import session, storage_options
+from durable_obj.cli.session import options_callback, session, storage_options
 from durable_obj.cli.write import default_owner
+from durable_obj.namespace import split_destination
 
 
 @cli.command("checkpoint")
@@ -91,17 +92,42 @@ def gc_cmd(
 
 @cli.command("fork")
 @click.argument("src_url")
-@click.argument("dst_id")
+@click.argument("dst")
+@click.option(
+    "--to-option",
+    "-t",
+    "to_options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    callback=options_callback,
+    help="Storage options for a DST URL (default: the -o options when DST has the same "
+    "protocol as SRC_URL, else none).",
+)
 @storage_options
-def fork_cmd(src_url: str, dst_id: str, storage_options: dict[str, Any]) -> None:
-    """Create DST_ID beside SRC_URL, starting from SRC's current state."""
+def fork_cmd(
+    src_url: str, dst: str, to_options: dict[str, Any], storage_options: dict[str, Any]
+) -> None:
+    """Create DST, starting from SRC_URL's current state (SRC is only read).
+
+    DST is an id beside SRC_URL, or an object URL on any store (s3://bucket/ns/id,
+    /abs/path/ns/id, ./ns/id for a relative path). An existing DST is refused and
+    left unchanged."""
     namespace, oid = parse_object_url(src_url)
+    dst_namespace = split_destination(dst)[0]
+    if dst_namespace is None and to_options:
+        raise Failure(
+            "invalid_argument",
+            f"--to-option goes with a DST URL; {dst!r} is an id beside SRC_URL, on its store. "
+            "Nothing was written.",
+            2,
+        )
     with progress_bar("fork") as bar:
         ns = Namespace(namespace, storage_options=storage_options, progress=bar)
-        info = ns.fork(oid, dst_id)
+        info = ns.fork(oid, dst, dst_storage_options=to_options or None)
+    where = ns.url if dst_namespace is None else dst_namespace
     sess = session()
-    sess.echo(f"forked {oid} into {info.oid}")
-    sess.echo(fmt.info_text(info, ns.url))
+    sess.echo(f"forked {oid} into {info.oid if dst_namespace is None else dst}")
+    sess.echo(fmt.info_text(info, where))
 
 
 @cli.command("release")

@@ -16,7 +16,8 @@ def test_all_is_pinned() -> None:
         "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "InvalidArgument",
         "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded", "MissingDependency",
         "Namespace", "Nondeterministic", "NotFound", "ProtocolUnsupported", "Result",
-        "SecretRefused", "Timeout", "UnsupportedStore", "errors", "export", "open",
+        "SecretRefused", "Timeout", "UnsupportedStore", "errors", "export", "fork",
+        "open",
     }  # fmt: skip
     for name in durable_obj.__all__:
         assert hasattr(durable_obj, name)
