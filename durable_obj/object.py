@@ -7,6 +7,8 @@ state honest with each other.
     execute = classify -> pin or refuse -> run locally -> buffer (NOT durable)
     flush   = create the segment -> CAS the head          (durable on return)
     checkpoint = BACKUP -> create the base -> CAS the head with an empty WAL
+    refresh = (a reader) read head -> fetch + verify the new segments, or
+              the new base -> replay them, or RESTORE anew
     close   = flush -> release the lease (CAS) -> drop the scratch
 
 Three rules the code below exists to hold:
@@ -20,11 +22,14 @@ Three rules the code below exists to hold:
 
 Only the states, their transitions and the lock live here. The steps are
 elsewhere, each taking its inputs as arguments: the open sequence in
-`opening.py`, head writes and their reconcile in `commit.py`,
+`opening.py` (a reader's refresh too), head writes and their reconcile in
+`commit.py`,
 fetch/verify/restore/replay in `restore.py`, lease arithmetic in `lease.py`,
 the engine, scratch folder and statement gates in `local.py` (the gates
 themselves in `engine.py`, pinning in `determinism.py`), the heartbeat
-thread in `heartbeat.py`, export in `export.py`.
+thread in `heartbeat.py`, export in `export.py`, the buffer and who is owed
+a flush() answer in `pending.py`, the read-only properties and the entry
+gates in `surface.py`, the warning for an object left open in `unclosed.py`.
 """
 
 from __future__ import annotations
