@@ -83,9 +83,7 @@ def test_folder_to_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     # Its own lease: the source's lease is held (by a writer that died
     # holding it), and a writer opens the fork all the same.
     durable_obj.open(src, owner="experimenter")._abandon()
-    with durable_obj.open(
-        f"{s3_ns}/published", owner="publisher", storage_options=options
-    ) as fork:
+    with durable_obj.open(f"{s3_ns}/published", owner="publisher", storage_options=options) as fork:
         fork.execute("INSERT INTO m VALUES (4, 'only in the fork')")
         fork.flush()
         assert durable_obj.Namespace(s3_ns, storage_options=options).info("published").owner == (
@@ -138,7 +136,7 @@ def test_existing_destination_folder_is_refused_untouched(tmp_path: Path) -> Non
     make_source(src)
     make_source(dst)
     before = snapshot(str(tmp_path / "b"), "o", None)
-    with pytest.raises(errors.InvalidArgument, match="already exists.*nothing was written"):
+    with pytest.raises(errors.InvalidArgument, match=r"already exists.*nothing was written"):
         durable_obj.fork(src, dst)
     assert snapshot(str(tmp_path / "b"), "o", None) == before
     with pytest.raises(errors.InvalidArgument, match="already exists"):
@@ -171,7 +169,7 @@ def test_bad_destinations_write_nothing(tmp_path: Path) -> None:
     ns = durable_obj.Namespace(str(ns_path))
     before = sorted(p for p in tmp_path.rglob("*"))
     for bad in ("a/b", "..", "", "tab\there"):
-        with pytest.raises(errors.InvalidArgument, match="Nothing was written|non-empty"):
+        with pytest.raises(errors.InvalidArgument, match=r"Nothing was written|non-empty"):
             ns.fork("o", bad)
     with pytest.raises(errors.InvalidArgument, match="go with a destination URL"):
         ns.fork("o", "beside", dst_storage_options={"key": "x"})
