@@ -397,6 +397,76 @@ def test_fork(ns: Path, obj_url: str) -> None:
     assert not (ns / "o3").exists()
 
 
+def test_fork_to_a_url(
+    ns: Path, obj_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The issue's `durable-obj fork ./ns/a1 ./ns/a2`, another folder, progress,
+    and an existing destination refused untouched."""
+    seen: list[tuple[str, int]] = []
+
+    class Recording(progress.RichProgress):
+        def set_size(self, size: int) -> None:
+            seen.append((self._description, size))
+            super().set_size(size)
+
+    monkeypatch.setattr(progress, "RichProgress", Recording)
+    monkeypatch.chdir(ns.parent)
+    out = ok("fork", "./ns/o", "./ns/o2").stdout
+    assert out.startswith("forked o into ./ns/o2\n")
+    assert pairs("\n".join(out.splitlines()[1:]))["forked from"] == "o at seq 2"
+    assert ("fork", head_doc(ns / "o2")["manifest"]["base"]["size"]) in seen  # the upload
+    out = ok("fork", obj_url, str(tmp_path / "elsewhere" / "copy")).stdout
+    assert out.startswith(f"forked o into {tmp_path / 'elsewhere' / 'copy'}\n")
+    copy = str(tmp_path / "elsewhere" / "copy")
+    assert ok("sql", copy, "SELECT sum(k) FROM m", "--format", "TSV").stdout == "6\n"
+    before = {p: p.read_bytes() for p in (ns / "o2").rglob("*") if p.is_file()}
+    message = fails("invalid_argument", "fork", obj_url, "./ns/o2")
+    assert "'o2' already exists" in message and "nothing was written" in message
+    assert {p: p.read_bytes() for p in (ns / "o2").rglob("*") if p.is_file()} == before
+    assert "--to-option" in fails("invalid_argument", "fork", obj_url, "o3", "-t", "key=x")
+    assert not (ns / "o3").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.moto
+def test_fork_across_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """folder -> S3 with --to-option, S3 -> folder with -o; secrets redacted."""
+    root, options = request.getfixturevalue("moto_s3")
+    namespace = f"{root}/cli-fork-{uuid.uuid4().hex[:8]}"
+    local = tmp_path / "ns"
+    with durable_obj.open(str(local / "exp"), owner="maker") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1, 'a'), (2, 'b'), (3, 'c')")
+    secret, key = options["secret"], options["key"]
+    region = options.get("client_kwargs", {}).get("region_name", "us-east-1")
+    pairs_ = {
+        "endpoint_url": options["endpoint_url"],
+        "key": key,
+        "secret": secret,
+        "client_kwargs.region_name": region,
+    }
+    to = [arg for k, v in pairs_.items() for arg in ("-t", f"{k}={v}")]
+    src = [arg for k, v in pairs_.items() for arg in ("-o", f"{k}={v}")]
+    outputs = []
+    up = ok("fork", str(local / "exp"), f"{namespace}/published", *to)
+    outputs.append(up.stdout + up.stderr)
+    assert up.stdout.startswith(f"forked exp into {namespace}/published\n")
+    published = ok("sql", f"{namespace}/published", "SELECT sum(k) FROM m", "--format", "TSV", *src)
+    assert published.stdout == "6\n"
+    down = ok("fork", f"{namespace}/published", str(tmp_path / "debug" / "copy"), *src)
+    outputs.append(down.stdout + down.stderr)
+    copy = ok("sql", str(tmp_path / "debug" / "copy"), "SELECT sum(k) FROM m", "--format", "TSV")
+    assert copy.stdout == "6\n"
+    beside = ok("fork", f"{namespace}/published", f"{namespace}/again", *src)  # -o reused
+    outputs.append(beside.stdout + beside.stderr)
+    refused = run("fork", str(local / "exp"), f"{namespace}/published", *to)
+    outputs.append(refused.stdout + refused.stderr)
+    assert refused.exit_code == 2 and "already exists" in refused.stderr
+    assert durable_obj.Namespace(namespace, storage_options=options).info("published").seq == 1
+    for text in outputs:
+        assert secret not in text and key not in text
+
+
 # -- export ---------------------------------------------------------------------------
 def test_export(tmp_path: Path, obj_url: str) -> None:
     dest = tmp_path / "out"
