@@ -21,7 +21,6 @@ and then it matters:
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -265,13 +264,11 @@ class ColumnRules:
         """[name, type, default_kind, default_expression] of a table's columns."""
         columns = self._columns.get((db, table))
         if columns is None:
-            listing = self._engine.run_params(
+            columns = self._engine.json_rows(
                 "SELECT name, type, default_kind, default_expression FROM system.columns "
-                "WHERE database = {db:String} AND table = {t:String} ORDER BY position "
-                "FORMAT JSONCompactEachRow",
+                "WHERE database = {db:String} AND table = {t:String} ORDER BY position",
                 {"db": db, "t": table},
             )
-            columns = [json.loads(line) for line in listing.splitlines() if line]
             self._columns[(db, table)] = columns
         return columns
 

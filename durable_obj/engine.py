@@ -204,6 +204,19 @@ class Engine:
             raise EngineError(f"chDB: {_clean(exc)}") from exc
         return _decoded(result)
 
+    def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
+        """The rows of `sql` (no FORMAT clause) as lists of JSON values; `params`
+        go through query parameters. Rows are split on "\\n" alone: a value may
+        hold U+0085 or U+2028, where `str.splitlines()` would cut the row."""
+        if params is None:
+            out = self.text(sql, "JSONCompactEachRow")
+        else:
+            out = self.run_params(f"{sql} FORMAT JSONCompactEachRow", params)
+        try:
+            return [json.loads(line) for line in out.split("\n") if line]
+        except ValueError:
+            raise EngineError("chDB answered rows that are not JSON") from None
+
     def use_database(self, db: str) -> None:
         """Pin the current database; the name goes through a parameter."""
         self.run_params("USE {db:Identifier}", {"db": db})
@@ -269,14 +282,13 @@ class Engine:
         or DELETE after opening from a checkpoint silently did nothing, here
         and on every replay. Reattaching such a table makes it count on from
         its parts' highest block or mutation version."""
-        stale = self.run_params(
+        stale = self.json_rows(
             "SELECT table FROM system.parts WHERE database = {db:String} AND active "
-            "GROUP BY table HAVING max(data_version) > max(max_block_number) "
-            "FORMAT JSONCompactEachRow",
+            "GROUP BY table HAVING max(data_version) > max(max_block_number)",
             {"db": db},
         )
-        for line in stale.splitlines():
-            params = {"db": db, "t": json.loads(line)[0]}
+        for (table,) in stale:
+            params = {"db": db, "t": table}
             self.run_params("DETACH TABLE {db:Identifier}.{t:Identifier}", params)
             self.run_params("ATTACH TABLE {db:Identifier}.{t:Identifier}", params)
 
@@ -288,23 +300,19 @@ class Engine:
         if self._conn is None:
             return
         try:
-            temporary = self.text("SELECT name FROM system.tables WHERE is_temporary", "TSV")
-            for name in temporary.split("\n"):
-                if name:
-                    self.run_params("DROP TEMPORARY TABLE {t:Identifier}", {"t": name})
-            for db in self.text("SELECT name FROM system.databases", "TSV").split("\n"):
-                if db and db not in _KEEP and db != "default":
+            for (name,) in self.json_rows("SELECT name FROM system.tables WHERE is_temporary"):
+                self.run_params("DROP TEMPORARY TABLE {t:Identifier}", {"t": name})
+            for (db,) in self.json_rows("SELECT name FROM system.databases"):
+                if db not in _KEEP and db != "default":
                     self.run_params("DROP DATABASE {db:Identifier} SYNC", {"db": db})
             # `default` itself stays: RESTORE compares its definition with the
             # archive's, and only the engine's own `default` matches. Views
             # and dictionaries first, so no table is dropped from under one.
-            listing = self.text(
+            listing = self.json_rows(
                 "SELECT name, engine FROM system.tables WHERE database = 'default' "
-                "ORDER BY engine NOT LIKE '%View', engine != 'Dictionary'",
-                "JSONCompactEachRow",
+                "ORDER BY engine NOT LIKE '%View', engine != 'Dictionary'"
             )
-            for line in listing.splitlines():
-                name, kind = json.loads(line)
+            for name, kind in listing:
                 drop = "DICTIONARY" if kind == "Dictionary" else "TABLE"
                 self.run_params(f"DROP {drop} default.{{t:Identifier}} SYNC", {"t": name})
             self.run("USE default")

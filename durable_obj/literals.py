@@ -13,12 +13,13 @@ zone, not the session's. So a literal may depend on nothing but itself:
 * text that is not UTF-8 is written as `unhex('...')` (and never decoded);
 * everything else in the engine's own text form, which is exact: floats in
   their shortest round-trip form (`-0`, `nan`, `inf`), decimals and wide
-  integers in full, Enum labels, IPs, UUIDs.
+  integers in full, Enum labels, IPs, UUIDs. A NaN keeps neither its sign
+  nor its payload (no ClickHouse text form carries them); the writer runs
+  the pinned text too, so writer and readers still hold the same bits.
 """
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import DurableError
@@ -52,14 +53,13 @@ class Literals:
             if type_name is None:
                 return None
             wire = type_in_zone(type_name, WIRE_ZONE)
-            rows = self._engine.text(
+            rows = self._engine.json_rows(
                 f"SELECT hex(toString(CAST(e, {quote_string(wire)}))) "
-                f"FROM (SELECT {expr} AS e FROM numbers({count}))",
-                "JSONCompactEachRow",
+                f"FROM (SELECT {expr} AS e FROM numbers({count}))"
             )
         except DurableError:
             return None
-        values = [json.loads(line)[0] for line in rows.splitlines() if line]
+        values = [row[0] for row in rows]
         if len(values) != count:
             return None
         return [
@@ -70,11 +70,10 @@ class Literals:
         """The type of a constant expression, without evaluating it."""
         found = self._types.get(expr)
         if found is None:
-            described = self._engine.text(f"DESCRIBE (SELECT {expr} AS e)", "JSONCompactEachRow")
-            lines = described.splitlines()
-            if not lines:
+            described = self._engine.json_rows(f"DESCRIBE (SELECT {expr} AS e)")
+            if not described:
                 return None
-            found = str(json.loads(lines[0])[1])
+            found = str(described[0][1])
             if len(self._types) >= _MAX_CACHED_TYPES:
                 self._types.clear()
             self._types[expr] = found

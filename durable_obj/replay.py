@@ -11,7 +11,6 @@ statement on its own: ~90 statements/s.)
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -106,14 +105,14 @@ class Replayer:
     def _batchable(self, db: str, table: str) -> bool:
         key = (db, table)
         if key not in self._eligible:
-            out = self._engine.run_params(
+            rows = self._engine.json_rows(
                 "SELECT engine, engine_full, length(dependencies_table) FROM system.tables "
-                "WHERE database = {db:String} AND name = {t:String} FORMAT JSONCompactEachRow",
+                "WHERE database = {db:String} AND name = {t:String}",
                 {"db": db, "t": table},
-            ).strip()
+            )
             ok = False
-            if out:
-                engine, engine_full, dependents = json.loads(out.splitlines()[0])
+            if rows:
+                engine, engine_full, dependents = rows[0]
                 ok = (
                     engine in BATCHABLE_ENGINES
                     and int(dependents) == 0

@@ -17,8 +17,8 @@ A. per case k: `CREATE TABLE t_k (id UInt32, c Array(T))` and
    `INSERT INTO t_k (id, c) VALUES (1, arrayShuffle([V])), (5, [])`: the
    pinner logs `arrayShuffle([V])` as a literal of Array(T);
 B. that literal LIT, read back from the WAL, in every kind of statement:
-   INSERT ... SELECT of constants, ALTER TABLE ... UPDATE, ALTER TABLE ...
-   DELETE WHERE, lightweight DELETE, CREATE TABLE ... AS SELECT;
+   INSERT ... SELECT of constants, CREATE TABLE ... AS SELECT, and one of
+   ALTER TABLE ... UPDATE, ALTER TABLE ... DELETE WHERE, lightweight DELETE;
 C. per query-constant call Q (`now64(3, 'Asia/Tokyo')`, ...), the pinner
    pins Q in CREATE TABLE ... AS SELECT, INSERT ... SELECT, INSERT ...
    VALUES, ALTER TABLE ... UPDATE / DELETE and lightweight DELETE.
@@ -84,7 +84,7 @@ def dump(query: Callable[[str], str]) -> dict[str, str]:
         "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() "
         "ORDER BY table, position FORMAT JSONCompactEachRow"
     )
-    tables = sorted({json.loads(line)[0] for line in columns.splitlines() if line})
+    tables = sorted({json.loads(line)[0] for line in columns.split("\n") if line})
     out = {"": columns}
     for table in tables:
         out[table] = query(
@@ -173,12 +173,15 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
             )
         lit = _first_row_value(logged[f"t_{k}"])
         # B: the pinned literal in every kind of statement
-        for sql in (
-            f"INSERT INTO t_{k} (id, c) SELECT 2, {lit} UNION ALL SELECT 3, {lit}",
-            f"INSERT INTO t_{k} (id, c) SELECT 4, {lit}",
+        mutations = (  # one per case, in turn: mutations are the slow part of a replay
             f"ALTER TABLE t_{k} UPDATE c = {lit} WHERE id = 5",
             f"ALTER TABLE t_{k} DELETE WHERE id = 2 AND sipHash64(c) = sipHash64({lit})",
             f"DELETE FROM t_{k} WHERE id = 3 AND sipHash64(c) = sipHash64({lit})",
+        )
+        for sql in (
+            f"INSERT INTO t_{k} (id, c) SELECT 2, {lit} UNION ALL SELECT 3, {lit}",
+            f"INSERT INTO t_{k} (id, c) SELECT 4, {lit}",
+            mutations[k % len(mutations)],
             f"CREATE TABLE u_{k} ENGINE = MergeTree ORDER BY tuple() AS SELECT {lit} AS c",
         ):
             run(sql, case["type"])

@@ -332,3 +332,10 @@ def test_ttl_clause(sql: str, keyword: int | None) -> None:
         assert at is None
     else:
         assert at is not None and tokens[at].text.upper() == "TTL"
+
+
+def test_engine_json_rows_keep_line_separators_inside_values(engine: Engine) -> None:
+    rows = engine.json_rows(
+        "SELECT 'a\u2028b\x85c' AS s, 1 UNION ALL SELECT {x:String}, 2", {"x": "d\u2029"}
+    )
+    assert sorted(rows, key=lambda r: r[1]) == [["a\u2028b\x85c", 1], ["d\u2029", 2]]
