@@ -281,6 +281,23 @@ class AzureStore(CloudStore):
 
         return await self._listed(prefix, once)
 
+    async def _folders(self, prefix: str) -> list[str]:
+        self._check_open()
+
+        async def once(start: str) -> list[str]:
+            found: list[str] = []
+            # walk_blobs yields the blobs at this level and a BlobPrefix
+            # (a name ending in the delimiter) per folder below it.
+            async for item in self._client.walk_blobs(
+                name_starts_with=start or None, delimiter="/", **self._opts()
+            ):
+                name = str(item.name)
+                if name.endswith("/"):
+                    found.append(name)
+            return found
+
+        return await self._folders_listed(prefix, once)
+
     # -- conditional writes ---------------------------------------------
     def _condition(self, version: Version | None) -> dict[str, Any]:
         from azure.core import MatchConditions

@@ -21,15 +21,18 @@ that would leave its root.
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from durable_obj.errors import BackendError
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +81,7 @@ class Store(abc.ABC):
         Stores that can batch (S3) override this; the answers must be the
         same as `get`'s, key by key.
         """
-        keys = list(keys)
-        if len(keys) <= 1 or concurrency <= 1:
-            return [self.get(key) for key in keys]
-        pool = ThreadPoolExecutor(min(concurrency, len(keys)))
-        try:
-            futures = [pool.submit(self.get, key) for key in keys]
-            return [future.result() for future in futures]
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        return each(self.get, keys, concurrency)
 
     @abc.abstractmethod
     def create(self, key: str, data: bytes) -> Version | None:
@@ -111,6 +106,28 @@ class Store(abc.ABC):
     def list_keys(self, prefix: str = "") -> list[Entry]:
         """Every key below `prefix` (recursively), sorted by key."""
 
+    def list_folders(self, prefix: str = "") -> list[str]:
+        """The names of the folders directly below `prefix` that hold keys,
+        sorted: a namespace's object ids, found without listing every key.
+
+        Every store overrides this with one delimiter listing (S3
+        `Delimiter='/'`, GCS `delimiter`, Azure `walk_blobs`, `os.scandir`).
+        This fallback, for a store that does not, lists every key. A store
+        may also name a folder whose keys were all deleted (a local folder,
+        SeaweedFS's filer); callers read what they need below each name and
+        skip what is not there.
+        """
+        start = join_key(prefix)
+        cut = len(start) + 1 if start else 0
+        names = {e.key[cut:].split("/", 1)[0] for e in self.list_keys(start) if "/" in e.key[cut:]}
+        return sorted(names)
+
+    def list_keys_many(self, prefixes: Sequence[str], concurrency: int = 32) -> list[list[Entry]]:
+        """`list_keys` of every prefix, up to `concurrency` at once, answers
+        in order (the first failure is raised). Cloud stores run them on
+        their IO loop instead of threads."""
+        return each(self.list_keys, prefixes, concurrency)
+
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove `key`; a missing key is not an error."""
@@ -120,6 +137,21 @@ class Store(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r})"
+
+
+def each(fn: Callable[[A], R], items: Sequence[A], concurrency: int) -> list[R]:
+    """`fn(item)` for every item, up to `concurrency` at once in threads,
+    answers in item order. The first failure is raised and the calls not yet
+    started are dropped."""
+    items = list(items)
+    if len(items) <= 1 or concurrency <= 1:
+        return [fn(item) for item in items]
+    pool = ThreadPoolExecutor(min(concurrency, len(items)))
+    try:
+        futures = [pool.submit(fn, item) for item in items]
+        return [future.result() for future in futures]
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def join_key(*parts: str) -> str:

@@ -169,6 +169,20 @@ class CloudStore(Store):
         entries.sort(key=lambda e: e.key)
         return entries
 
+    async def _folders_listed(
+        self, prefix: str, once: Callable[[str], Awaitable[list[str]]]
+    ) -> list[str]:
+        """The folder names directly below `prefix`: `once(start)` lists the
+        full names of the common prefixes below `start` (one delimiter
+        listing, every page), retried; the names are cut to one segment."""
+        start, _ = self._list_scope(prefix)
+        try:
+            full = await self._retry(lambda: once(start))
+        except Exception as exc:
+            raise self._error("listing", prefix.strip("/") or "/", exc) from exc
+        names = {name[len(start) :].strip("/") for name in full if name.startswith(start)}
+        return sorted(name for name in names if name and "/" not in name)
+
     # -- the synchronous face ---------------------------------------------
     @abc.abstractmethod
     async def _get(self, key: str) -> Blob | None: ...
@@ -178,6 +192,9 @@ class CloudStore(Store):
 
     @abc.abstractmethod
     async def _list(self, prefix: str) -> list[Entry]: ...
+
+    @abc.abstractmethod
+    async def _folders(self, prefix: str) -> list[str]: ...
 
     @abc.abstractmethod
     async def _delete(self, key: str) -> None: ...
@@ -215,6 +232,24 @@ class CloudStore(Store):
 
     def list_keys(self, prefix: str = "") -> list[Entry]:
         return self._run(self._list, prefix)
+
+    def list_keys_many(self, prefixes: Sequence[str], concurrency: int = 32) -> list[list[Entry]]:
+        return self._run(self._list_many, list(prefixes), max(1, concurrency))
+
+    async def _list_many(self, prefixes: list[str], concurrency: int) -> list[list[Entry]]:
+        """`_list` of every prefix, `concurrency` at once, on the IO loop."""
+        got: list[list[Entry]] = [[] for _ in prefixes]
+        limit = asyncio.Semaphore(concurrency)
+
+        async def one(index: int) -> None:
+            async with limit:
+                got[index] = await self._list(prefixes[index])
+
+        await gather_or_cancel([one(index) for index in range(len(prefixes))])
+        return got
+
+    def list_folders(self, prefix: str = "") -> list[str]:
+        return self._run(self._folders, prefix)
 
     def delete(self, key: str) -> None:
         self._run(self._delete, key)

@@ -413,27 +413,46 @@ class FileStore(Store):
             raise
         return True
 
+    def _open_listed(self, prefix: str) -> int | None:
+        """The folder `prefix` names, opened as every key is (no link
+        followed out); None if there is no such folder."""
+        if not prefix:
+            return self._open_root(prefix, create=False)
+        try:
+            parent, name = self._open_parent(prefix, create=False)
+        except NotADirectoryError:
+            return None  # the prefix names a file: nothing below it
+        if parent is None:
+            return None
+        try:
+            return self._step(parent, name, prefix, _DIR)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        finally:
+            os.close(parent)
+
     def list_keys(self, prefix: str = "") -> list[Entry]:
         try:
-            if prefix:
-                try:
-                    top, name = self._open_parent(prefix, create=False)
-                    if top is not None:
-                        parent, top = top, None
-                        try:
-                            top = self._step(parent, name, prefix, _DIR)
-                        except FileNotFoundError:
-                            pass
-                        finally:
-                            os.close(parent)
-                except NotADirectoryError:
-                    return []  # the prefix names a file: nothing below it
-            else:
-                top = self._open_root(prefix, create=False)
+            top = self._open_listed(prefix)
             if top is None:
                 return []
             try:
                 return self._walk(top, prefix)
+            finally:
+                os.close(top)
+        except OSError as exc:
+            raise self._fail("listing", prefix, exc) from exc
+
+    def list_folders(self, prefix: str = "") -> list[str]:
+        """The real folders in the folder `prefix` (one `scandir`); a linked
+        folder is not named (an aliased object is listed under its real name)."""
+        try:
+            top = self._open_listed(prefix)
+            if top is None:
+                return []
+            try:
+                with os.scandir(top) as found:
+                    return sorted(e.name for e in found if e.is_dir(follow_symlinks=False))
             finally:
                 os.close(top)
         except OSError as exc:

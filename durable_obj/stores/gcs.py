@@ -321,6 +321,30 @@ class GCSStore(CloudStore):
 
         return await self._listed(prefix, once)
 
+    async def _folders(self, prefix: str) -> list[str]:
+        url = f"{self._fs._location}/storage/v1/b/{quote(self._bucket, safe='')}/o"
+
+        async def once(start: str) -> list[str]:
+            found: list[str] = []
+            page: str | None = None
+            while True:
+                params: dict[str, Any] = {
+                    "prefix": start,
+                    "delimiter": "/",
+                    "fields": "prefixes,nextPageToken",
+                    "maxResults": 1000,
+                }
+                if page:
+                    params["pageToken"] = page
+                _, body = await self._call("GET", url, params)
+                listing = json.loads(body) if body else {}
+                found.extend(str(name) for name in listing.get("prefixes", []))
+                page = listing.get("nextPageToken")
+                if not page:
+                    return found
+
+        return await self._folders_listed(prefix, once)
+
     # -- conditional writes ---------------------------------------------
     def _multipart_head(self, full: str) -> tuple[str, bytes, bytes]:
         boundary = f"durable_obj_{uuid.uuid4().hex}"

@@ -110,6 +110,17 @@ class MemoryStore(Store):
         cut = len(self._root) + 1 if self._root else 0
         return sorted((Entry(path[cut:], size, mtime) for path, size, mtime in items), key=_by_key)
 
+    def list_folders(self, prefix: str = "") -> list[str]:
+        base = join_key(self._root, prefix)
+        start = base + "/" if base else ""
+        with _LOCK:
+            names = {
+                rest.split("/", 1)[0]
+                for path in _DATA
+                if path.startswith(start) and "/" in (rest := path[len(start) :])
+            }
+        return sorted(names)
+
     def delete(self, key: str) -> None:
         with _LOCK:
             _DATA.pop(self._path(key), None)

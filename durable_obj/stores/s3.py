@@ -364,6 +364,19 @@ class S3Store(CloudStore):
 
         return await self._listed(prefix, once)
 
+    async def _folders(self, prefix: str) -> list[str]:
+        s3 = await self._s3()
+
+        async def once(start: str) -> list[str]:
+            found: list[str] = []
+            paginator = s3.get_paginator("list_objects_v2")
+            pages = paginator.paginate(Bucket=self._bucket, Prefix=start, Delimiter="/")
+            async for page in pages:
+                found.extend(str(p["Prefix"]) for p in page.get("CommonPrefixes", []))
+            return found
+
+        return await self._folders_listed(prefix, once)
+
     # -- conditional writes ---------------------------------------------
     async def _put(self, key: str, data: bytes, condition: dict[str, str]) -> Version | None:
         s3 = await self._s3()

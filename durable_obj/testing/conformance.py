@@ -186,6 +186,65 @@ class StoreTests:
         store.delete("o1/wal/1.jsonl")
         assert [e.key for e in store.list_keys("o1")] == ["o1/head.json"]
 
+    def test_list_folders(self, store: Store) -> None:
+        keys = [
+            "o1/head.json",
+            "o1/wal/1.jsonl",
+            "o1/checkpoints/deep/x.tar",
+            "o2/head.json",
+            "o10/wal/only.jsonl",
+            "a b+c=d~e/head.json",
+            "\u00e9t\u00e9/head.json",
+            "top-level-file",
+        ]
+        for key in keys:
+            assert store.create(key, b"x") is not None
+        # The folders directly below the root (never a file, never deeper) ...
+        expected = sorted({k.split("/", 1)[0] for k in keys if "/" in k})
+        assert store.list_folders() == expected
+        # ... and below a prefix; nothing below a missing prefix or a file.
+        assert store.list_folders("o1") == ["checkpoints", "wal"]
+        assert store.list_folders("o1/checkpoints") == ["deep"]
+        assert store.list_folders("o2") == []
+        assert store.list_folders("missing") == []
+        assert store.list_folders("top-level-file") == []
+        # What it names agrees with a listing of every key.
+        assert set(store.list_folders()) == {
+            e.key.split("/", 1)[0] for e in store.list_keys() if "/" in e.key
+        }
+        # A folder whose keys were all deleted may still be named (a local
+        # folder, SeaweedFS's filer), never one that never held a key.
+        store.delete("o2/head.json")
+        assert set(store.list_folders()) <= set(expected)
+
+    def test_list_folders_many_pages(self, store: Store) -> None:
+        """More folders than one listing page holds (1,000 on S3 and GCS)."""
+        names = [f"obj-{n:05d}" for n in range(1005)]
+        if store.protocol == "memory" or store.protocol == "file":
+            names = names[:50]  # nothing pages there
+        pool = ThreadPoolExecutor(16)
+        try:
+            created = list(pool.map(lambda n: store.create(f"{n}/head.json", b"h"), names))
+        finally:
+            pool.shutdown()
+        assert all(v is not None for v in created)
+        assert store.list_folders() == names
+
+    def test_list_keys_many_answers_as_list_keys_does(self, store: Store) -> None:
+        for key in ("o1/head.json", "o1/wal/1.jsonl", "o2/head.json", "o10/head.json"):
+            assert store.create(key, key.encode()) is not None
+        asked = ["o1", "o2", "o10", "missing", "o1"]
+        many = store.list_keys_many(asked, concurrency=3)
+        assert many == [store.list_keys(prefix) for prefix in asked]
+        assert [[e.key for e in entries] for entries in many] == [
+            ["o1/head.json", "o1/wal/1.jsonl"],
+            ["o2/head.json"],
+            ["o10/head.json"],
+            [],
+            ["o1/head.json", "o1/wal/1.jsonl"],
+        ]
+        assert store.list_keys_many([]) == []
+
     def test_key_escape_refused(self, store: Store) -> None:
         from durable_obj.errors import BackendError
 

@@ -161,6 +161,9 @@ class FaultyStore(Store):
     def list_keys(self, prefix: str = "") -> list[Entry]:
         return self._call("list_keys", prefix, lambda: self.inner.list_keys(prefix))
 
+    def list_folders(self, prefix: str = "") -> list[str]:
+        return self._call("list_folders", prefix, lambda: self.inner.list_folders(prefix))
+
     def delete(self, key: str) -> None:
         self._call("delete", key, lambda: self.inner.delete(key))
 
