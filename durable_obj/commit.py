@@ -183,9 +183,11 @@ class HeadWriter:
         self._proven(written)
         return True
 
-    def create_cold(self, *, db: str, engine_version: str, timezone: str) -> bool:
-        """Create a new object: its first head, leased to us at generation 1.
-        False: another head is there (a lost race)."""
+    def create_cold(
+        self, *, db: str, engine_version: str, timezone: str, description: str | None = None
+    ) -> bool:
+        """Create a new object: its first head, leased to us at generation 1,
+        with its description if any. False: another head is there (a lost race)."""
         assert self.holder is not None
         head = Head.cold(
             db=db,
@@ -193,6 +195,8 @@ class HeadWriter:
             lease=leases.cold(self.holder, self.clock.time(), self.lease_ttl),
         )
         head.set_timezone(timezone)
+        if description is not None:
+            head.set_description(description)
         return self.create(head)
 
     def take(

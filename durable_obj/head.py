@@ -12,7 +12,8 @@ The `durable_obj` top-level field is our extension, and its field names are
 spelled here only: `nonce`, a per-write value that guarantees every write
 changes the bytes (an S3 ETag is a content hash, so an identical rewrite would
 keep the old ETag and let a stale token win); `timezone`, the object's session
-time zone (`Head.timezone`); `forked_from`, where a fork came from.
+time zone (`Head.timezone`); `forked_from`, where a fork came from;
+`description`, a short text set when the object was created.
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ EXTENSION = "durable_obj"
 NONCE = "nonce"
 TIMEZONE = "timezone"
 FORKED_FROM = "forked_from"
+DESCRIPTION = "description"
 
 
 class _Model(BaseModel):
@@ -201,6 +203,16 @@ class Head(_Model):
 
     def set_timezone(self, tz: str) -> None:
         self.set_extension(TIMEZONE, tz)
+
+    @property
+    def description(self) -> str | None:
+        """The short description set when the object was created; None if
+        there is none (or what is there is not a string: it only labels)."""
+        text = self.extension().get(DESCRIPTION)
+        return text if isinstance(text, str) else None
+
+    def set_description(self, text: str) -> None:
+        self.set_extension(DESCRIPTION, text)
 
 
 def _describe(exc: ValidationError) -> str:

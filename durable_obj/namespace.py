@@ -95,8 +95,8 @@ class Namespace:
 
     Options, for every object opened here (`durable_obj.options.Options`
     documents each and its default): lease_ttl, heartbeat_interval,
-    clock_skew, commit_deadline, fetch_concurrency; db and timezone (of a new
-    object: an existing object's head decides); fold_segments, fold_bytes,
+    clock_skew, commit_deadline, fetch_concurrency; db, timezone and
+    description (of a new object: an existing object's head decides); fold_segments, fold_bytes,
     close_fold_segments (when the WAL is folded into a checkpoint);
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
     "refuse").
@@ -122,18 +122,30 @@ class Namespace:
         return self.store.url
 
     def open(
-        self, oid: str, *, read_only: bool = False, force: bool = False, create: bool = True
+        self,
+        oid: str,
+        *,
+        read_only: bool = False,
+        force: bool = False,
+        create: bool = True,
+        description: str | None = None,
     ) -> DurableObject:
         """Open the object `oid`; a writer open creates it if absent, unless
         `create=False` (then a missing object is `NotFound`, nothing written).
+        `description`: a short text for the object if this open creates it
+        (this namespace's `description` option otherwise), shown by `list()`.
         See `durable_obj.open` for every argument."""
         check_oid(oid)
+        options = self._options
+        if description is not None:
+            given = options.model_dump(exclude_unset=True)
+            options = make_options({**given, "description": description})
         obj = DurableObject(
             self.store,
             oid,
             owner=self._owner,
             read_only=read_only,
-            options=self._options,
+            options=options,
             progress=self._progress,
         )
         obj._open(force, create)
@@ -142,7 +154,9 @@ class Namespace:
     # -- operations ------------------------------------------------------------
     def list(self) -> builtins.list[ops.ObjectInfo]:
         """Every object here: id, seq, generation, lease holder and expiry,
-        segment count, live and stored bytes, last write time."""
+        segment count, live and stored bytes, last write time, description.
+        One listing of the object folders, then every head and folder read
+        in parallel (`ops.list_objects`)."""
         return ops.list_objects(self.store)
 
     def info(self, oid: str) -> ops.ObjectInfo:
@@ -250,6 +264,8 @@ class Namespace:
         head.manifest.base = ref
         head.manifest.seq = 1
         head.set_timezone(source.timezone)
+        if source.description is not None:
+            head.set_description(source.description)
         head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
         if not writer.create(head):
             with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
@@ -387,6 +403,8 @@ def open(
         commit_ambiguous or backend.
     db="default": database name of a new object (an existing head decides).
     timezone="UTC": session time zone of a new object (an existing head decides).
+    description=None: a short one-line description of a new object, shown by
+        Namespace.list() and `durable-obj ls` (an existing head keeps its own).
     nondeterminism="pin": pin now(), rand(), ... to literals; "refuse": refuse.
     fetch_concurrency=32: parallel downloads of WAL segments during open.
     fold_segments=64: after a flush, fold the WAL into a checkpoint at this

@@ -131,7 +131,10 @@ class Opener:
                 if got is None:
                     local.pin(options.timezone)  # checks it before anything is written
                     if not writer.create_cold(
-                        db=options.db, engine_version=engine.version, timezone=options.timezone
+                        db=options.db,
+                        engine_version=engine.version,
+                        timezone=options.timezone,
+                        description=options.description,
                     ):
                         raise HeadMoved()  # lost the creation race: read it again
                     engine.create_database(options.db)

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.protocol import (
@@ -56,9 +63,19 @@ class Options(BaseModel):
     auto_flush_age: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
     #: Session time zone of a new object (an existing object's head decides).
     timezone: str = Field(default=DEFAULT_TIMEZONE, min_length=1, max_length=64)
+    #: A short description of a new object, shown by list() and `ls` (an
+    #: existing object's head keeps its own).
+    description: str | None = Field(default=None, min_length=1, max_length=500)
     #: "pin": evaluate non-deterministic values once and log literals;
     #: "refuse": never rewrite a statement, refuse it instead.
     nondeterminism: Literal["pin", "refuse"] = "pin"
+
+    @field_validator("description")
+    @classmethod
+    def _one_line(cls, text: str | None) -> str | None:
+        if text is not None and any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+            raise ValueError("a description is one line of text, with no control character")
+        return text
 
     @model_validator(mode="after")
     def _heartbeat_fits(self) -> Options:

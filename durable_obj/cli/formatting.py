@@ -142,6 +142,8 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
         ("stored size", human_size(info.stored_bytes)),
         ("last write", timestamp(info.last_write, now)),
     ]
+    if info.description is not None:
+        pairs.insert(1, ("description", info.description))
     forked = head.extension().get("forked_from")
     if isinstance(forked, dict):
         pairs.append(("forked from", f"{forked.get('oid')} at seq {forked.get('seq')}"))
@@ -163,12 +165,16 @@ def object_json(info: ObjectInfo) -> dict[str, Any]:
         "last_write": info.last_write,
         "db": info.db,
         "timezone": info.timezone,
+        "description": info.description,
     }
 
 
 def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Table:
-    """`ls`'s table: one row per object."""
+    """`ls`'s table: one row per object; a description column last when
+    any object has a description."""
     now = clock() if now is None else now
+    infos = list(infos)
+    described = any(info.description is not None for info in infos)
     table = Table()
     for name, justify in (
         ("id", "left"),
@@ -182,7 +188,10 @@ def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Tabl
         ("last write", "left"),
     ):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    if described:
+        table.add_column("description", overflow="fold")
     for info in infos:
+        extra = [info.description or "-"] if described else []
         table.add_row(
             info.oid,
             str(info.seq),
@@ -193,6 +202,7 @@ def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Tabl
             human_size(info.live_bytes),
             human_size(info.stored_bytes),
             ago(info.last_write, now),
+            *extra,
         )
     return table
 

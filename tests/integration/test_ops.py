@@ -12,6 +12,7 @@ import pytest
 import durable_obj
 from durable_obj import errors, ops
 from durable_obj.stores import open_store
+from durable_obj.testing import FaultyStore
 
 DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
 
@@ -83,6 +84,96 @@ def test_list_and_info(ns_url: str) -> None:
         holder.close()
     with pytest.raises(errors.NotFound):
         ns.info("nope")
+
+
+def test_list_reads_folders_not_every_key(ns_url: str) -> None:
+    """list() is one folder listing plus each object's head and folder, and
+    shows exactly what describe() (info) shows for each object."""
+    ns = durable_obj.Namespace(ns_url, owner="lister")
+    for oid in ("b", "a", "c"):
+        with ns.open(oid) as obj:
+            obj.execute(DDL)
+            obj.execute("INSERT INTO m VALUES (1, 'x')")
+            obj.checkpoint()
+            obj.execute("INSERT INTO m VALUES (2, 'y')")
+    ns.store.create("a/notes.txt", b"a user file counts in the stored size")
+    ns.store.create("not-an-object/wal/1-1-ab.jsonl", b"no head beside it")
+    ns.store.create("stray.txt", b"a file at the top is no object")
+    counting = FaultyStore(ns.store, seed=0, rate=0.0)
+    listed = ops.list_objects(counting)
+    assert [i.oid for i in listed] == ["a", "b", "c"]
+    assert listed == [ops.describe(ns.store, oid) for oid in ("a", "b", "c")]
+    a = listed[0]
+    assert a.stored_bytes > a.live_bytes and a.last_write is not None and a.segments == 1
+    calls = [op for op, _ in counting.calls]
+    assert calls.count("list_folders") == 1
+    # every key of the namespace is never listed: only each folder's keys
+    assert sorted(key for op, key in counting.calls if op == "list_keys") == [
+        "a",
+        "b",
+        "c",
+        "not-an-object",
+    ]
+    assert sorted(key for op, key in counting.calls if op == "get_many") == [
+        "a/head.json",
+        "b/head.json",
+        "c/head.json",
+        "not-an-object/head.json",
+    ]
+    assert durable_obj.Namespace(f"{ns_url}-none").list() == []
+
+
+def test_list_many_objects(ns_url: str) -> None:
+    """Many objects, written straight through the store as a copy of one head."""
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("seed", description="the seed") as obj:
+        obj.execute(DDL)
+    head = ops.read_head(ns.store, "seed")
+    head.lease.generation = 1
+    oids = [f"agent-{n:03d}" for n in range(120)]
+    for oid in oids:
+        assert ns.store.create(f"{oid}/head.json", head.to_bytes()) is not None
+    listed = ns.list()
+    assert [i.oid for i in listed] == sorted([*oids, "seed"])
+    assert {i.description for i in listed} == {"the seed"}
+    assert all(
+        i.segments == 1 and i.stored_bytes == i.live_bytes - i.head.manifest.wal[0].size
+        for i in listed
+        if i.oid != "seed"
+    )
+
+
+def test_description(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("a", description="Alice's support agent — tickets") as obj:
+        obj.execute(DDL)
+    with durable_obj.open(f"{ns_url}/b", description="Bob") as obj:
+        obj.execute(DDL)
+    with ns.open("plain") as obj:
+        obj.execute(DDL)
+    # an existing object keeps its own; a writer's commits carry it along
+    with ns.open("a", description="ignored: the head decides") as obj:
+        obj.execute("INSERT INTO m VALUES (1, 'x')")
+        obj.checkpoint()
+    by_id = {i.oid: i for i in ns.list()}
+    assert by_id["a"].description == "Alice's support agent — tickets"
+    assert by_id["b"].description == "Bob"
+    assert by_id["plain"].description is None
+    assert ns.info("a").description == by_id["a"].description
+    head = ops.head_document(ns.store, "a")
+    assert isinstance(head, dict)
+    assert head["durable_obj"]["description"] == by_id["a"].description
+    # a namespace-wide description names every object it creates
+    named = durable_obj.Namespace(ns_url, owner="w", description="batch 7")
+    with named.open("c") as obj:
+        obj.execute(DDL)
+    assert named.info("c").description == "batch 7"
+    # a fork keeps the source's description
+    assert ns.fork("a", "a2").description == by_id["a"].description
+    for bad in ("", "two\nlines", "tab\there", "x" * 501):
+        with pytest.raises(errors.InvalidArgument, match="description"):
+            ns.open("d", description=bad)
+    assert "d" not in {i.oid for i in ns.list()}
 
 
 def test_release_fences_the_holder(ns_url: str) -> None:
