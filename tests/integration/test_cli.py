@@ -158,6 +158,29 @@ def test_ls_json(ns: Path, obj_url: str) -> None:
     assert o["live_bytes"] > 0 and o["stored_bytes"] >= o["live_bytes"]
     assert isinstance(o["last_write"], float)
     assert (o["db"], o["timezone"]) == ("default", "UTC")
+    assert o["description"] is None and p["description"] is None
+
+
+def test_ls_shows_descriptions(ns: Path, obj_url: str) -> None:
+    # No object has a description: no description column.
+    assert "description" not in ok("ls", str(ns)).stdout
+    with durable_obj.open(str(ns / "agent"), description="Alice's [bold]memory[/bold]") as obj:
+        obj.execute(DDL)
+    out = ok("ls", str(ns)).stdout
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines() if "│" in line}
+    (header,) = [line for line in out.splitlines() if "┃ id " in line]
+    assert [c.strip() for c in header.split("┃")[1:-1]][-1] == "description"
+    # the text as written (never read as markup), "-" for an object without one
+    assert [c.strip() for c in rows["agent"].split("│")[1:-1]][-1] == (
+        "Alice's [bold]memory[/bold]"
+    )
+    assert [c.strip() for c in rows["o"].split("│")[1:-1]][-1] == "-"
+    listed = {e["id"]: e for e in json.loads(ok("ls", str(ns), "--json").stdout)}
+    assert listed["agent"]["description"] == "Alice's [bold]memory[/bold]"
+    assert listed["o"]["description"] is None
+    assert pairs(ok("info", str(ns / "agent")).stdout)["description"] == (
+        "Alice's [bold]memory[/bold]"
+    )
 
 
 def test_lease_expiry_shown_as_expired(monkeypatch: pytest.MonkeyPatch, ns: Path) -> None:
