@@ -52,6 +52,9 @@ MAX_PARTS = 10_000
 PART_CONCURRENCY = 4
 #: Download and streaming read size.
 READ_CHUNK = 1024 * 1024
+#: Keys of one listing page of a batched `list_keys_many` (S3's maximum);
+#: a folder with more is listed again through the client, every page.
+LIST_PAGE = 1000
 
 _AUTH_CODES = frozenset(
     {
@@ -286,6 +289,32 @@ class S3Store(CloudStore):
                 log.debug("%s: %d of %d read(s) left to the client", self.url, len(todo), len(keys))
         await self._get_each(keys, todo, got, concurrency)
         return got
+
+    async def _list_many(self, prefixes: list[str], concurrency: int) -> list[list[Entry]]:
+        """Each prefix's one-page listing through the batched reader; what it
+        leaves (a second page, an answer not taken as is) through the client."""
+        got: list[list[Entry] | None] = [None] * len(prefixes)
+        fast = await self._fast_reads() if len(prefixes) > 1 else None
+        creds = await s3reads.frozen_credentials(await self._s3()) if fast else None
+        if fast is not None and creds is not None:
+            scopes = [self._list_scope(prefix) for prefix in prefixes]
+            starts = [start for start, _ in scopes]
+            pages = await fast.list_pages(starts, creds, concurrency, LIST_PAGE)
+            for index, page in enumerate(pages):
+                if page is not None:
+                    cut = scopes[index][1]
+                    entries = [
+                        Entry(item.key[cut:], item.size, item.modified)
+                        for item in page
+                        if not item.key.endswith("/")  # a "directory" marker, not a key
+                    ]
+                    got[index] = sorted(entries, key=lambda e: e.key)
+        todo = [index for index, entries in enumerate(got) if entries is None]
+        if todo:
+            rest = await super()._list_many([prefixes[i] for i in todo], concurrency)
+            for index, entries in zip(todo, rest, strict=True):
+                got[index] = entries
+        return [entries or [] for entries in got]
 
     async def _fast_reads(self) -> s3reads.FastReads | None:
         """The batched reader for this store, or None where it would not be exact."""

@@ -240,6 +240,65 @@ class S3StoreTests(CloudStoreTests):
         if stub is not None:
             assert stub.requests, "the batched path was not tried"
 
+    def _count_client_listings(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        listed: list[str] = []
+        client_list = store._list  # type: ignore[attr-defined]
+
+        async def counted(prefix: str) -> Any:
+            listed.append(prefix)
+            return await client_list(prefix)
+
+        monkeypatch.setattr(store, "_list", counted)
+        return listed
+
+    def test_list_keys_many_is_batched(self, store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+        from durable_obj.stores import s3
+
+        prefixes = [f"o{n}" for n in range(20)] + ["odd a+b=c&d~e%f", "\u00e9t\u00e9", "missing"]
+        for n, prefix in enumerate(prefixes[:-1]):
+            for key in ("head.json", "wal/1.jsonl", "wal/x y+z.jsonl")[: 1 + n % 3]:
+                assert store.create(f"{prefix}/{key}", f"{prefix}{key}".encode() * n) is not None
+        expected = [store.list_keys(prefix) for prefix in prefixes]
+        listed = self._count_client_listings(store, monkeypatch)
+        many = store.list_keys_many(prefixes, concurrency=8)
+        assert many == expected
+        assert [len(entries) for entries in many] == [1 + n % 3 for n in range(22)] + [0]
+        assert listed == []  # every one answered by the batched path
+        # A folder with more keys than one page holds is left to the client.
+        monkeypatch.setattr(s3, "LIST_PAGE", 2)
+        assert store.list_keys_many(prefixes, concurrency=8) == expected
+        big = [p for p, e in zip(prefixes, expected, strict=True) if len(e) > 2]
+        assert big and sorted(listed) == sorted(big)
+
+    @pytest.mark.parametrize("answer", ["closed-port", "500", "dropped"])
+    def test_list_keys_many_falls_back_to_the_client(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch, answer: str
+    ) -> None:
+        from durable_obj.stores import s3reads
+
+        prefixes = [f"o{n}" for n in range(6)]
+        for prefix in prefixes:
+            assert store.create(f"{prefix}/head.json", b"h") is not None
+        expected = [store.list_keys(prefix) for prefix in prefixes]
+        stub = None
+        if answer == "closed-port":
+            port = _closed_port()
+        else:
+            stub = _Stub(500, _S3_500, "application/xml", drop=answer == "dropped")
+            port = stub.port
+        target = s3reads.Target("http", f"127.0.0.1:{port}", "127.0.0.1", port, "/b/", "us-east-1")
+        monkeypatch.setattr(store, "_fast", s3reads.FastReads(target, None, 5.0))
+        monkeypatch.setattr(store, "_fast_checked", True)
+        listed = self._count_client_listings(store, monkeypatch)
+        try:
+            assert store.list_keys_many(prefixes, concurrency=4) == expected
+        finally:
+            if stub is not None:
+                stub.close()
+        assert sorted(listed) == sorted(prefixes)
+        if stub is not None:
+            assert stub.requests, "the batched path was not tried"
+
 
 class TestMotoS3(S3StoreTests):
     server_fixture = "moto_s3"
