@@ -63,8 +63,9 @@ class ObjectInfo:
     expires_at: float | None
     segments: int
     live_bytes: int  # head + base + WAL the head references
-    stored_bytes: int  # everything under the object's prefix
-    last_write: float | None  # head.json's modification time
+    #: Everything under the object's prefix (None: not listed, `list(stored=False)`).
+    stored_bytes: int | None
+    last_write: float | None  # head.json's modification time (None: not listed)
     db: str
     timezone: str
     head: Head = field(repr=False)
@@ -106,10 +107,11 @@ def describe(store: Store, oid: str, entries: list[Entry] | None = None) -> Obje
     return _info(oid, head, len(blob.data), entries)
 
 
-def _info(oid: str, head: Head, head_size: int, entries: list[Entry]) -> ObjectInfo:
+def _info(oid: str, head: Head, head_size: int, entries: list[Entry] | None) -> ObjectInfo:
     """The `ObjectInfo` of `oid` from its head (read as `head_size` bytes)
-    and the listing of every key below it."""
-    head_entry = next((e for e in entries if e.key == head_key(oid)), None)
+    and the listing of every key below it (None: not listed)."""
+    found = entries or []
+    head_entry = next((e for e in found if e.key == head_key(oid)), None)
     return ObjectInfo(
         oid=oid,
         seq=head.manifest.seq,
@@ -118,7 +120,7 @@ def _info(oid: str, head: Head, head_size: int, entries: list[Entry]) -> ObjectI
         expires_at=head.lease.expires_at,
         segments=len(head.manifest.wal),
         live_bytes=sum(r.size for r in live_refs(head)) + head_size,
-        stored_bytes=sum(e.size for e in entries),
+        stored_bytes=None if entries is None else sum(e.size for e in entries),
         last_write=head_entry.modified if head_entry else None,
         db=head.manifest.db,
         timezone=head.timezone,
@@ -128,32 +130,42 @@ def _info(oid: str, head: Head, head_size: int, entries: list[Entry]) -> ObjectI
 
 
 #: Heads read, and object folders listed, at once by `list_objects`.
-LIST_CONCURRENCY = 32
+LIST_CONCURRENCY = 64
 
 
-def list_objects(store: Store, *, concurrency: int = LIST_CONCURRENCY) -> list[ObjectInfo]:
+def list_objects(
+    store: Store, *, stored: bool = True, concurrency: int = LIST_CONCURRENCY
+) -> list[ObjectInfo]:
     """Every object in the namespace (a folder with a head.json), by id.
 
     Made to stay fast at a thousand objects behind a slow store: the object
     folders come from one delimiter listing (`Store.list_folders`), not a
     listing of every key; then every head is read (`get_many`, batched on
-    S3) while every folder is listed (`list_keys_many`, for the stored size
-    and the head's modification time), `concurrency` requests at once in
-    each. A folder without a head.json is not an object and is skipped, as
-    is a folder whose name cannot be an object id.
+    S3) while every folder is listed (`list_keys_many`, batched on S3),
+    `concurrency` requests at once in each. The folder listings give what
+    only they can: `stored_bytes` (orphans and superseded keys included)
+    and `last_write` (head.json's modification time). `stored=False` skips
+    them, one request per object instead of two: those two fields are then
+    None; everything else is the same. A folder without a head.json is not
+    an object and is skipped, as is a folder whose name cannot be an object id.
     """
     oids = [name for name in store.list_folders() if valid_oid(name)]
     if not oids:
         return []
-    with ThreadPoolExecutor(1) as pool:
-        listed = pool.submit(store.list_keys_many, oids, concurrency)
-        try:
-            blobs = store.get_many([head_key(oid) for oid in oids], concurrency)
-        finally:
-            entries = listed.result()
+    heads = [head_key(oid) for oid in oids]
+    listings: list[list[Entry] | None] = [None] * len(oids)
+    if stored:
+        with ThreadPoolExecutor(1) as pool:
+            listed = pool.submit(store.list_keys_many, oids, concurrency)
+            try:
+                blobs = store.get_many(heads, concurrency)
+            finally:
+                listings = list(listed.result())
+    else:
+        blobs = store.get_many(heads, concurrency)
     return [
         _info(oid, Head.parse(blob.data), len(blob.data), found)
-        for oid, blob, found in zip(oids, blobs, entries, strict=True)
+        for oid, blob, found in zip(oids, blobs, listings, strict=True)
         if blob is not None
     ]
 

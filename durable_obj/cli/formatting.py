@@ -139,7 +139,7 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
         ("seq", str(manifest.seq)),
         ("timezone", info.timezone),
         ("live size", human_size(info.live_bytes)),
-        ("stored size", human_size(info.stored_bytes)),
+        ("stored size", "-" if info.stored_bytes is None else human_size(info.stored_bytes)),
         ("last write", timestamp(info.last_write, now)),
     ]
     if info.description is not None:
@@ -200,7 +200,7 @@ def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Tabl
             lease_expiry(info.expires_at, now),
             str(info.segments),
             human_size(info.live_bytes),
-            human_size(info.stored_bytes),
+            "-" if info.stored_bytes is None else human_size(info.stored_bytes),
             ago(info.last_write, now),
             *extra,
         )

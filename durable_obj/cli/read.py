@@ -24,8 +24,13 @@ _NO_BUCKET = re.compile(r"\b(?:bucket|container) '[^']*'.* does not exist\b")
 @cli.command("ls")
 @click.argument("ns_url")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object each.")
+@click.option(
+    "--heads-only",
+    is_flag=True,
+    help="Read each object's head only (half the requests): no stored size or last write.",
+)
 @storage_options
-def ls_cmd(ns_url: str, as_json: bool, storage_options: dict[str, Any]) -> None:
+def ls_cmd(ns_url: str, as_json: bool, heads_only: bool, storage_options: dict[str, Any]) -> None:
     """List the objects of a namespace.
 
     A namespace that does not exist (a local folder that is not there, a
@@ -38,7 +43,7 @@ def ls_cmd(ns_url: str, as_json: bool, storage_options: dict[str, Any]) -> None:
     if missing is not None:
         raise Failure("not_found", f"{missing}: no namespace to list; nothing was read")
     try:
-        infos = ns.list()
+        infos = ns.list(stored=not heads_only)
     except BackendError as exc:
         if _NO_BUCKET.search(str(exc)):
             raise Failure("not_found", str(exc)) from None

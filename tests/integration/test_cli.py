@@ -159,6 +159,13 @@ def test_ls_json(ns: Path, obj_url: str) -> None:
     assert isinstance(o["last_write"], float)
     assert (o["db"], o["timezone"]) == ("default", "UTC")
     assert o["description"] is None and p["description"] is None
+    fast = json.loads(ok("ls", str(ns), "--json", "--heads-only").stdout)
+    assert [(e["stored_bytes"], e["last_write"]) for e in fast] == [(None, None)] * 2
+    assert [{**e, "stored_bytes": None, "last_write": None} for e in listed] == fast
+    (row,) = [
+        line for line in ok("ls", str(ns), "--heads-only").stdout.splitlines() if "│ o " in line
+    ]
+    assert [c.strip() for c in row.split("│")[1:-1]][7:9] == ["-", "-"]
 
 
 def test_ls_shows_descriptions(ns: Path, obj_url: str) -> None:

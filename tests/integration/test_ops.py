@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -121,6 +122,12 @@ def test_list_reads_folders_not_every_key(ns_url: str) -> None:
         "not-an-object/head.json",
     ]
     assert durable_obj.Namespace(f"{ns_url}-none").list() == []
+    # stored=False: the heads only, one request per object
+    counting.calls.clear()
+    heads_only = ops.list_objects(counting, stored=False)
+    assert [op for op, _ in counting.calls if op != "get_many"] == ["list_folders"]
+    assert [(i.stored_bytes, i.last_write) for i in heads_only] == [(None, None)] * 3
+    assert [replace(i, stored_bytes=None, last_write=None) for i in listed] == heads_only
 
 
 def test_list_many_objects(ns_url: str) -> None:
