@@ -30,6 +30,11 @@ _HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrad
 class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
+    #: The answer goes out as two writes (head, then body): with Nagle's
+    #: algorithm on, the body waits for the client's delayed ACK of the
+    #: head, about 40 ms more than `latency` per request (measured: 65 ms a
+    #: GET at latency 20 ms, 23 ms with TCP_NODELAY).
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:
         pass
