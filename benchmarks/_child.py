@@ -73,24 +73,29 @@ def row_sql(i: int) -> str:
     )
 
 
+def namespace(**extra: Any) -> Any:
+    """durable_obj's Namespace on the spec's store (`extra`: storage options)."""
+    import durable_obj
+
+    options: dict[str, Any] = {"fold_segments": 0, "close_fold_segments": 0}
+    if STORE["kind"] == "local":
+        url, storage = STORE["root"], dict(STORE.get("storage_options", {}))
+    else:
+        url = f"s3://{STORE['bucket']}/{STORE['prefix']}"
+        storage = {
+            "key": STORE["key"],
+            "secret": STORE["secret"],
+            "endpoint_url": STORE["endpoint"],
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
+    storage.update(extra)
+    return durable_obj.Namespace(url, owner="bench", storage_options=storage, **options)
+
+
 def open_obj(read_only: bool = False) -> Any:
     oid = SPEC["oid"]
     if IMPL == "durable_obj":
-        import durable_obj
-
-        options: dict[str, Any] = {"fold_segments": 0, "close_fold_segments": 0}
-        if STORE["kind"] == "local":
-            url, storage = STORE["root"], dict(STORE.get("storage_options", {}))
-        else:
-            url = f"s3://{STORE['bucket']}/{STORE['prefix']}"
-            storage = {
-                "key": STORE["key"],
-                "secret": STORE["secret"],
-                "endpoint_url": STORE["endpoint"],
-                "client_kwargs": {"region_name": "us-east-1"},
-            }
-        ns = durable_obj.Namespace(url, owner="bench", storage_options=storage, **options)
-        return ns.open(oid, read_only=read_only)
+        return namespace().open(oid, read_only=read_only)
     import chdb.durable as cd
 
     if STORE["kind"] == "local":
@@ -198,12 +203,59 @@ def phase_open() -> dict[str, Any]:
     return out
 
 
+def phase_populate() -> dict[str, Any]:
+    """`objects` objects of `segments` + 2 keys each (head, base, segments):
+    one written through the library, the rest copies of its keys written
+    straight through the store, `concurrency` at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    local = STORE["kind"] == "local"
+    ns = namespace(**({"fsync": False} if local else {}))
+    seed = SPEC["oid"]
+    with ns.open(seed, description="the seed of the listing benchmark") as obj:
+        obj.execute(DDL)
+        obj.execute(row_sql(0))
+        obj.checkpoint()
+        for i in range(SPEC["segments"]):
+            obj.execute(row_sql(i + 1))
+            obj.flush()
+    store = ns.store
+    keys = {}
+    for entry in store.list_keys(seed):
+        blob = store.get(entry.key)
+        keys[entry.key[len(seed) + 1 :]] = blob.data
+    start = time.perf_counter()
+    todo = [
+        (f"{seed}-{n:05d}/{rest}", data)
+        for n in range(1, SPEC["objects"])
+        for rest, data in keys.items()
+    ]
+    with ThreadPoolExecutor(SPEC.get("concurrency", 16)) as pool:
+        made = list(pool.map(lambda kv: store.create(*kv), todo))
+    if not all(made):
+        raise RuntimeError("a copied key already existed")
+    return {"keys_per_object": len(keys), "populate_s": time.perf_counter() - start}
+
+
+def phase_list() -> dict[str, Any]:
+    """`Namespace.list(stored=...)` in a fresh process (its first request
+    sets up the client), timed from before the call to its answer."""
+    ns = namespace()
+    start = time.perf_counter()
+    infos = ns.list(stored=SPEC.get("stored", True))
+    elapsed = time.perf_counter() - start
+    described = sum(1 for info in infos if info.description)
+    return {"list_s": elapsed, "objects": len(infos), "described": described}
+
+
 PHASES = {
     "write": phase_write,
     "raw": phase_raw,
     "load": phase_load,
     "append": phase_append,
     "open": phase_open,
+    "populate": phase_populate,
+    "list": phase_list,
 }
 
 if __name__ == "__main__":

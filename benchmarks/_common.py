@@ -85,12 +85,32 @@ class Row:
 
 
 @dataclass
+class OwnRow:
+    """A figure of durable_obj alone (chdb.durable has nothing to compare),
+    with an absolute goal: at most `limit`."""
+
+    store: str
+    metric: str
+    unit: str
+    ours: float
+    limit: float | None = None
+    note: str = ""
+
+    @property
+    def verdict(self) -> str:
+        if self.limit is None or math.isnan(self.ours):
+            return ""
+        return "met" if self.ours <= self.limit else "NOT met"
+
+
+@dataclass
 class Report:
     """Collects raw samples and table rows, prints them, writes them as JSON."""
 
     name: str
     args: dict[str, Any]
     rows: list[Row] = field(default_factory=list)
+    own: list[OwnRow] = field(default_factory=list)
     samples: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -112,12 +132,26 @@ class Report:
             )
         return "\n".join(lines)
 
+    def own_table(self) -> str:
+        head = f"{'store':<8}{'metric':<44}{'unit':<7}{'durable_obj':>12}  {'goal':<9}{'':<8}"
+        lines = [head.rstrip(), "-" * len(head)]
+        for r in self.own:
+            goal = f"<={r.limit:g}" if r.limit is not None else ""
+            lines.append(
+                f"{r.store:<8}{r.metric:<44}{r.unit:<7}{fmt(r.ours):>12}  {goal:<9}"
+                f"{r.verdict:<8}{r.note}".rstrip()
+            )
+        return "\n".join(lines)
+
     def print(self) -> None:
         print(f"\n{machine()}")
         for note in self.notes:
             print(note)
         print()
         print(self.table())
+        if self.own:
+            print("\ndurable_obj alone (chdb.durable has no such operation):")
+            print(self.own_table())
 
     def write(self, folder: str = RESULTS) -> str:
         os.makedirs(folder, exist_ok=True)
@@ -128,6 +162,7 @@ class Report:
             "args": self.args,
             "notes": self.notes,
             "rows": rows,
+            "own_rows": [{**vars(r), "verdict": r.verdict} for r in self.own],
             "samples": self.samples,
         }
         with open(path, "w") as handle:

@@ -7,6 +7,7 @@
     python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
     python benchmarks/run.py --stores local  # skip S3
     python benchmarks/run.py --stores s3 --only wal   # one figure group
+    python benchmarks/run.py --only list --latency-ms 20   # Namespace.list() of 1,000 objects
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -16,6 +17,13 @@ implementations alternating; the table shows medians (p99 for execute), the
 ratio durable_obj / chdb.durable (below 1: durable_obj is faster or smaller,
 except for statements/s), and each goal. Raw samples go to
 benchmarks/results/run-<time>.json.
+
+The `list` group times `Namespace.list()` of --list-objects objects (1,000;
+each a head, a base and 9 WAL segments: one object written through the
+library, the others copies of its keys written straight to the store, not
+through the latency proxy) in a fresh process. chdb.durable's Namespace has
+no listing (open, destroy and scan only), so that figure is durable_obj's
+alone, against its goal: under 1.5 s for 1,000 objects at --latency-ms 20.
 
 Both are pointed at the same S3 endpoint: durable_obj through
 storage_options, chdb.durable through CHDB_DURABLE_S3_ENDPOINT and AWS_*.
@@ -43,6 +51,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import (
     IMPLS,
     RESULTS,
+    OwnRow,
     Report,
     Row,
     S3Server,
@@ -56,6 +65,9 @@ from _common import (
 from s3proxy import LatencyProxy
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
+GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request
+LIST_SEGMENTS = 9  # WAL segments per listed object: 11 keys with its head and base
 LARGE = 100_000  # from this size on, --large-repeat samples per figure
 
 
@@ -237,6 +249,44 @@ class Bench:
         self.row("  statements/s (whole open)", "st/s", "replay_wal", better="higher")
         self.row("execute + flush per segment (writing it)", "ms", "wal_flush_ms")
 
+    def listing(self) -> None:
+        """Namespace.list() of --list-objects objects, in a namespace of their own."""
+        n = self.args.list_objects
+        start = time.perf_counter()
+        if self.s3 is None:
+            store = {**self.store, "root": os.path.join(self.store["root"], "listing")}
+        else:
+            store = {**self.store, "prefix": f"{self.store['prefix']}-listing"}
+        # Written straight to the server: the latency proxy is for what is timed.
+        direct = store if self.s3 is None else {**store, "endpoint": self.s3.endpoint}
+        spec = {"impl": IMPLS[0], "phase": "populate", "oid": "agent", "store": direct}
+        got = run_child({**spec, "objects": n, "segments": LIST_SEGMENTS}, self.env)
+        keys = got["keys_per_object"]
+        self.progress(f"{n:,} objects of {keys} keys written", start)
+        for rep in range(self.args.repeat):
+            for stored in (True, False) if rep % 2 == 0 else (False, True):
+                spec = {"impl": IMPLS[0], "phase": "list", "store": store, "stored": stored}
+                got = run_child(spec, self.env)
+                if got["objects"] != n or got["described"] != n:
+                    raise RuntimeError(f"list() found {got['objects']} objects, not {n}")
+                self.keep(f"list_{stored}_s", IMPLS[0], [got["list_s"]])
+        self.progress(f"Namespace.list() of {n:,} objects", start)
+        goal = None
+        if n == GOAL_LIST_OBJECTS and (self.s3 is None or self.args.latency_ms == 20):
+            goal = GOAL_LIST_S
+        for stored, call in ((True, "list()"), (False, "list(stored=False)")):
+            samples = self.samples[f"list_{stored}_s"][IMPLS[0]]
+            self.report.own.append(
+                OwnRow(
+                    self.label,
+                    f"{call}, {n:,} objs of {keys} keys",
+                    "s",
+                    median(samples),
+                    goal,
+                    note=f"best {min(samples):.3f}",
+                )
+            )
+
     def all(self, raw: bool) -> None:
         only = self.args.only
         if "writes" in only:
@@ -247,6 +297,8 @@ class Bench:
             self.segments()
         if "wal" in only:
             self.long_wal()
+        if "list" in only:
+            self.listing()
 
 
 @contextlib.contextmanager
@@ -279,12 +331,15 @@ def main() -> None:
     )
     parser.add_argument("--segments", type=int, help="segments on a base (default 64)")
     parser.add_argument("--wal-segments", type=int, help="segments in the long WAL (default 1001)")
+    parser.add_argument(
+        "--list-objects", type=int, help="objects in the listing figure (default 1000)"
+    )
     parser.add_argument("--executes", type=int, help="timed INSERTs per process (default 200)")
     parser.add_argument("--flushes", type=int, help="timed flushes per size and process (3)")
     parser.add_argument(
         "--only",
-        default="writes,bases,segments,wal",
-        help="comma list of figure groups: writes, bases, segments, wal (default: all)",
+        default="writes,bases,segments,wal,list",
+        help="comma list of figure groups: writes, bases, segments, wal, list (default: all)",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -294,7 +349,7 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    unknown = args.only - {"writes", "bases", "segments", "wal"}
+    unknown = args.only - {"writes", "bases", "segments", "wal", "list"}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
     if args.smoke:
@@ -306,12 +361,14 @@ def main() -> None:
         args.wal_segments = args.wal_segments or 3
         args.executes = args.executes or 3
         args.flushes = args.flushes or 1
+        args.list_objects = args.list_objects or 5
     args.repeat = args.repeat or (2 if args.quick else 3)
     args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
     args.segments = args.segments or (16 if args.quick else 64)
     args.wal_segments = args.wal_segments or (101 if args.quick else 1001)
     args.executes = args.executes or (100 if args.quick else 200)
     args.flushes = args.flushes or (2 if args.quick else 3)
+    args.list_objects = args.list_objects or (100 if args.quick else GOAL_LIST_OBJECTS)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     report = Report("run", {k: v for k, v in vars(args).items() if k != "secret"})
     report.notes += [
