@@ -120,7 +120,3 @@ class Replayer:
                 )
             self._eligible[key] = ok
         return self._eligible[key]
-
-
-def _is_insert(sql: str) -> bool:
-    return sql.lstrip()[:6].lower() == "insert"
