@@ -26,7 +26,6 @@ import logging
 import math
 import os
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.stores import s3reads
@@ -36,6 +35,7 @@ from durable_obj.stores.base import (
     Version,
 )
 from durable_obj.stores.cloud import CloudStore
+from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -55,109 +55,6 @@ READ_CHUNK = 1024 * 1024
 #: Keys of one listing page of a batched `list_keys_many` (S3's maximum);
 #: a folder with more is listed again through the client, every page.
 LIST_PAGE = 1000
-
-_AUTH_CODES = frozenset(
-    {
-        "AccessDenied",
-        "AccountProblem",
-        "AllAccessDisabled",
-        "AuthorizationHeaderMalformed",
-        "ExpiredToken",
-        "InvalidAccessKeyId",
-        "InvalidClientTokenId",
-        "InvalidSecurity",
-        "InvalidToken",
-        "SignatureDoesNotMatch",
-        "TokenRefreshRequired",
-        "UnrecognizedClientException",
-    }
-)
-_THROTTLE_CODES = frozenset(
-    {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed"}
-)
-
-
-def _safe_endpoint(endpoint: str | None) -> str:
-    """The endpoint for messages, without any userinfo."""
-    if not endpoint:
-        return "the default AWS S3 endpoint"
-    parts = urlsplit(endpoint)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
-
-
-class _Failure:
-    """What went wrong with one S3 call, in the terms the store decides on."""
-
-    __slots__ = ("code", "kind", "status")
-
-    def __init__(self, kind: str, code: str = "", status: int | None = None) -> None:
-        #: precondition | missing_key | missing_bucket | auth | no_credentials |
-        #: unreachable | conflict | server | network | other
-        self.kind = kind
-        self.code = code
-        self.status = status
-
-    @property
-    def transient(self) -> bool:
-        return self.kind in ("unreachable", "conflict", "server", "network")
-
-    def describe(self) -> str:
-        if self.code and self.status:
-            return f"{self.code}, HTTP {self.status}"
-        return self.code or (f"HTTP {self.status}" if self.status else self.kind)
-
-
-def _classify(exc: BaseException) -> _Failure:
-    # botocore and s3fs ship no type information: imported by name, used as Any.
-    bex = importlib.import_module("botocore.exceptions")
-
-    if isinstance(exc, bex.ClientError):
-        response: dict[str, Any] = dict(exc.response or {})
-        error = response.get("Error") or {}
-        code = str(error.get("Code") or "")
-        meta = response.get("ResponseMetadata") or {}
-        raw_status = meta.get("HTTPStatusCode")
-        status = int(raw_status) if raw_status is not None else None
-        if code == "PreconditionFailed" or status == 412:
-            return _Failure("precondition", code, status)
-        if code == "ConditionalRequestConflict" or status == 409:
-            return _Failure("conflict", code, status)
-        if code == "NoSuchBucket":
-            return _Failure("missing_bucket", code, status)
-        if code in ("NoSuchKey", "NotFound") or status == 404:
-            return _Failure("missing_key", code, status)
-        if code in _AUTH_CODES or status in (401, 403):
-            return _Failure("auth", code, status)
-        if code in _THROTTLE_CODES or (status is not None and status >= 500):
-            return _Failure("server", code, status)
-        return _Failure("other", code, status)
-    if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
-        return _Failure("no_credentials", type(exc).__name__)
-    if isinstance(exc, bex.EndpointConnectionError):
-        # Raised when the connection could not be made: the request was never sent.
-        return _Failure("unreachable", type(exc).__name__)
-    if isinstance(
-        exc,
-        bex.ConnectionError
-        | bex.HTTPClientError
-        | bex.ResponseStreamingError
-        | bex.ChecksumError
-        | bex.IncompleteReadError
-        | OSError
-        | asyncio.TimeoutError,
-    ):
-        return _Failure("network", type(exc).__name__)
-    try:
-        import aiohttp
-
-        if isinstance(exc, aiohttp.ClientError):
-            return _Failure("network", type(exc).__name__)
-    except ImportError:  # pragma: no cover - aiobotocore always brings aiohttp
-        pass
-    return _Failure("other", type(exc).__name__)
 
 
 def _make_fs(opts: dict[str, Any], url: str) -> Any:
@@ -184,7 +81,7 @@ class S3Store(CloudStore):
         config["retries"] = {"total_max_attempts": 1, "mode": "standard"}
         opts["config_kwargs"] = config
         client_kwargs = opts.get("client_kwargs") or {}
-        self._endpoint = _safe_endpoint(
+        self._endpoint = safe_endpoint(
             opts.get("endpoint_url") or client_kwargs.get("endpoint_url")
         )
         self._share(opts, _make_fs)
@@ -208,9 +105,7 @@ class S3Store(CloudStore):
                 f"storage_options (profile, endpoint_url, client_kwargs, config_kwargs)."
             ) from exc
 
-    def _explain(
-        self, action: str, key: str, exc: BaseException, failure: _Failure
-    ) -> BackendError:
+    def _explain(self, action: str, key: str, exc: BaseException, failure: Failure) -> BackendError:
         where = f"{action} {key!r} in {self.url}"
         if isinstance(exc, BackendError):
             return BackendError(str(exc))  # already ours (a closed store, a bad key)
@@ -239,17 +134,17 @@ class S3Store(CloudStore):
         return BackendError(f"{where} failed ({failure.describe()}); nothing was changed by it.")
 
     def _error(self, action: str, key: str, exc: BaseException) -> BackendError:
-        return self._explain(action, key, exc, _classify(exc))
+        return self._explain(action, key, exc, classify(exc))
 
     def _transient(self, exc: BaseException) -> bool:
-        return _classify(exc).transient
+        return classify(exc).transient
 
     async def _missing(self, exc: BaseException) -> bool:
-        return _classify(exc).kind == "missing_key"
+        return classify(exc).kind == "missing_key"
 
     def _conditional_fail(self, action: str, key: str, exc: BaseException) -> BackendError:
         """The error for a conditional write that did not report success."""
-        failure = _classify(exc)
+        failure = classify(exc)
         if failure.kind in ("conflict", "server", "network"):
             return StoreAmbiguous(
                 f"{action} {key!r} in {self.url}: the outcome is unknown "
@@ -413,7 +308,7 @@ class S3Store(CloudStore):
         try:
             resp = await s3.put_object(Bucket=self._bucket, Key=full, Body=data, **condition)
         except Exception as exc:
-            failure = _classify(exc)
+            failure = classify(exc)
             if failure.kind == "precondition":
                 return None
             if failure.kind == "missing_key" and "IfMatch" in condition:
@@ -505,9 +400,9 @@ class S3Store(CloudStore):
                     IfNoneMatch="*",
                 )
             except Exception as exc:
-                if _classify(exc).kind == "precondition":
+                if classify(exc).kind == "precondition":
                     return None
-                failure = _classify(exc)
+                failure = classify(exc)
                 if failure.kind in ("conflict", "server", "network"):
                     # The upload may have completed: leave it for the read-back to judge.
                     completed = True
@@ -538,7 +433,7 @@ class S3Store(CloudStore):
         try:
             await self._retry(lambda: s3.delete_object(Bucket=self._bucket, Key=full))
         except Exception as exc:
-            if _classify(exc).kind == "missing_key":
+            if classify(exc).kind == "missing_key":
                 return
             raise self._error("deleting", key, exc) from exc
 
