@@ -11,7 +11,7 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import options_callback, session, storage_options
+from durable_obj.cli.session import session, storage_options, to_options
 from durable_obj.cli.write import default_owner
 from durable_obj.namespace import split_destination
 
@@ -93,16 +93,7 @@ def gc_cmd(
 @cli.command("fork")
 @click.argument("src_url")
 @click.argument("dst")
-@click.option(
-    "--to-option",
-    "-t",
-    "to_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=options_callback,
-    help="Storage options for a DST URL (default: the -o options when DST has the same "
-    "protocol as SRC_URL, else none).",
-)
+@to_options("DST")
 @storage_options
 def fork_cmd(
     src_url: str, dst: str, to_options: dict[str, Any], storage_options: dict[str, Any]

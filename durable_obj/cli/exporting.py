@@ -21,7 +21,7 @@ from durable_obj import DurableObject, Namespace, ops
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import options_callback, session, storage_options
+from durable_obj.cli.session import session, storage_options, to_options
 from durable_obj.namespace import check_oid
 
 #: namespace export: format -> (engine format of the first object, of the others)
@@ -95,16 +95,7 @@ def _refuse_existing(fs: Any, paths: list[str]) -> None:
     help="With --all: the name of the object-id column.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace files that already exist.")
-@click.option(
-    "--to-option",
-    "-t",
-    "to_options",
-    multiple=True,
-    metavar="KEY=VALUE",
-    callback=options_callback,
-    help="Storage options for DEST_URL (default: the -o options when DEST_URL has the "
-    "same protocol as OBJECT_URL, else none).",
-)
+@to_options("DEST_URL")
 @storage_options
 def export_cmd(
     object_url: str,

@@ -85,3 +85,23 @@ def storage_options(f: F) -> F:
         help="Passed to the store (repeatable; dotted keys nest; true/false and numbers "
         "are typed).",
     )(f)
+
+
+def to_options(what: str) -> Callable[[F], F]:
+    """The repeatable `-t/--to-option KEY=VALUE` option: storage options for
+    the destination `what` (default: the `-o` options when it has the same
+    protocol as the source, else none)."""
+
+    def decorate(f: F) -> F:
+        return click.option(
+            "--to-option",
+            "-t",
+            "to_options",
+            multiple=True,
+            metavar="KEY=VALUE",
+            callback=options_callback,
+            help=f"Storage options for {what} (default: the -o options when {what} has the "
+            "same protocol as the source, else none).",
+        )(f)
+
+    return decorate
