@@ -26,7 +26,6 @@ import asyncio
 import base64
 import importlib
 import io
-import os
 import uuid
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -414,14 +413,7 @@ class AzureStore(CloudStore):
 
     async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
         self._blob(key)  # refuse a bad key before reading anything
-        try:
-            size = os.path.getsize(path)
-            src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
-        except OSError as exc:
-            raise BackendError(
-                f"uploading {key!r} to {self.url}: cannot read the local file "
-                f"({exc.strerror or type(exc).__name__})"
-            ) from exc
+        size, src = self._open_local(key, path)  # closed in the finally below
         try:
             if callback is not None:
                 callback.set_size(size)

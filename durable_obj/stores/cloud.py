@@ -99,6 +99,17 @@ class CloudStore(Store):
         result: T = sync(self._fs.loop, fn, *args)
         return result
 
+    def _open_local(self, key: str, path: str) -> tuple[int, BinaryIO]:
+        """The local file an upload of `key` reads, opened, and its size."""
+        try:
+            size = os.path.getsize(path)
+            return size, open(path, "rb")
+        except OSError as exc:
+            raise BackendError(
+                f"uploading {key!r} to {self.url}: cannot read the local file "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
+
     @abc.abstractmethod
     def _transient(self, exc: BaseException) -> bool:
         """Whether an idempotent call that raised `exc` is worth another attempt."""

@@ -26,7 +26,6 @@ import asyncio
 import importlib
 import io
 import json
-import os
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -398,14 +397,7 @@ class GCSStore(CloudStore):
         return self._run(self._put, key, bytes(data), token)
 
     async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
-        try:
-            size = os.path.getsize(path)
-            src = open(path, "rb")  # noqa: SIM115 - closed in the finally below
-        except OSError as exc:
-            raise BackendError(
-                f"uploading {key!r} to {self.url}: cannot read the local file "
-                f"({exc.strerror or type(exc).__name__})"
-            ) from exc
+        size, src = self._open_local(key, path)  # closed in the finally below
         boundary, head, tail = self._multipart_head(self._key(key))
         if callback is not None:
             callback.set_size(size)

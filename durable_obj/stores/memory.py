@@ -14,6 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from durable_obj.errors import BackendError
 from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
 from durable_obj.stores.shared import check_options
 
@@ -64,14 +65,20 @@ class MemoryStore(Store):
 
     def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
         chunks = []
-        size = os.path.getsize(path)
-        if callback is not None:
-            callback.set_size(size)
-        with open(path, "rb") as handle:
-            while chunk := handle.read(_CHUNK):
-                chunks.append(chunk)
-                if callback is not None:
-                    callback.relative_update(len(chunk))
+        try:
+            size = os.path.getsize(path)
+            if callback is not None:
+                callback.set_size(size)
+            with open(path, "rb") as handle:
+                while chunk := handle.read(_CHUNK):
+                    chunks.append(chunk)
+                    if callback is not None:
+                        callback.relative_update(len(chunk))
+        except OSError as exc:
+            raise BackendError(
+                f"uploading {key!r} to {self.url}: cannot read the local file "
+                f"({exc.strerror or type(exc).__name__})"
+            ) from exc
         return self.create(key, b"".join(chunks))
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:

@@ -24,7 +24,6 @@ import contextlib
 import importlib
 import logging
 import math
-import os
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
@@ -324,18 +323,12 @@ class S3Store(CloudStore):
         return self._run(self._put, key, bytes(data), {"IfMatch": version.token})
 
     async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
-        try:
-            size = os.path.getsize(path)
-        except OSError as exc:
-            raise BackendError(
-                f"uploading {key!r} to {self.url}: cannot read the local file "
-                f"({exc.strerror or type(exc).__name__})"
-            ) from exc
+        size, src = self._open_local(key, path)
+        with src:
+            data = src.read() if size <= SINGLE_PUT_LIMIT else None
         if callback is not None:
             callback.set_size(size)
-        if size <= SINGLE_PUT_LIMIT:
-            with open(path, "rb") as src:
-                data = src.read()
+        if data is not None:
             created = await self._put(key, data, {"IfNoneMatch": "*"})
             if callback is not None:
                 callback.relative_update(size)

@@ -167,6 +167,15 @@ class StoreTests:
             # Bounded memory: peak RSS grows by far less than the payload.
             assert growth_kib * 1024 < self.stream_bytes // 2
 
+    def test_create_file_from_missing_local_file(self, store: Store, tmp_path: Any) -> None:
+        # A local file that cannot be read is the caller's error, named as a
+        # BackendError (not an OSError from below the store); nothing is created.
+        from durable_obj.errors import BackendError
+
+        with pytest.raises(BackendError, match=r"ckpt/none\.tar"):
+            store.create_file("ckpt/none.tar", os.path.join(str(tmp_path), "absent.bin"))
+        assert store.get("ckpt/none.tar") is None
+
     def test_download_missing(self, store: Store, tmp_path: Any) -> None:
         dst = os.path.join(str(tmp_path), "x")
         assert store.download("missing", dst) is False
