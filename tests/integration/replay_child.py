@@ -26,7 +26,7 @@ C. per query-constant call Q (`now64(3, 'Asia/Tokyo')`, ...), the pinner
 It reports what each statement became, whether the pinned value is the value
 V had (RowBinary bytes), and a dump of every table. `read` (durable_obj) and
 `read-v1` (chdb.durable) open the object read-only and report the same dump.
-The dump is zone-independent: column types, and each row as RowBinary hex.
+The dump is zone-independent: each row as RowBinary hex, with its type.
 `script` runs given statements and queries (the single-example regression
 tests); `categories` reports how a writer of either library answers each of
 given statements (tests/integration/test_secrets.py). The result is printed
@@ -78,19 +78,16 @@ def run(mode: str, tz: str, params: dict[str, Any]) -> dict[str, Any]:
 NO_FOLD = {"fold_segments": 0, "fold_bytes": 0, "close_fold_segments": 0}
 
 
-def dump(query: Callable[[str], str]) -> dict[str, str]:
-    """Every table's column types and rows, as bytes that no zone changes."""
-    columns = query(
-        "SELECT table, name, type FROM system.columns WHERE database = currentDatabase() "
-        "ORDER BY table, position FORMAT JSONCompactEachRow"
-    )
-    tables = sorted({json.loads(line)[0] for line in columns.split("\n") if line})
-    out = {"": columns}
-    for table in tables:
-        out[table] = query(
-            f"SELECT hex(formatRow('RowBinary', *)) AS h FROM `{table}` ORDER BY h FORMAT TSV"
+def dump(query: Callable[[str], str], tables: list[str]) -> dict[str, str]:
+    """Each table's rows with their column types, as text no zone changes: the
+    RowBinary bytes of the row (a DateTime is its seconds) and the row's type."""
+    return {
+        table: query(
+            f"SELECT hex(formatRow('RowBinary', *)) AS h, toTypeName(tuple(*)) FROM `{table}` "
+            "ORDER BY h FORMAT TSV"
         )
-    return out
+        for table in tables
+    }
 
 
 def _wal_statements(root: Path) -> list[str]:
@@ -129,6 +126,7 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
     ns = durable_obj.Namespace(p["url"], owner="writer", timezone=p["timezone"], **NO_FOLD)
     obj = ns.open(p["oid"])
     errors: list[dict[str, str]] = []
+    created: list[str] = []
 
     def run(sql: str, case: str) -> bool:
         try:
@@ -136,6 +134,8 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
         except durable_obj.DurableError as exc:
             errors.append({"case": case, "sql": sql, "category": exc.category, "error": str(exc)})
             return False
+        if sql.startswith("CREATE TABLE "):
+            created.append(sql.split()[2])
         return True
 
     def query(sql: str) -> str:
@@ -201,7 +201,7 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
             ):
                 run(sql, q)
     obj.flush()
-    tables = dump(query)
+    tables = dump(query, created)
     obj.close()
     return {
         "errors": errors,
@@ -239,7 +239,7 @@ def read(p: dict[str, Any], impl: str) -> dict[str, Any]:
         import durable_obj as lib  # type: ignore[no-redef]
     obj = lib.Namespace(p["url"]).open(p["oid"], read_only=True)
     try:
-        return {"dump": dump(lambda sql: str(obj.query(sql, "TSV").data()).strip())}
+        return {"dump": dump(lambda sql: str(obj.query(sql, "TSV").data()).strip(), p["tables"])}
     finally:
         obj.close()
 
