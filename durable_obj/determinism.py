@@ -285,6 +285,12 @@ class Pinner:
             sql = splice(sql, replacements)
         return self._with_settings(sql, needed)
 
+    def refuse_outside_reads(self, sql: str) -> None:
+        """`Nondeterministic` if `sql` reads outside the object (a table
+        function, an external engine or source, a system table)."""
+        tokens = tokenize(sql)
+        self._refuse_outside_reads(tokens, find_calls(tokens))
+
     def _refuse_outside_reads(self, tokens: list[Token], calls: list[Call]) -> None:
         for call in calls:
             after_engine = call.first >= 1 and (

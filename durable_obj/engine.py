@@ -1,19 +1,28 @@
-"""The one module that imports chdb: a managed connection and the entry gates.
+"""The one module that imports chdb: the process's engine, one connection
+per open object, and the entry gates.
 
 What lives here:
 
-* `Engine`: a chDB connection in a private scratch directory with the
+* one chDB engine per process (one data path, started once, in the
+  background while the first open reads its head), with the
   synchronous-write settings a durable object promises (an `execute()` that
-  returned has been applied, nothing completes behind the call), the current
-  database pinned, and BACKUP/RESTORE through chdb-core's own ABI
-  (`backup_database` / `restore_database`), so no BACKUP SQL is built here;
+  returned has been applied, nothing completes behind the call);
+* `Engine`: one object's connection to it, whose current database is the
+  object's internal database (`isolation.Scope`: a random reserved name
+  nobody else can choose); statements run as `Scope.localize` maps them,
+  catalogue queries name the object's logical database and are mapped here,
+  and BACKUP/RESTORE archive the internal database under the logical name
+  (`BACKUP DATABASE i AS default`, `RESTORE DATABASE default AS i`), built
+  only from our own quoted identifiers and paths, so the wire format stays V1;
 * `Analysis` and the gates built on chdb-core's `classify_query`: one
   statement, read-only vs mutating, secrets, writes only the object's
   database, no database lifecycle. No regex over the caller's SQL decides
   what a statement does.
 
-chDB runs one engine (one data path) per process. A second live object in the
-same process is refused with a message that says so; use a subprocess.
+Objects in one process share the engine (its memory and CPU), never data:
+each runs in its own database through its own connection, and
+`isolation.py` refuses every route out of it. Releasing an object's engine
+drops its internal database.
 """
 
 from __future__ import annotations
@@ -27,19 +36,19 @@ import re
 import shutil
 import tempfile
 import threading
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from durable_obj.errors import (
     ClassificationRefused,
-    DurableError,
     EngineError,
     EngineIncompatible,
     InvalidArgument,
     SecretRefused,
 )
-from durable_obj.protocol import BACKUP_FORMAT, ENGINE_NAME, version_lt
-from durable_obj.sql import quote_string
+from durable_obj.isolation import RESERVED_PREFIX, Scope
+from durable_obj.sql import quote_ident, quote_string
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
 SYNCHRONOUS_SETTINGS = {
@@ -50,11 +59,15 @@ SYNCHRONOUS_SETTINGS = {
 }
 
 _REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
-_LIVE: list[Engine] = []
-_IDLE: list[Engine] = []
 _VERSION: str | None = None
 _ROOT: list[str] = []
-_KEEP = frozenset({"system", "information_schema", "INFORMATION_SCHEMA"})
+#: The process's engine: its connection string and the connection that keeps
+#: it running (also used to drop what a collected object left behind).
+_SERVER: dict[str, Any] = {}
+#: Internal databases of engines closed without a query (from __del__ or at
+#: exit), dropped by the next acquire().
+_ORPHANS: list[str] = []
+_LIVE: set[Engine] = set()
 
 
 def engine_root() -> str:
@@ -70,8 +83,12 @@ def engine_root() -> str:
 
 
 def _shutdown() -> None:
-    for engine in [*_IDLE, *_LIVE]:
+    for engine in list(_LIVE):
         engine.close()
+    anchor = _SERVER.pop("anchor", None)
+    if anchor is not None:
+        with contextlib.suppress(Exception):
+            anchor.close()
     for root in _ROOT:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -80,24 +97,53 @@ _STARTING: list[threading.Thread] = []
 _START_LOCK = threading.Lock()
 
 
+def _chdb() -> Any:
+    try:
+        # The raw extension, not chdb.state.sqlitelike: the wrapper imports
+        # pyarrow (~0.1 s of every cold open) for features we never use.
+        return importlib.import_module("chdb._chdb")
+    except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
+        raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
+
+
+def _start() -> None:
+    """Start the process's engine (under `_START_LOCK`), once."""
+    global _VERSION
+    if "anchor" in _SERVER:
+        return
+    root = engine_root()
+    args = dict(SYNCHRONOUS_SETTINGS)
+    # BACKUP/RESTORE may only touch this process's own scratch.
+    args["backups.allowed_path"] = os.path.join(root, "backups")
+    conn_str = os.path.join(root, "data") + "?" + "&".join(f"{k}={v}" for k, v in args.items())
+    try:
+        anchor = _chdb().connect(conn_str)
+    except Exception as exc:
+        raise EngineError(f"could not start the chDB engine: {exc}") from exc
+    missing = [name for name in _REQUIRED_ABI if not hasattr(anchor, name)]
+    if missing:
+        anchor.close()
+        raise EngineIncompatible(
+            f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
+            "run: pip install -U chdb-core"
+        )
+    _VERSION = _decoded(anchor.query("SELECT chdb()", "TSV")).strip()
+    _SERVER.update(anchor=anchor, conn_str=conn_str)
+
+
 def prestart() -> None:
-    """Start the process's first engine in the background, if none exists yet.
+    """Start the process's engine in the background, if it is not running.
 
     An open calls this before its first network round trip, so the engine
     start (~0.1 s) overlaps the head read. If the background start fails,
-    `acquire` starts one itself and reports that failure."""
+    `acquire` starts it itself and reports that failure."""
     with _START_LOCK:
-        if _IDLE or _LIVE or _STARTING:
+        if "anchor" in _SERVER or _STARTING:
             return
-        root = engine_root()
 
         def start() -> None:
-            try:
-                engine = Engine(root)
-            except Exception:
-                return  # acquire() will try again and raise it
-            with _START_LOCK:
-                _IDLE.append(engine)
+            with _START_LOCK, contextlib.suppress(Exception):  # acquire() reports it
+                _start()
 
         thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
         _STARTING.append(thread)
@@ -105,11 +151,8 @@ def prestart() -> None:
 
 
 def acquire() -> Engine:
-    """The process's engine, emptied; started on first use.
-
-    chDB runs one engine per process, and each engine start costs ~25 ms and
-    leaks a few file descriptors inside chdb-core, so objects opened one
-    after another share one engine, wiped between them."""
+    """A new connection to the process's engine (started on first use), for
+    one object: any number may be open at once, each in its own database."""
     with _START_LOCK:
         starting = list(_STARTING)
     for thread in starting:
@@ -118,13 +161,18 @@ def acquire() -> Engine:
         for thread in starting:
             if thread in _STARTING:
                 _STARTING.remove(thread)
-    if _LIVE:
-        raise EngineError(
-            "chDB runs one engine per process and another durable object is open here; "
-            "close it first, or open this object in a subprocess"
-        )
-    engine = _IDLE.pop() if _IDLE else Engine(engine_root())
-    _LIVE.append(engine)
+        _start()
+        anchor = _SERVER["anchor"]
+        while _ORPHANS:
+            db = _ORPHANS.pop()
+            with contextlib.suppress(Exception):  # best effort: it holds nobody's data now
+                anchor.query(f"DROP DATABASE IF EXISTS {quote_ident(db)} SYNC", "CSV")
+        try:
+            conn = _chdb().connect(_SERVER["conn_str"])
+        except Exception as exc:
+            raise EngineError(f"could not connect to the chDB engine: {exc}") from exc
+    engine = Engine(conn)
+    _LIVE.add(engine)
     return engine
 
 
@@ -140,50 +188,47 @@ class Analysis:
 
 
 class Engine:
-    """A chDB connection in this process's private engine directory."""
+    """One object's connection to the process's engine, and its database.
 
-    def __init__(self, root: str) -> None:
-        global _VERSION
-        # A data path of its own: if this engine is ever closed instead of
-        # emptied, the next one must not find its tables on disk.
-        data_path = tempfile.mkdtemp(prefix="data-", dir=root)
-        backups_path = os.path.join(root, "backups")
-        self._data = data_path
-        self.backups = backups_path
-        try:
-            # The raw extension, not chdb.state.sqlitelike: the wrapper imports
-            # pyarrow (~0.1 s of every cold open) for features we never use.
-            chdb_raw: Any = importlib.import_module("chdb._chdb")
-        except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
-            raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
-        args = dict(SYNCHRONOUS_SETTINGS)
-        # BACKUP/RESTORE may only touch this object's own scratch.
-        args["backups.allowed_path"] = backups_path
-        conn_str = data_path + "?" + "&".join(f"{k}={v}" for k, v in args.items())
-        try:
-            self._conn: Any = chdb_raw.connect(conn_str)
-        except Exception as exc:
-            raise EngineError(f"could not start the chDB engine: {exc}") from exc
-        self._raw: Any = self._conn
-        missing = [name for name in _REQUIRED_ABI if not hasattr(self._raw, name)]
-        if missing:
-            self._conn.close()
-            raise EngineIncompatible(
-                f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
-                "run: pip install -U chdb-core"
-            )
-        if _VERSION is None:
-            _VERSION = self.text("SELECT chdb()", "TSV").strip()
+    The object's internal database is created by `create_database` or
+    `restore` (under the logical name the head records) and becomes the
+    connection's current database; `release` drops it. Callers name the
+    logical database: catalogue queries with a `db` parameter are mapped to
+    the internal one, and the caller's statements run as `localize` maps them.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn: Any = conn
+        self._raw: Any = conn
+        self.backups = os.path.join(engine_root(), "backups")
+        #: This object's database in the engine: reserved, unguessable, never shown.
+        self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
+        self.scope = Scope("default", self.database)
 
     @property
     def version(self) -> str:
         assert _VERSION is not None
         return _VERSION
 
+    @property
+    def logical(self) -> str:
+        return self.scope.logical
+
+    def localize(self, sql: str) -> str:
+        """`sql` as it runs in this object's database (`isolation.Scope`)."""
+        return self.scope.localize(sql)
+
+    def _mapped(self, params: dict[str, str]) -> dict[str, str]:
+        if params.get("db") == self.scope.logical:
+            return {**params, "db": self.database}
+        return params
+
     # -- statements ------------------------------------------------------
     def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:
         """Run `sql` and return its output. `redact` keeps the engine's message
         (which may quote the statement) out of the error."""
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
         try:
             result = self._conn.query(sql, fmt)
         except Exception as exc:
@@ -197,9 +242,21 @@ class Engine:
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
 
-    def run_params(self, sql: str, params: dict[str, str]) -> str:
+    def replay(self, sql: str) -> None:
+        """Run a committed statement as the object's own: localized, and
+        refused (as an `EngineError`, which replay reports as `Corrupt`) if
+        it reaches past the object."""
         try:
-            result = self._conn.query(sql, "TSV", params=params)
+            local = self.localize(sql)
+        except ClassificationRefused as exc:
+            raise EngineError(str(exc)) from None
+        self.run(local)
+
+    def run_params(self, sql: str, params: dict[str, str]) -> str:
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
             raise EngineError(f"chDB: {_clean(exc)}") from exc
         return _decoded(result)
@@ -218,8 +275,15 @@ class Engine:
             raise EngineError("chDB answered rows that are not JSON") from None
 
     def use_database(self, db: str) -> None:
-        """Pin the current database; the name goes through a parameter."""
-        self.run_params("USE {db:Identifier}", {"db": db})
+        """Make the object's database (logical name `db`) the current one."""
+        self._name(db)
+        self.run("USE " + quote_ident(self.database))
+
+    def _name(self, db: str) -> None:
+        """Record `db` as the object's logical database name."""
+        if db.lower().startswith(RESERVED_PREFIX):
+            raise ClassificationRefused(f"{db[:60]!r} is a reserved database name")
+        self.scope = Scope(db, self.database)
 
     def set_timezone(self, tz: str) -> None:
         """Pin the session time zone: DateTime literals and functions then mean
@@ -232,11 +296,16 @@ class Engine:
         self.run("SET session_timezone = " + quote_string(tz))
 
     def create_database(self, db: str) -> None:
-        self.run_params("CREATE DATABASE IF NOT EXISTS {db:Identifier}", {"db": db})
+        """Create the object's (empty) database, under logical name `db`."""
+        self._name(db)
+        self.run(f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.database)}")
 
     def analyze(self, sql: str, db: str) -> Analysis:
+        """What chDB says `sql` would do (it must already be localized); writes
+        are judged against the object's database."""
+        target = self.database if db == self.scope.logical else db
         try:
-            report = self._raw.classify_query(sql, db)
+            report = self._raw.classify_query(sql, target)
         except Exception as exc:
             raise EngineError(f"chDB could not analyse the statement: {_clean(exc)}") from None
         qc = report["query_class"]
@@ -247,6 +316,15 @@ class Engine:
             writes_only_target_database=bool(report["writes_only_target_database"]),
             changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
         )
+
+    def check_reads(self, sql: str) -> None:
+        """`ClassificationRefused` unless every table the (localized) SELECT
+        `sql` resolves is the object's own (`Scope.check_tree`)."""
+        try:
+            tree = self.text("EXPLAIN QUERY TREE " + sql, "TSVRaw")
+        except EngineError:
+            return  # it does not analyse: running it fails the same way
+        self.scope.check_tree(tree)
 
     def syntax_error(self, sql: str) -> str:
         """Where chDB's parser stops on `sql`, without quoting any of it."""
@@ -259,23 +337,36 @@ class Engine:
             return "it does not parse"
         return "it parses but is not a statement chDB can classify"
 
-    # -- Durable V1 ABI ---------------------------------------------------
+    # -- Durable V1 archives -------------------------------------------------
     def backup(self, db: str, path: str) -> None:
-        """A full backup (never incremental: an incremental archive records its
-        base by local path, which does not survive object storage)."""
-        try:
-            self._raw.backup_database(db, path)
-        except Exception as exc:
-            raise EngineError(f"backup of database {db!r} failed: {_clean(exc)}") from exc
+        """A full backup of the object's database, archived under its logical
+        name `db` (never incremental: an incremental archive records its base
+        by local path, which does not survive object storage)."""
+        self._archive(
+            f"BACKUP DATABASE {quote_ident(self.database)} AS {quote_ident(db)} "
+            f"TO File({quote_string(path)})",
+            f"backup of database {db!r}",
+        )
 
     def restore(self, db: str, path: str) -> None:
-        try:
-            self._raw.restore_database(db, path)
-        except Exception as exc:
-            raise EngineError(f"restore of database {db!r} failed: {_clean(exc)}") from exc
-        self._recount_blocks(db)
+        """RESTORE database `db` of the archive at `path` as the object's
+        database (which must not exist yet)."""
+        self._name(db)
+        self._archive(
+            f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "
+            f"FROM File({quote_string(path)})",
+            f"restore of database {db!r}",
+        )
+        self._recount_blocks()
 
-    def _recount_blocks(self, db: str) -> None:
+    def _archive(self, sql: str, what: str) -> None:
+        try:
+            self._conn.query(sql, "CSV")
+        except Exception as exc:
+            text = _clean(exc).replace(self.database, self.scope.logical)
+            raise EngineError(f"{what} failed: {text}") from exc
+
+    def _recount_blocks(self) -> None:
         """RESTORE numbers a MergeTree table's parts from block 1 again but
         keeps their mutation versions, so the table's next mutation can get a
         version its parts already carry and be skipped as applied: an UPDATE
@@ -285,52 +376,34 @@ class Engine:
         stale = self.json_rows(
             "SELECT table FROM system.parts WHERE database = {db:String} AND active "
             "GROUP BY table HAVING max(data_version) > max(max_block_number)",
-            {"db": db},
+            {"db": self.database},
         )
         for (table,) in stale:
-            params = {"db": db, "t": table}
+            params = {"db": self.database, "t": table}
             self.run_params("DETACH TABLE {db:Identifier}.{t:Identifier}", params)
             self.run_params("ATTACH TABLE {db:Identifier}.{t:Identifier}", params)
 
     def release(self) -> None:
-        """Hand the engine back, empty, for the next object; close it if it
-        cannot be emptied."""
-        if self in _LIVE:
-            _LIVE.remove(self)
-        if self._conn is None:
-            return
-        try:
-            for (name,) in self.json_rows("SELECT name FROM system.tables WHERE is_temporary"):
-                self.run_params("DROP TEMPORARY TABLE {t:Identifier}", {"t": name})
-            for (db,) in self.json_rows("SELECT name FROM system.databases"):
-                if db not in _KEEP and db != "default":
-                    self.run_params("DROP DATABASE {db:Identifier} SYNC", {"db": db})
-            # `default` itself stays: RESTORE compares its definition with the
-            # archive's, and only the engine's own `default` matches. Views
-            # and dictionaries first, so no table is dropped from under one.
-            listing = self.json_rows(
-                "SELECT name, engine FROM system.tables WHERE database = 'default' "
-                "ORDER BY engine NOT LIKE '%View', engine != 'Dictionary'"
-            )
-            for name, kind in listing:
-                drop = "DICTIONARY" if kind == "Dictionary" else "TABLE"
-                self.run_params(f"DROP {drop} default.{{t:Identifier}} SYNC", {"t": name})
-            self.run("USE default")
-        except DurableError:
-            self.close()
-            return
-        _IDLE.append(self)
-
-    def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if self in _LIVE:
-            _LIVE.remove(self)
-        if self in _IDLE:
-            _IDLE.remove(self)
+        """Drop the object's database and close the connection: nothing of the
+        object is left in the engine for the next one."""
+        conn = self._conn
         if conn is not None:
+            try:
+                conn.query(f"DROP DATABASE IF EXISTS {quote_ident(self.database)} SYNC", "CSV")
+            except Exception:
+                _ORPHANS.append(self.database)  # the next acquire() tries again
+        self.close(orphan=False)
+
+    def close(self, *, orphan: bool = True) -> None:
+        """Close the connection without a query (from __del__ or at exit); the
+        next acquire() drops the database left behind."""
+        conn, self._conn = self._conn, None
+        _LIVE.discard(self)
+        if conn is not None:
+            if orphan:
+                _ORPHANS.append(self.database)
             with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
-            shutil.rmtree(self._data, ignore_errors=True)
 
 
 def _decoded(result: Any) -> str:
@@ -350,30 +423,6 @@ def _clean(exc: BaseException) -> str:
     """The engine's message without its stack trace."""
     text = str(exc).split("Stack trace", 1)[0].strip()
     return text[:2000]
-
-
-def check_compatible(*, name: str, backup_format: int, min_reader: str, running: str) -> None:
-    """The V1 open gate: engine name, archive generation, reader version."""
-    if name != ENGINE_NAME:
-        raise EngineIncompatible(
-            f"the object was written by engine {name!r}, not {ENGINE_NAME!r}; not opened"
-        )
-    if backup_format > BACKUP_FORMAT:
-        raise EngineIncompatible(
-            f"the object uses backup format {backup_format}; this engine restores up to "
-            f"{BACKUP_FORMAT}. Upgrade chdb to open it; nothing was changed."
-        )
-    older = version_lt(running, min_reader)
-    if older is None:
-        raise EngineIncompatible(
-            f"cannot order the running engine {running!r} against the object's min_reader "
-            f"{min_reader!r}; refusing rather than assuming compatibility"
-        )
-    if older:
-        raise EngineIncompatible(
-            f"the object needs chDB {min_reader} or newer; this engine is {running}. "
-            "Upgrade chdb-core; nothing was changed."
-        )
 
 
 def check_read(analysis: Analysis, syntax: str) -> None:

@@ -1,8 +1,11 @@
 """The local side of one open object: its engine, its scratch folder, and
 the gates every statement passes before it runs.
 
-chDB runs one engine per process (`engine.acquire`); the scratch folder lives
-in the engine's backups folder, the only place BACKUP and RESTORE may touch.
+Each open object gets its own connection to the process's one engine
+(`engine.acquire`) and its own database in it; every statement runs as
+`Engine.localize` maps it, and is refused if it could reach past the object
+(`durable_obj.isolation`). The scratch folder lives in the engine's backups
+folder, the only place BACKUP and RESTORE may touch.
 Nothing here talks to storage: the state machine in `object.py` decides when
 what runs, and what becomes durable.
 """
@@ -20,9 +23,9 @@ import warnings
 
 from durable_obj.determinism import Pinner
 from durable_obj.engine import Engine, acquire, check_mutation, check_read, engine_root
-from durable_obj.errors import Corrupt, InvalidArgument
+from durable_obj.errors import ClassificationRefused, Corrupt, InvalidArgument
 from durable_obj.head import EXTENSION, TIMEZONE, Head
-from durable_obj.sql import tokenize
+from durable_obj.sql import tokenize, tokenize_head
 
 #: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
 #: name lives in system.tables.
@@ -49,8 +52,7 @@ class LocalCopy:
         return self.work
 
     def start_engine(self) -> Engine:
-        """The process's engine, emptied (`EngineError` if another object
-        holds it)."""
+        """A connection of this object's own to the process's engine."""
         self.engine = acquire()
         return self.engine
 
@@ -74,7 +76,8 @@ class LocalCopy:
         self.pin(timezone)
 
     def fresh_engine(self) -> Engine:
-        """The engine emptied, for a new base (the scratch folder is kept)."""
+        """A new connection and database, for a new base (the scratch folder
+        is kept); the old database is dropped."""
         if self.engine is not None:
             self.engine.release()
             self.engine = None
@@ -91,16 +94,30 @@ class LocalCopy:
 
     # -- statements -----------------------------------------------------------
     def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
-        """Run one read-only statement; anything else is refused unrun."""
-        analysis = engine.analyze(sql, db)
+        """Run one read-only statement that reads only this object's database;
+        anything else is refused unrun."""
+        local = engine.localize(sql)
+        analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
         check_read(analysis, syntax)
-        return engine.text(sql, fmt, redact=analysis.has_secrets)
+        first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
+        if first in ("select", "with") or local.lstrip().startswith("("):
+            engine.check_reads(local)
+        return engine.text(local, fmt, redact=analysis.has_secrets)
 
     def prepare(self, engine: Engine, sql: str, db: str, *, allow_nondeterministic: bool) -> str:
         """The text of a mutation to run and log: classified (one statement,
-        writes only `db`, no secret, ...), then pinned or refused."""
-        analysis = engine.analyze(sql, db)
+        writes only `db`, reads nothing outside it, no secret, ...), then
+        pinned or refused. The text returned names the logical database, as
+        logged; `run_logged` localizes it."""
+        try:
+            local = engine.localize(sql)
+        except ClassificationRefused:
+            # What the statement is, and whether it reads outside, are judged
+            # first (and keep their categories); then it is refused here.
+            self._check_alone(engine, sql, db, allow_nondeterministic)
+            raise
+        analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
         check_mutation(analysis, db, syntax)
         if allow_nondeterministic:
@@ -114,18 +131,26 @@ class LocalCopy:
         assert self.pinner is not None
         return self.pinner.prepare(sql, db)
 
+    def _check_alone(self, engine: Engine, sql: str, db: str, unchecked: bool) -> None:
+        analysis = engine.analyze(sql, db)
+        syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
+        check_mutation(analysis, db, syntax)
+        if not unchecked and self.pinner is not None:
+            self.pinner.refuse_outside_reads(sql)
+
     def run_logged(self, engine: Engine, text: str, db: str) -> bool:
         """Run a prepared mutation; False when it provably changed nothing
         and must not be logged: a CREATE ... IF NOT EXISTS whose target
         existed, or a DROP ... IF EXISTS whose target was absent, with the
         catalogue entry of that name the same after as before."""
         target = _conditional_ddl(text)
+        local = engine.localize(text)
         if target is None:
-            engine.run(text)
+            engine.run(local)
             return True
         create, where, name = target
         before = _catalogue(engine, where or db, name)
-        engine.run(text)
+        engine.run(local)
         unchanged = before == _catalogue(engine, where or db, name)
         return not (unchanged and (before != "") == create)
 

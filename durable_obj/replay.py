@@ -76,7 +76,7 @@ class Replayer:
     def _run(self, sql: str, where: str) -> None:
         self.engine_calls += 1
         try:
-            self._engine.run(sql)
+            self._engine.replay(sql)
         except EngineError as exc:
             # The segment passed its size and SHA-256 check, so these are the
             # committed bytes: a statement in them that no longer runs means

@@ -20,14 +20,16 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from durable_obj.digest import file_digest, verify, verify_bytes
-from durable_obj.engine import check_compatible
-from durable_obj.errors import Corrupt, EngineError, ProtocolUnsupported
+from durable_obj.errors import Corrupt, EngineError, EngineIncompatible, ProtocolUnsupported
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
+    BACKUP_FORMAT,
+    ENGINE_NAME,
     PROTOCOL_VERSION,
     SUPPORTED_READER_FEATURES,
     SUPPORTED_WRITER_FEATURES,
     object_key,
+    version_lt,
 )
 from durable_obj.replay import Replayer
 from durable_obj.wal import parse_segment
@@ -72,6 +74,30 @@ def check_engine(engine: Engine, head: Head) -> None:
         min_reader=head.engine.min_reader,
         running=engine.version,
     )
+
+
+def check_compatible(*, name: str, backup_format: int, min_reader: str, running: str) -> None:
+    """The V1 open gate: engine name, archive generation, reader version."""
+    if name != ENGINE_NAME:
+        raise EngineIncompatible(
+            f"the object was written by engine {name!r}, not {ENGINE_NAME!r}; not opened"
+        )
+    if backup_format > BACKUP_FORMAT:
+        raise EngineIncompatible(
+            f"the object uses backup format {backup_format}; this engine restores up to "
+            f"{BACKUP_FORMAT}. Upgrade chdb to open it; nothing was changed."
+        )
+    older = version_lt(running, min_reader)
+    if older is None:
+        raise EngineIncompatible(
+            f"cannot order the running engine {running!r} against the object's min_reader "
+            f"{min_reader!r}; refusing rather than assuming compatibility"
+        )
+    if older:
+        raise EngineIncompatible(
+            f"the object needs chDB {min_reader} or newer; this engine is {running}. "
+            "Upgrade chdb-core; nothing was changed."
+        )
 
 
 class Fetches:

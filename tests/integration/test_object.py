@@ -1,7 +1,8 @@
 """The object's whole path in one process, on memory and on a local folder.
 
-chDB runs one engine per process, so these open objects one at a time;
-tests that need two live objects are in test_processes.py.
+Objects share the process's one engine, each in its own database; tests
+that need two processes (a writer and a reader across a crash, say) are in
+test_processes.py.
 """
 
 from __future__ import annotations
@@ -296,27 +297,33 @@ def test_head_key_with_dotdot_is_corrupt(ns_url: str) -> None:
         durable_obj.open(url)
 
 
-def test_second_object_in_one_process_is_refused(tmp_path: Path) -> None:
-    with (
-        durable_obj.open(str(tmp_path / "a")),
-        pytest.raises(errors.EngineError, match="one engine per process"),
-    ):
-        durable_obj.open(str(tmp_path / "b"))
-    # the refused open left nothing behind
-    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+def test_two_objects_in_one_process_are_isolated(tmp_path: Path) -> None:
+    """Objects open at once in one process each see only their own database,
+    under their own logical name, and survive each other's close."""
+    with durable_obj.open(str(tmp_path / "a")) as a, durable_obj.open(str(tmp_path / "b")) as b:
+        a.execute(DDL)
+        b.execute(DDL)
+        a.execute("INSERT INTO default.m VALUES ('a', 1)")
+        b.execute("INSERT INTO m VALUES ('b', 2)")
+        assert a.query("SELECT k, v, currentDatabase() FROM m") == '"a",1,"default"\n'
+        assert b.query("SELECT k, v FROM default.m") == '"b",2\n'
+        assert a.query("SELECT name FROM system.databases") == '"default"\n'
+        a.flush()
+    with durable_obj.open(str(tmp_path / "b"), read_only=True) as b:
+        assert b.query("SELECT k FROM m") == '"b"\n'
 
 
-def test_lease_held_elsewhere_is_answered_before_the_engine_limit(tmp_path: Path) -> None:
+def test_lease_held_elsewhere_is_answered_while_another_object_is_open(tmp_path: Path) -> None:
     """A writer open of an object leased elsewhere says lease_held, as
-    chdb.durable does, even while another object holds this process's one
-    engine (which would otherwise answer engine: "one engine per process")."""
+    chdb.durable does, while another object is open here; a read-only open of
+    it works beside that object."""
     held = durable_obj.open(str(tmp_path / "b"), owner="elsewhere")
-    abandon(held)  # its lease stays live; this process's engine is free again
+    abandon(held)  # its lease stays live
     with durable_obj.open(str(tmp_path / "a")):
         with pytest.raises(errors.LeaseHeld, match="'elsewhere'"):
             durable_obj.open(str(tmp_path / "b"))
-        with pytest.raises(errors.EngineError, match="one engine per process"):
-            durable_obj.open(str(tmp_path / "b"), read_only=True)
+        with durable_obj.open(str(tmp_path / "b"), read_only=True) as reader:
+            assert reader.tables() == []
     assert open_store(str(tmp_path)).get("b/head.json") is not None
 
 
@@ -346,7 +353,7 @@ def test_objects_opened_in_turn_share_nothing(tmp_path: Path) -> None:
         assert b.query(
             "SELECT name FROM system.databases WHERE name NOT IN "
             "('system', 'information_schema', 'INFORMATION_SCHEMA') ORDER BY name"
-        ) == ('"default"\n"other"\n')
+        ) == ('"other"\n')
     with durable_obj.open(str(tmp_path / "a"), read_only=True) as again:
         assert again.query("SELECT count() FROM v") == "1\n"
         assert again.tables() == ["d", "m"]
