@@ -73,9 +73,7 @@ REFUSED_CALLS = frozenset(
     | {"input", "hascolumnintable", "filelog"}
 )
 #: Table engines that read another table, a dictionary or a file by name.
-REFUSED_ENGINES = frozenset(
-    {"merge", "buffer", "distributed", "dictionary", "alias", "file", "join", "set"}
-)
+REFUSED_ENGINES = frozenset({"merge", "buffer", "distributed", "dictionary", "alias", "file"})
 #: SHOW statements allowed: they describe only the current database.
 SHOWN = frozenset(
     {"tables", "create", "columns", "fields", "dictionaries", "index", "indexes", "indices"}
