@@ -14,6 +14,7 @@ replaced only by compare-and-swap, with a fenced single-writer lease.
 """
 
 from durable_obj import errors
+from durable_obj.aio import AsyncDurableObject, aopen
 from durable_obj.errors import (
     BackendError,
     ClassificationRefused,
@@ -42,6 +43,7 @@ from durable_obj.object import DurableObject, Result
 __version__ = "0.1.0"
 
 __all__ = [
+    "AsyncDurableObject",
     "BackendError",
     "ClassificationRefused",
     "Closed",
@@ -65,6 +67,7 @@ __all__ = [
     "SecretRefused",
     "Timeout",
     "UnsupportedStore",
+    "aopen",
     "errors",
     "export",
     "fork",

@@ -12,6 +12,7 @@ from durable_obj.options import Options, make_options
 
 def test_all_is_pinned() -> None:
     assert set(durable_obj.__all__) == {
+        "AsyncDurableObject", "aopen",
         "BackendError", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
         "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "InvalidArgument",
         "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded", "MissingDependency",

@@ -1,0 +1,336 @@
+"""The async face: `await durable_obj.aopen(url)` and `AsyncDurableObject`.
+
+    async with await durable_obj.aopen("s3://bucket/agents/alice", owner="svc-1") as obj:
+        await obj.aexecute("INSERT INTO memories VALUES ('k', 'v')")
+        await obj.aflush()          # the durability boundary, as flush() is
+        print(await obj.aquery("SELECT * FROM memories"))
+
+Nothing here runs on the event loop but bookkeeping. Each call runs the
+whole sync call (validation, lexing, pinning, chDB, JSON, hashing, the
+store's requests) in a worker thread: not only the blocking parts, because
+our own Python work on the way would otherwise hold the loop for as long as
+it takes (a service that wrapped only the I/O saw the loop stall 42-52 ms).
+
+Threads: one bounded pool (`WORKERS` threads) shared by every object of the
+process, not a thread per object. Each object has a *lane*: its calls run
+one at a time, in the order they were started (the order their coroutines
+first ran: the order of the awaits, or of `create_task`/`gather`), each on
+whichever pool thread is free. A long call of one object (a checkpoint)
+holds one thread, never the others' turns.
+
+Cancellation. Cancelling the task that awaits a call cancels the call only
+if it has not started: it then never runs (an `aflush` cancelled in the
+queue left the buffer intact). A call that has started runs to completion
+in its worker thread, and only the awaiting task gets `CancelledError`. The
+commit path publishes a head by one compare-and-swap, so there is never a
+half-committed head: a cancelled `aflush` either committed every buffered
+statement or left the buffer intact. `await obj.flush_outcome()` says which
+(waiting for the worker if it still runs); so do `obj.sync.pending` and
+`obj.sync.seq` once `await obj.asettle()` returned. A cancelled `aopen`
+closes the object it opened in the background (releasing its lease).
+
+Errors are the sync API's: the same `DurableError` classes and categories.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, TypeVar
+
+from durable_obj.errors import InvalidArgument
+from durable_obj.namespace import open as _open_sync
+from durable_obj.object import DurableObject, Result
+
+__all__ = ["WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
+
+T = TypeVar("T")
+
+log = logging.getLogger("durable_obj")
+
+#: Threads in the pool every async object shares (asyncio's own default size).
+WORKERS = min(32, (os.cpu_count() or 1) + 4)
+
+_pool: concurrent.futures.ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _shared_pool() -> concurrent.futures.ThreadPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = concurrent.futures.ThreadPoolExecutor(
+                max_workers=WORKERS, thread_name_prefix="durable_obj-aio"
+            )
+        return _pool
+
+
+class _Lane:
+    """One object's calls, one at a time and in order, on the shared pool.
+
+    A call is a `concurrent.futures.Future` queued here; only the lane's
+    head is ever handed to the pool, so a queued call can still be cancelled
+    (`Future.cancel()` succeeds until `set_running_or_notify_cancel`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
+        self._queue = collections.deque()
+        self._busy = False
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            self._queue.append((fut, fn))
+            if self._busy:
+                return fut
+            self._busy = True
+        _shared_pool().submit(self._run_next)
+        return fut
+
+    def _run_next(self) -> None:
+        with self._lock:
+            fut, fn = self._queue.popleft()
+        if fut.set_running_or_notify_cancel():
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the awaiting task as is
+                fut.set_exception(exc)
+            else:
+                fut.set_result(result)
+        with self._lock:
+            if not self._queue:
+                self._busy = False
+                return
+        _shared_pool().submit(self._run_next)
+
+
+async def _await(fut: concurrent.futures.Future[T]) -> T:
+    """Await a lane call. Cancelling the awaiting task cancels a call still
+    queued; one that started keeps running (see the module docstring)."""
+    return await asyncio.wrap_future(fut)
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    """What one `aflush()` did, known once its worker finished.
+
+    ran=False: it was cancelled before its turn and never ran; the buffer is
+    intact. error set: it ran and failed; the statements stay buffered (as
+    after a failed flush()). Otherwise it committed: `key` is what aflush()
+    returned or would have returned."""
+
+    ran: bool
+    key: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def committed(self) -> bool:
+        """Every statement buffered when it ran is durable."""
+        return self.ran and self.error is None
+
+
+class AsyncDurableObject:
+    """A `DurableObject` for asyncio code. Use `await durable_obj.aopen(...)`,
+    or `AsyncDurableObject.wrap(obj)` for an object already open.
+
+    `sync` is the underlying `DurableObject`: its properties (oid, url, seq,
+    pending, read_only, state, ...) are cheap to read from the loop; its
+    methods block, so call them from threads only.
+    """
+
+    def __init__(self, sync: DurableObject) -> None:
+        if not isinstance(sync, DurableObject):
+            raise InvalidArgument(
+                f"AsyncDurableObject wraps a DurableObject, not {type(sync).__name__}"
+            )
+        self._sync = sync
+        self._lane = _Lane()
+        #: Statements were executed through this face since a call told a key.
+        self._owed = False
+        self._last_flush: concurrent.futures.Future[str | None] | None = None
+
+    @classmethod
+    def wrap(cls, sync: DurableObject) -> AsyncDurableObject:
+        """An async face over an object already open (opened with
+        `durable_obj.open` or `Namespace.open`). Do not mix its blocking
+        methods with this face's calls from other threads if call order
+        matters: only calls made through one face are ordered."""
+        return cls(sync)
+
+    @property
+    def sync(self) -> DurableObject:
+        return self._sync
+
+    def __repr__(self) -> str:
+        return f"AsyncDurableObject({self._sync!r})"
+
+    async def __aenter__(self) -> AsyncDurableObject:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    # -- calls -----------------------------------------------------------------
+    def _call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+        return self._lane.submit(fn)
+
+    async def aexecute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
+        """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
+
+        def run() -> None:
+            self._sync.execute(sql, allow_nondeterministic=allow_nondeterministic)
+            self._owed = True
+
+        await _await(self._call(run))
+
+    async def aquery(self, sql: str, fmt: str = "CSV") -> Result:
+        """`DurableObject.query` in a worker: local, read-only, nothing logged."""
+        return await _await(self._call(lambda: self._sync.query(sql, fmt)))
+
+    async def atables(self) -> list[str]:
+        """`DurableObject.tables` in a worker."""
+        return await _await(self._call(self._sync.tables))
+
+    async def aflush(self) -> str | None:
+        """`DurableObject.flush` in a worker: on return, every statement
+        executed before the call survives the machine. Returns the new
+        segment's key; when nothing was buffered, the key of the last commit
+        if statements were executed through this face since a call last told
+        one (an auto-flush or a checkpoint committed them), else None.
+
+        Cancelled while it runs, it still finishes: `flush_outcome()` says
+        whether it committed."""
+        fut = self._call(self._flush)
+        self._last_flush = fut
+        return await _await(fut)
+
+    def _flush(self) -> str | None:
+        sync = self._sync
+        # The object's own reentrant lock: no auto-flush between the look
+        # at the buffer and the flush, so the answer below is exact. (The
+        # sync answer is per thread; on a pool thread it would be arbitrary.)
+        with sync._lock:
+            buffered = sync.pending > 0
+            key = sync.flush()
+        if not buffered:
+            key = self._last_commit_key() if self._owed else None
+        self._owed = False
+        return key
+
+    def _last_commit_key(self) -> str | None:
+        head = self._sync.head
+        if head is None:
+            return None
+        manifest = head.manifest
+        if manifest.wal:
+            return manifest.wal[-1].key
+        return None if manifest.base is None else manifest.base.key
+
+    async def flush_outcome(self) -> FlushOutcome | None:
+        """The outcome of the last `aflush()` called on this face (None: none
+        was), waiting for its worker if it still runs. Cancelling this wait
+        cancels nothing."""
+        fut = self._last_flush
+        if fut is None:
+            return None
+        if not fut.done():
+            await asyncio.wait([asyncio.wrap_future(fut)])
+        if fut.cancelled():
+            return FlushOutcome(ran=False)
+        error = fut.exception()
+        if error is not None:
+            return FlushOutcome(ran=True, error=error)
+        return FlushOutcome(ran=True, key=fut.result())
+
+    async def acheckpoint(self) -> str:
+        """`DurableObject.checkpoint` in a worker (the BACKUP, its upload and
+        hashing all off the loop). Makes buffered statements durable too."""
+
+        def run() -> str:
+            key = self._sync.checkpoint()
+            self._owed = False
+            return key
+
+        return await _await(self._call(run))
+
+    async def arefresh(self) -> bool:
+        """`DurableObject.refresh` in a worker (a reader's view moves to the
+        state last committed)."""
+        return await _await(self._call(self._sync.refresh))
+
+    async def asettle(self) -> None:
+        """Wait until every call started on this face so far has finished
+        (cancelled ones included). Cancelling this wait cancels nothing."""
+        fut = self._call(lambda: None)
+        await asyncio.wait([asyncio.wrap_future(fut)])
+
+    async def aclose(self, *, discard: bool = False) -> None:
+        """`DurableObject.close` in a worker, after every call queued before
+        it: flush, release the lease, drop the local copy."""
+        await _await(self._call(lambda: self._sync.close(discard=discard)))
+
+
+async def aopen(
+    url: str,
+    *,
+    owner: str | None = None,
+    read_only: bool = False,
+    force: bool = False,
+    create: bool = True,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> AsyncDurableObject:
+    """`durable_obj.open` in a worker thread: the same arguments, options
+    and errors, returning an `AsyncDurableObject`. Use it as::
+
+        async with await durable_obj.aopen(url, owner="svc-1") as obj: ...
+
+    Cancelled while it opens, the open still finishes in its thread and the
+    object is then closed there (its lease released), never left leased.
+    """
+
+    def run() -> DurableObject:
+        return _open_sync(
+            url,
+            owner=owner,
+            read_only=read_only,
+            force=force,
+            create=create,
+            storage_options=storage_options,
+            **options,
+        )
+
+    fut = _shared_pool().submit(run)
+    try:
+        return AsyncDurableObject(await asyncio.wrap_future(fut))
+    except asyncio.CancelledError:
+        fut.add_done_callback(_close_orphan)
+        raise
+
+
+def _close_orphan(fut: concurrent.futures.Future[DurableObject]) -> None:
+    """An open whose awaiting task was cancelled: close what it opened."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    obj = fut.result()
+
+    def close() -> None:
+        try:
+            obj.close()
+        except Exception as exc:  # nobody awaits it: say so, never lose it silently
+            log.warning("%s: closing after a cancelled aopen() failed: %s", obj.url, exc)
+
+    _shared_pool().submit(close)
