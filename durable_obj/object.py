@@ -125,7 +125,9 @@ class DurableObject(Surface):
         finally:
             with contextlib.suppress(Exception):
                 if self._state != _CLOSED:
-                    self._stop_heartbeat()
+                    hb, self._hb = self._hb, None
+                    if hb is not None:
+                        hb.stop(wait=False)  # a finalizer may run on any thread
                     self._local.teardown(background=False)
 
     # -- open ----------------------------------------------------------------
