@@ -255,3 +255,50 @@ def test_chdb_durable_writes_durable_obj_reads_and_writes(
         w.close()
         assert w.exit() == 0
     assert head_of(tmp_path, oid)["lease"]["generation"] == generation + 2
+
+
+def test_several_objects_in_one_process_interoperate(tmp_path: Path) -> None:
+    """Three objects (logical databases default, app, shop) open at once in
+    this process, written side by side, one checkpointed: chdb.durable reads
+    and extends each, and this process, again with all three open at once,
+    sees exactly what chdb.durable left."""
+    import durable_obj
+
+    dbs = {"x-default": "default", "x-app": "app", "x-shop": "shop"}
+    objs = {
+        oid: durable_obj.open(f"{tmp_path}/{oid}", owner="do", db=db) for oid, db in dbs.items()
+    }
+    try:
+        for n, (oid, obj) in enumerate(objs.items()):
+            for sql in SCHEMA + batch(oid, 1 + 10 * n):
+                obj.execute(sql)
+            obj.execute(f"INSERT INTO {dbs[oid]}.kv VALUES ('qualified', {n})")
+            obj.flush()
+        objs["x-app"].checkpoint()
+        objs["x-app"].execute("INSERT INTO kv VALUES ('after', 1)")
+        written = {oid: [obj.query(sql) for sql in FINGERPRINT] for oid, obj in objs.items()}
+    finally:
+        for obj in objs.values():
+            obj.close()
+    for oid, db in dbs.items():
+        assert written[oid][0] == f'"{db}"\n'
+        assert f"CREATE TABLE {db}.events" in written[oid][4]
+    appended = {}
+    with _proc.Worker("chdb.durable") as w:
+        for n, oid in enumerate(dbs):
+            w.open(f"local:{tmp_path}", oid, owner="cd")
+            assert fingerprint(w) == written[oid]
+            run_all(w, batch(f"cd-{oid}", 100 + 10 * n))
+            w.execute(f"INSERT INTO {dbs[oid]}.kv VALUES ('theirs', {n})")
+            w.flush()
+            appended[oid] = fingerprint(w)
+            w.close()
+        assert w.exit() == 0
+    objs = {oid: durable_obj.open(f"{tmp_path}/{oid}", owner="do") for oid in dbs}
+    try:
+        for oid, obj in objs.items():
+            assert [obj.query(sql) for sql in FINGERPRINT] == appended[oid]
+            assert "theirs" in obj.query("SELECT k FROM kv ORDER BY k")
+    finally:
+        for obj in objs.values():
+            obj.close()
