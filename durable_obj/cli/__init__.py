@@ -20,7 +20,7 @@ would appear in the output.
 The commands use only the public API (`Namespace`, `durable_obj.ops`).
 Layout: `app` (the command group, failure and warning handling), `read`
 (ls, info, verify, sql), `write` (exec), `admin` (checkpoint, gc, fork,
-release), `exporting` (export),
+release), `exporting` (export), `mcp` (the MCP memory server),
 and private helpers: `failures`, `redaction`, `options` (`-o` parsing),
 `session` (per-invocation output), `progress`, `formatting`.
 
@@ -30,7 +30,7 @@ Needs the `cli` extra: `pip install 'durable_obj[cli]'`.
 from __future__ import annotations
 
 # Importing the command modules registers their commands on the group.
-from durable_obj.cli import admin, exporting, read, write
+from durable_obj.cli import admin, exporting, mcp, read, write
 from durable_obj.cli.app import cli, main
 
-__all__ = ["admin", "cli", "exporting", "main", "read", "write"]
+__all__ = ["admin", "cli", "exporting", "main", "mcp", "read", "write"]

@@ -1,0 +1,135 @@
+"""`durable-obj mcp OBJECT_URL`: serve one object as an MCP memory server.
+
+stdio by default (stdout carries only the protocol: every message of ours
+goes to stderr), streamable HTTP with `--transport http` (bound to
+127.0.0.1 unless `--host` says otherwise). The server writes only the object
+it was started on; a second server on the same object is refused, or serves
+read-only with `--if-held read-only`. SIGTERM and the client closing stdin
+both stop it cleanly: the object is flushed, closed and its lease released.
+
+Needs the `mcp` extra: `pip install 'durable_obj[mcp]'`.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+from types import FrameType
+from typing import Any, Literal, cast
+
+import click
+
+from durable_obj.cli.app import cli, parse_object_url
+from durable_obj.cli.failures import Failure
+from durable_obj.cli.session import session, storage_options
+
+
+def default_owner() -> str:
+    """The lease owner of a memory server: durable-obj-mcp@HOST."""
+    return f"durable-obj-mcp@{socket.gethostname() or 'localhost'}"
+
+
+def _interrupt(_signum: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+@cli.command("mcp")
+@click.argument("object_url")
+@click.option(
+    "--transport",
+    type=click.Choice(["stdio", "http"]),
+    default="stdio",
+    show_default=True,
+    help="stdio, or streamable HTTP (at http://HOST:PORT/mcp).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP: address to bind.")
+@click.option("--port", type=int, default=8000, show_default=True, help="HTTP: port to bind.")
+@click.option(
+    "--allow-sql",
+    is_flag=True,
+    help="Add the `sql` tool: one read-only statement over this object's tables.",
+)
+@click.option(
+    "--embed",
+    metavar="MODULE:FUNCTION",
+    help="Embedding function (text -> list of floats) for vector search, by import path.",
+)
+@click.option("--table", default="memories", show_default=True, help="The memories table.")
+@click.option("--owner", help="Name in the lease (default: durable-obj-mcp@HOST).")
+@click.option(
+    "--if-held",
+    type=click.Choice(["refuse", "read-only"]),
+    default="refuse",
+    show_default=True,
+    help="When another writer holds the lease: refuse to start, or serve read-only.",
+)
+@click.option("--read-only", is_flag=True, help="Serve read-only (takes no lease).")
+@click.option(
+    "--lease-ttl",
+    type=float,
+    help="Seconds the lease lasts without renewal (default: the object's default).",
+)
+@storage_options
+def mcp_cmd(
+    object_url: str,
+    transport: str,
+    host: str,
+    port: int,
+    allow_sql: bool,
+    embed: str | None,
+    table: str,
+    owner: str | None,
+    if_held: str,
+    read_only: bool,
+    lease_ttl: float | None,
+    storage_options: dict[str, Any],
+) -> None:
+    """Serve OBJECT_URL to agents as an MCP memory server.
+
+    Tools: remember, search, get, list, revise, forget (and sql with
+    --allow-sql). Every write is durable when its tool answers.
+    """
+    parse_object_url(object_url)  # a bad URL or id fails before anything opens
+    try:
+        from durable_obj import mcp as memory
+    except ImportError as exc:
+        raise Failure(
+            "invalid_argument",
+            f"the mcp command needs the mcp extra: pip install 'durable_obj[mcp]' ({exc})",
+            2,
+        ) from None
+    embedder = memory.load_embedder(embed) if embed else None
+    options: dict[str, Any] = {} if lease_ttl is None else {"lease_ttl": lease_ttl}
+    obj, reason = memory.open_for_serving(
+        object_url,
+        owner=owner or default_owner(),
+        if_held=cast(Literal["refuse", "read-only"], if_held),
+        read_only=read_only,
+        storage_options=storage_options,
+        **options,
+    )
+    sess = session()
+    try:
+        server = memory.build_server(
+            obj, allow_sql=allow_sql, embed=embedder, table=table, read_only_reason=reason
+        )
+        where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
+        mode = "read-only" if obj.read_only else "writer"
+        sess.echo(f"serving {obj.oid} ({mode}) over {where}", err=True)
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            memory.serve(
+                server,
+                transport=cast(Literal["stdio", "http"], transport),
+                host=host,
+                port=port,
+            )
+        except KeyboardInterrupt:
+            pass
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    except BaseException:
+        obj.close(discard=True)  # every acknowledged write was flushed already
+        raise
+    obj.close()
+    sess.echo(f"stopped; {obj.oid} closed at seq {obj.seq}", err=True)
