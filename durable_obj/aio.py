@@ -11,12 +11,20 @@ store's requests) in a worker thread: not only the blocking parts, because
 our own Python work on the way would otherwise hold the loop for as long as
 it takes (a service that wrapped only the I/O saw the loop stall 42-52 ms).
 
-Threads: one bounded pool (`WORKERS` threads) shared by every object of the
-process, not a thread per object. Each object has a *lane*: its calls run
-one at a time, in the order they were started (the order their coroutines
-first ran: the order of the awaits, or of `create_task`/`gather`), each on
-whichever pool thread is free. A long call of one object (a checkpoint)
-holds one thread, never the others' turns.
+Threads: one bounded executor shared by every object of the process, not a
+thread per object. It has two sides. Local calls (aexecute, aquery,
+atables: lexing, pinning and chDB, no network) run on at most
+`LOCAL_WORKERS` threads, about one per core: more threads running Python at
+once would only queue for the GIL, and every thread queued ahead of the
+event loop's is a stall of up to `sys.getswitchinterval()` (5 ms) for the
+loop. Storage calls (aopen, aflush, acheckpoint, arefresh, aclose), which
+mostly wait on the network or the disk with the GIL released, run on up to
+`IO_WORKERS` threads so that fifty agents' flushes wait on the store
+together, not in turn. Each object has a *lane*: its calls run one at a
+time, in the order they were started (the order their coroutines first
+ran: the order of the awaits, or of `create_task`/`gather`), each on
+whichever thread of its side is free. A long call of one object (a
+checkpoint) holds one thread, never the others' turns.
 
 Cancellation. Cancelling the task that awaits a call cancels the call only
 if it has not started: it then never runs (an `aflush` cancelled in the
@@ -49,27 +57,33 @@ from durable_obj.errors import InvalidArgument
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
 
-__all__ = ["WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
+__all__ = ["IO_WORKERS", "LOCAL_WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
 
 T = TypeVar("T")
+#: One queued call of a lane: its future, the function, its side (io or local).
+_Call = tuple[concurrent.futures.Future[Any], Callable[[], Any], bool]
 
 log = logging.getLogger("durable_obj")
 
-#: Threads in the pool every async object shares (asyncio's own default size).
-WORKERS = min(32, (os.cpu_count() or 1) + 4)
+#: Threads for local calls (lexing, pinning, chDB): about one per core.
+LOCAL_WORKERS = max(1, min(4, os.cpu_count() or 1))
+#: Threads for storage calls (open, flush, checkpoint, refresh, close).
+IO_WORKERS = 16
 
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
+_pools: dict[bool, concurrent.futures.ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
 
 
-def _shared_pool() -> concurrent.futures.ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=WORKERS, thread_name_prefix="durable_obj-aio"
+def _shared_pool(io: bool = True) -> concurrent.futures.ThreadPoolExecutor:
+    """The storage side (io) or the local side of the shared executor."""
+    with _pools_lock:
+        pool = _pools.get(io)
+        if pool is None:
+            pool = _pools[io] = concurrent.futures.ThreadPoolExecutor(
+                max_workers=IO_WORKERS if io else LOCAL_WORKERS,
+                thread_name_prefix="durable_obj-aio-io" if io else "durable_obj-aio-local",
             )
-        return _pool
+        return pool
 
 
 class _Lane:
@@ -81,23 +95,22 @@ class _Lane:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: collections.deque[tuple[concurrent.futures.Future[Any], Callable[[], Any]]]
-        self._queue = collections.deque()
+        self._queue: collections.deque[_Call] = collections.deque()
         self._busy = False
 
-    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
+    def submit(self, fn: Callable[[], T], *, io: bool) -> concurrent.futures.Future[T]:
         fut: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
-            self._queue.append((fut, fn))
+            self._queue.append((fut, fn, io))
             if self._busy:
                 return fut
             self._busy = True
-        _shared_pool().submit(self._run_next)
+        _shared_pool(io).submit(self._run_next)
         return fut
 
     def _run_next(self) -> None:
         with self._lock:
-            fut, fn = self._queue.popleft()
+            fut, fn, _ = self._queue.popleft()
         if fut.set_running_or_notify_cancel():
             try:
                 result = fn()
@@ -109,7 +122,8 @@ class _Lane:
             if not self._queue:
                 self._busy = False
                 return
-        _shared_pool().submit(self._run_next)
+            io = self._queue[0][2]
+        _shared_pool(io).submit(self._run_next)
 
 
 async def _await(fut: concurrent.futures.Future[T]) -> T:
@@ -184,8 +198,8 @@ class AsyncDurableObject:
         await self.aclose()
 
     # -- calls -----------------------------------------------------------------
-    def _call(self, fn: Callable[[], T]) -> concurrent.futures.Future[T]:
-        return self._lane.submit(fn)
+    def _call(self, fn: Callable[[], T], *, io: bool = True) -> concurrent.futures.Future[T]:
+        return self._lane.submit(fn, io=io)
 
     async def aexecute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
         """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
@@ -194,15 +208,15 @@ class AsyncDurableObject:
             self._sync.execute(sql, allow_nondeterministic=allow_nondeterministic)
             self._owed = True
 
-        await _await(self._call(run))
+        await _await(self._call(run, io=False))
 
     async def aquery(self, sql: str, fmt: str = "CSV") -> Result:
         """`DurableObject.query` in a worker: local, read-only, nothing logged."""
-        return await _await(self._call(lambda: self._sync.query(sql, fmt)))
+        return await _await(self._call(lambda: self._sync.query(sql, fmt), io=False))
 
     async def atables(self) -> list[str]:
         """`DurableObject.tables` in a worker."""
-        return await _await(self._call(self._sync.tables))
+        return await _await(self._call(self._sync.tables, io=False))
 
     async def aflush(self) -> str | None:
         """`DurableObject.flush` in a worker: on return, every statement
@@ -274,7 +288,7 @@ class AsyncDurableObject:
     async def asettle(self) -> None:
         """Wait until every call started on this face so far has finished
         (cancelled ones included). Cancelling this wait cancels nothing."""
-        fut = self._call(lambda: None)
+        fut = self._call(lambda: None, io=False)
         await asyncio.wait([asyncio.wrap_future(fut)])
 
     async def aclose(self, *, discard: bool = False) -> None:
