@@ -1,0 +1,586 @@
+"""`DurableSaver`: a LangGraph checkpointer on a durable object.
+
+Three tables, the shapes of langgraph-checkpoint-sqlite and -postgres in
+ClickHouse terms (ReplacingMergeTree, read with FINAL: of two rows with the
+same key the one inserted last wins, on the writer and on every replay):
+
+    <prefix>checkpoints  (thread_id, checkpoint_ns, checkpoint_id) -> the
+                         checkpoint without its channel values, metadata,
+                         parent id, run_id (for delete_for_runs)
+    <prefix>writes       (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)
+                         -> pending writes; a regular write is first-write-wins
+                         (checked before the insert, under the saver's lock);
+                         the special channels (error, scheduled, interrupt,
+                         resume: a negative idx) replace
+    <prefix>blobs        (thread_id, checkpoint_ns, channel, version) -> a
+                         channel value, stored once per version: a channel
+                         that did not change is not written again
+
+Values go through the saver's serde (JsonPlusSerializer by default) and are
+logged as base64 literals; ids, versions and run ids are literals computed
+here. Nothing logged depends on when or where it replays.
+
+Durability (`flush=`): "every" (default) flushes every put, put_writes and
+maintenance call before it returns; "step" flushes each put (one per
+super-step) and lets put_writes ride with the next put, so a crash loses at
+most the pending writes of the step that was running (LangGraph re-runs
+those tasks on resume); "batch" flushes every `batch_puts` puts or when the
+oldest unflushed write is `batch_seconds` old (checked on each call), and on
+flush() and close(): a crash loses the steps since the last flush.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import (
+    WRITES_IDX_MAP,
+    BaseCheckpointSaver,
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    PendingWrite,
+    get_checkpoint_id,
+    get_checkpoint_metadata,
+    writes_sort_key,
+)
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from durable_obj.errors import InvalidArgument
+from durable_obj.langgraph._common import (
+    FlushMode,
+    Handle,
+    in_thread,
+    lit_bytes,
+    lit_int,
+    lit_opt_str,
+    lit_str,
+    unb64,
+)
+
+_LOAD_BATCH = 200
+
+# Aliases: inside the class `list` is the method.
+_Row = list[Any]
+_Rows = list[_Row]
+_Strs = list[str]
+_Keyed = list[tuple[tuple[str, str, int], PendingWrite]]
+_Tuples = list[CheckpointTuple]
+_Checkpoints = list[Checkpoint]
+
+
+def _vkey(version: Any) -> str:
+    """A channel version as the blob table's key: the type is part of it, so
+    1, 1.0 and "1" never meet."""
+    if isinstance(version, bool):
+        raise InvalidArgument("a channel version cannot be a bool")
+    if isinstance(version, str):
+        return "s:" + version
+    if isinstance(version, int):
+        return f"i:{version}"
+    if isinstance(version, float):
+        return "f:" + repr(version)
+    raise InvalidArgument(f"a channel version must be str, int or float, not {type(version)}")
+
+
+def _in(values: Sequence[str]) -> str:
+    return "(" + ", ".join(lit_str(v) for v in values) + ")"
+
+
+class DurableSaver(BaseCheckpointSaver[str]):
+    """A LangGraph checkpointer whose state lives in a durable object.
+
+        saver = DurableSaver("s3://bucket/agents/support-bot", owner="worker-1")
+        graph = builder.compile(checkpointer=saver)
+        ...
+        saver.close()
+
+    `target`: a URL (opened here, closed by close()), or an open DurableObject
+    (or AsyncDurableObject) shared with other code, e.g. a `DurableStore`.
+    The object's lease is the write ownership: a second saver on a held
+    object gets `WriteOwnerHeld`, a saver whose lease was taken gets
+    `StaleWriteOwner` and never writes again; both carry
+    `is_stale_write_owner_error = True`.
+    """
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        serde: SerializerProtocol | None = None,
+        flush: FlushMode = "every",
+        batch_puts: int = 20,
+        batch_seconds: float | None = 2.0,
+        table_prefix: str = "lg_",
+        owner: str | None = None,
+        read_only: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(serde=serde)
+        if not table_prefix.replace("_", "").isalnum() or not table_prefix.isascii():
+            raise InvalidArgument("table_prefix must be ASCII letters, digits and '_'")
+        self._h = Handle(
+            target,
+            what="DurableSaver",
+            flush=flush,
+            batch_puts=batch_puts,
+            batch_seconds=batch_seconds,
+            owner=owner,
+            read_only=read_only,
+            storage_options=storage_options,
+            options=options,
+        )
+        self._ck = f"{table_prefix}checkpoints"
+        self._wr = f"{table_prefix}writes"
+        self._bl = f"{table_prefix}blobs"
+        if not self._h.read_only:
+            self.setup()
+
+    # -- lifecycle -----------------------------------------------------------------
+    @property
+    def obj(self) -> Any:
+        """The DurableObject under this saver."""
+        return self._h.obj
+
+    def setup(self) -> None:
+        """Create the three tables if they do not exist (run by the constructor)."""
+        with self._h.writing():
+            self._h.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._ck} (thread_id String, checkpoint_ns String, "
+                "checkpoint_id String, parent_checkpoint_id Nullable(String), type String, "
+                "checkpoint String, metadata_type String, metadata String, run_id String) "
+                "ENGINE = ReplacingMergeTree ORDER BY (thread_id, checkpoint_ns, checkpoint_id)"
+            )
+            self._h.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._wr} (thread_id String, checkpoint_ns String, "
+                "checkpoint_id String, task_id String, idx Int64, task_path String, "
+                "channel String, type String, value String) ENGINE = ReplacingMergeTree "
+                "ORDER BY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
+            )
+            self._h.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._bl} (thread_id String, checkpoint_ns String, "
+                "channel String, version String, type String, blob String) "
+                "ENGINE = ReplacingMergeTree ORDER BY (thread_id, checkpoint_ns, channel, version)"
+            )
+            if self._h.obj.pending:  # the schema is durable before any data
+                self._h.flush_locked()
+
+    def flush(self) -> None:
+        """Make every buffered write durable now (for flush="step" or "batch")."""
+        self._h.flush()
+
+    def close(self) -> None:
+        """Flush, and close the object if this saver opened it."""
+        self._h.close()
+
+    def __enter__(self) -> DurableSaver:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DurableSaver:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await in_thread(self.close)
+
+    # -- reads ---------------------------------------------------------------------
+    def _select(self, where: _Strs, limit: int | None) -> _Rows:
+        sql = (
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
+            "base64Encode(checkpoint), metadata_type, base64Encode(metadata) "
+            f"FROM {self._ck} FINAL"
+        )
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY checkpoint_id DESC, thread_id, checkpoint_ns"
+        if limit is not None:
+            sql += f" LIMIT {int(limit)}"
+        return self._h.rows(sql)
+
+    def _tuples(self, rows: _Rows, metas: _Row) -> _Tuples:
+        """Full tuples (channel values, pending writes) for checkpoint rows."""
+        out: _Tuples = []
+        for start in range(0, len(rows), _LOAD_BATCH):
+            chunk = rows[start : start + _LOAD_BATCH]
+            cks: _Checkpoints = [self.serde.loads_typed((r[4], unb64(r[5]))) for r in chunk]
+            blobs = self._load_blobs(chunk, cks)
+            writes = self._load_writes(chunk)
+            for r, ck, md in zip(chunk, cks, metas[start : start + _LOAD_BATCH], strict=True):
+                tid, ns, cid, parent = r[0], r[1], r[2], r[3]
+                values = {}
+                for ch, ver in ck["channel_versions"].items():
+                    got = blobs.get((tid, ns, ch, _vkey(ver)))
+                    if got is not None and got[0] != "empty":
+                        values[ch] = self.serde.loads_typed(got)
+                pending = sorted(writes.get((tid, ns, cid), []), key=lambda w: w[0])
+                out.append(
+                    CheckpointTuple(
+                        config={
+                            "configurable": {
+                                "thread_id": tid,
+                                "checkpoint_ns": ns,
+                                "checkpoint_id": cid,
+                            }
+                        },
+                        checkpoint={**ck, "channel_values": values},
+                        metadata=md,
+                        parent_config=(
+                            {
+                                "configurable": {
+                                    "thread_id": tid,
+                                    "checkpoint_ns": ns,
+                                    "checkpoint_id": parent,
+                                }
+                            }
+                            if parent
+                            else None
+                        ),
+                        pending_writes=[w[1] for w in pending],
+                    )
+                )
+        return out
+
+    def _load_blobs(
+        self, rows: _Rows, cks: _Checkpoints
+    ) -> dict[tuple[str, str, str, str], tuple[str, bytes]]:
+        wanted = sorted(
+            {
+                (r[0], r[1], ch, _vkey(ver))
+                for r, ck in zip(rows, cks, strict=True)
+                for ch, ver in ck["channel_versions"].items()
+            }
+        )
+        found: dict[tuple[str, str, str, str], tuple[str, bytes]] = {}
+        for start in range(0, len(wanted), 1000):
+            keys = wanted[start : start + 1000]
+            tuples = ", ".join(
+                f"({lit_str(t)}, {lit_str(n)}, {lit_str(c)}, {lit_str(v)})" for t, n, c, v in keys
+            )
+            for t, n, c, v, typ, data in self._h.rows(
+                f"SELECT thread_id, checkpoint_ns, channel, version, type, base64Encode(blob) "
+                f"FROM {self._bl} FINAL WHERE (thread_id, checkpoint_ns, channel, version) "
+                f"IN ({tuples})"
+            ):
+                found[(t, n, c, v)] = (typ, unb64(data))
+        return found
+
+    def _load_writes(self, rows: _Rows) -> dict[tuple[str, str, str], _Keyed]:
+        tuples = ", ".join(f"({lit_str(r[0])}, {lit_str(r[1])}, {lit_str(r[2])})" for r in rows)
+        found: dict[tuple[str, str, str], _Keyed] = {}
+        if not rows:
+            return found
+        for t, n, c, task_id, idx, path, ch, typ, data in self._h.rows(
+            "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, "
+            f"type, base64Encode(value) FROM {self._wr} FINAL "
+            f"WHERE (thread_id, checkpoint_ns, checkpoint_id) IN ({tuples})"
+        ):
+            value = self.serde.loads_typed((typ, unb64(data)))
+            found.setdefault((t, n, c), []).append(
+                (writes_sort_key(path, task_id, int(idx)), (task_id, ch, value))
+            )
+        return found
+
+    def _metadata(self, row: _Row) -> CheckpointMetadata:
+        md: CheckpointMetadata = self.serde.loads_typed((row[6], unb64(row[7])))
+        return md
+
+    def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        conf = config["configurable"]
+        where = [
+            f"thread_id = {lit_str(str(conf['thread_id']))}",
+            f"checkpoint_ns = {lit_str(conf.get('checkpoint_ns', ''))}",
+        ]
+        if cid := get_checkpoint_id(config):
+            where.append(f"checkpoint_id = {lit_str(cid)}")
+        with self._h.lock:
+            rows = self._select(where, 1)
+            if not rows:
+                return None
+            got = self._tuples(rows, [self._metadata(rows[0])])[0]
+        if cid:  # the caller's config, as the reference savers return it
+            return got._replace(config=config)
+        return got
+
+    def list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> Iterator[CheckpointTuple]:
+        """Checkpoints newest first; `filter` matches metadata keys by equality."""
+        yield from self._list(config, filter=filter, before=before, limit=limit)
+
+    def _list(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None,
+        before: RunnableConfig | None,
+        limit: int | None,
+    ) -> _Tuples:
+        where: _Strs = []
+        if config is not None:
+            conf = config["configurable"]
+            if conf.get("thread_id") is not None:
+                where.append(f"thread_id = {lit_str(str(conf['thread_id']))}")
+            if conf.get("checkpoint_ns") is not None:
+                where.append(f"checkpoint_ns = {lit_str(conf['checkpoint_ns'])}")
+            if cid := get_checkpoint_id(config):
+                where.append(f"checkpoint_id = {lit_str(cid)}")
+        if before is not None and (bid := get_checkpoint_id(before)):
+            where.append(f"checkpoint_id < {lit_str(bid)}")
+        if limit is not None and limit <= 0:
+            return []
+        with self._h.lock:
+            rows = self._select(where, None if filter else limit)
+            kept: _Rows = []
+            metas: _Row = []
+            for row in rows:
+                md = self._metadata(row)
+                if filter and not all(md.get(k) == v for k, v in filter.items()):
+                    continue
+                kept.append(row)
+                metas.append(md)
+                if limit is not None and len(kept) >= limit:
+                    break
+            return self._tuples(kept, metas)
+
+    # -- writes --------------------------------------------------------------------
+    def put(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "")
+        parent = conf.get("checkpoint_id")
+        c = checkpoint.copy()
+        values: dict[str, Any] = c.pop("channel_values")  # type: ignore[misc]
+        blob_rows = []
+        for ch, ver in new_versions.items():
+            typ, data = self.serde.dumps_typed(values[ch]) if ch in values else ("empty", b"")
+            blob_rows.append(
+                f"({lit_str(thread_id)}, {lit_str(ns)}, {lit_str(ch)}, {lit_str(_vkey(ver))}, "
+                f"{lit_str(typ)}, {lit_bytes(data)})"
+            )
+        ck_type, ck_data = self.serde.dumps_typed(c)
+        md = get_checkpoint_metadata(config, metadata)
+        md_type, md_data = self.serde.dumps_typed(md)
+        run_id = md.get("run_id")
+        row = (
+            f"({lit_str(thread_id)}, {lit_str(ns)}, {lit_str(checkpoint['id'])}, "
+            f"{lit_opt_str(parent)}, {lit_str(ck_type)}, {lit_bytes(ck_data)}, "
+            f"{lit_str(md_type)}, {lit_bytes(md_data)}, "
+            f"{lit_str('' if run_id is None else str(run_id))})"
+        )
+        with self._h.writing():
+            if blob_rows:
+                self._h.execute(f"INSERT INTO {self._bl} VALUES " + ", ".join(blob_rows))
+            self._h.execute(f"INSERT INTO {self._ck} VALUES {row}")
+            self._h.wrote(put=True)
+        return {
+            "configurable": {
+                "thread_id": thread_id,
+                "checkpoint_ns": ns,
+                "checkpoint_id": checkpoint["id"],
+            }
+        }
+
+    def put_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        conf = config["configurable"]
+        thread_id = str(conf["thread_id"])
+        ns = conf.get("checkpoint_ns", "")
+        cid = str(conf["checkpoint_id"])
+        key = f"{lit_str(thread_id)}, {lit_str(ns)}, {lit_str(cid)}"
+        planned = [(WRITES_IDX_MAP.get(ch, i), ch, v) for i, (ch, v) in enumerate(writes)]
+        if not planned:
+            return
+        with self._h.writing():
+            taken: set[int] = set()
+            if any(idx >= 0 for idx, _, _ in planned):
+                taken = {
+                    int(r[0])
+                    for r in self._h.rows(
+                        f"SELECT idx FROM {self._wr} FINAL WHERE (thread_id, checkpoint_ns, "
+                        f"checkpoint_id, task_id) = ({key}, {lit_str(task_id)}) AND idx >= 0"
+                    )
+                }
+            rows = []
+            for idx, ch, value in planned:
+                if idx >= 0 and idx in taken:
+                    continue  # a regular write: the first one wins
+                typ, data = self.serde.dumps_typed(value)
+                rows.append(
+                    f"({key}, {lit_str(task_id)}, {lit_int(idx)}, {lit_str(task_path)}, "
+                    f"{lit_str(ch)}, {lit_str(typ)}, {lit_bytes(data)})"
+                )
+            if rows:
+                self._h.execute(f"INSERT INTO {self._wr} VALUES " + ", ".join(rows))
+                self._h.wrote(put=False)
+
+    def delete_thread(self, thread_id: str) -> None:
+        where = f"thread_id = {lit_str(str(thread_id))}"
+        with self._h.writing():
+            self._delete(where, where, where)
+            self._h.wrote(put=False)
+
+    def _delete(self, ck: str | None, wr: str | None, bl: str | None) -> None:
+        for table, where in ((self._ck, ck), (self._wr, wr), (self._bl, bl)):
+            if where is not None:
+                self._h.execute(f"DELETE FROM {table} WHERE {where}")
+
+    def delete_for_runs(self, run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints written by these runs, with their pending
+        writes. Channel values another checkpoint may share are kept."""
+        ids = sorted({str(r) for r in run_ids})
+        if not ids:
+            return
+        with self._h.writing():
+            hit = self._h.rows(
+                f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM {self._ck} FINAL "
+                f"WHERE run_id IN {_in(ids)} ORDER BY thread_id, checkpoint_ns, checkpoint_id"
+            )
+            if not hit:
+                return
+            keys = ", ".join(f"({lit_str(t)}, {lit_str(n)}, {lit_str(c)})" for t, n, c in hit)
+            where = f"(thread_id, checkpoint_ns, checkpoint_id) IN ({keys})"
+            self._delete(where, where, None)
+            self._h.wrote(put=False)
+
+    def copy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        """Copy every checkpoint, pending write and channel value of one thread
+        to another (the local tables are read by the logged statement itself,
+        which replays to the same rows)."""
+        src, dst = lit_str(str(source_thread_id)), lit_str(str(target_thread_id))
+        with self._h.writing():
+            self._h.execute(
+                f"INSERT INTO {self._bl} SELECT {dst}, checkpoint_ns, channel, version, type, "
+                f"blob FROM {self._bl} FINAL WHERE thread_id = {src}"
+            )
+            self._h.execute(
+                f"INSERT INTO {self._ck} SELECT {dst}, checkpoint_ns, checkpoint_id, "
+                "parent_checkpoint_id, type, checkpoint, metadata_type, metadata, run_id "
+                f"FROM {self._ck} FINAL WHERE thread_id = {src} ORDER BY checkpoint_id"
+            )
+            self._h.execute(
+                f"INSERT INTO {self._wr} SELECT {dst}, checkpoint_ns, checkpoint_id, task_id, "
+                f"idx, task_path, channel, type, value FROM {self._wr} FINAL "
+                f"WHERE thread_id = {src}"
+            )
+            self._h.wrote(put=False)
+
+    def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        """ "keep_latest": keep only the newest checkpoint of each namespace (its
+        pending writes and the channel values it references); "delete": remove
+        the threads. Not DeltaChannel-aware: do not prune threads whose graph
+        uses DeltaChannel."""
+        if strategy not in ("keep_latest", "delete"):
+            raise InvalidArgument(f"unknown prune strategy {strategy!r}")
+        ids = sorted({str(t) for t in thread_ids})
+        if not ids:
+            return
+        with self._h.writing():
+            if strategy == "delete":
+                where = f"thread_id IN {_in(ids)}"
+                self._delete(where, where, where)
+                self._h.wrote(put=False)
+                return
+            latest = self._h.rows(
+                f"SELECT thread_id, checkpoint_ns, argMax(checkpoint_id, checkpoint_id), "
+                f"argMax(type, checkpoint_id), base64Encode(argMax(checkpoint, checkpoint_id)) "
+                f"FROM {self._ck} FINAL WHERE thread_id IN {_in(ids)} "
+                "GROUP BY thread_id, checkpoint_ns ORDER BY thread_id, checkpoint_ns"
+            )
+            for tid, ns, cid, typ, data in latest:
+                scope = f"thread_id = {lit_str(tid)} AND checkpoint_ns = {lit_str(ns)}"
+                others = f"{scope} AND checkpoint_id != {lit_str(cid)}"
+                ck: Checkpoint = self.serde.loads_typed((typ, unb64(data)))
+                keep = sorted(
+                    f"({lit_str(ch)}, {lit_str(_vkey(v))})"
+                    for ch, v in ck["channel_versions"].items()
+                )
+                blobs = scope + (
+                    f" AND (channel, version) NOT IN ({', '.join(keep)})" if keep else ""
+                )
+                self._delete(others, others, blobs)
+            self._h.wrote(put=False)
+
+    def get_next_version(self, current: str | None, channel: None) -> str:
+        """Versions as the reference savers make them: a zero-padded counter and
+        a random fraction (computed here, logged as a literal)."""
+        if current is None:
+            current_v = 0
+        elif isinstance(current, int):
+            current_v = current
+        else:
+            current_v = int(current.split(".")[0])
+        return f"{current_v + 1:032}.{random.random():016}"
+
+    # -- async twins -----------------------------------------------------------------
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        return await in_thread(self.get_tuple, config)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        for item in await in_thread(self._list, config, filter=filter, before=before, limit=limit):
+            yield item
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        return await in_thread(self.put, config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self,
+        config: RunnableConfig,
+        writes: Sequence[tuple[str, Any]],
+        task_id: str,
+        task_path: str = "",
+    ) -> None:
+        await in_thread(self.put_writes, config, writes, task_id, task_path)
+
+    async def adelete_thread(self, thread_id: str) -> None:
+        await in_thread(self.delete_thread, thread_id)
+
+    async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
+        await in_thread(self.delete_for_runs, run_ids)
+
+    async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
+        await in_thread(self.copy_thread, source_thread_id, target_thread_id)
+
+    async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
+        await in_thread(self.prune, thread_ids, strategy=strategy)
+
+    async def aflush(self) -> None:
+        await in_thread(self.flush)
+
+    async def aclose(self) -> None:
+        await in_thread(self.close)
