@@ -48,6 +48,7 @@ import concurrent.futures
 import logging
 import os
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
@@ -167,8 +168,10 @@ class AsyncDurableObject:
             )
         self._sync = sync
         self._lane = _Lane()
-        #: Statements were executed through this face since a call told a key.
-        self._owed = False
+        #: Tasks that executed statements through this face since a call of
+        #: theirs was told a key (aflush's answer is per task, as flush()'s is
+        #: per thread). Touched only by this object's lane, one call at a time.
+        self._owed: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._last_flush: concurrent.futures.Future[str | None] | None = None
 
     @classmethod
@@ -204,9 +207,12 @@ class AsyncDurableObject:
     async def aexecute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
         """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
 
+        task = asyncio.current_task()
+
         def run() -> None:
             self._sync.execute(sql, allow_nondeterministic=allow_nondeterministic)
-            self._owed = True
+            if task is not None:
+                self._owed.add(task)
 
         await _await(self._call(run, io=False))
 
@@ -221,17 +227,20 @@ class AsyncDurableObject:
     async def aflush(self) -> str | None:
         """`DurableObject.flush` in a worker: on return, every statement
         executed before the call survives the machine. Returns the new
-        segment's key; when nothing was buffered, the key of the last commit
-        if statements were executed through this face since a call last told
-        one (an auto-flush or a checkpoint committed them), else None.
+        segment's key. When nothing was buffered: the key of the last commit
+        if this task executed statements since a call of its own was told a
+        key (an auto-flush, a checkpoint or another task's aflush committed
+        them), once; else None. That is flush()'s answer, per task where the
+        sync one is per thread.
 
         Cancelled while it runs, it still finishes: `flush_outcome()` says
         whether it committed."""
-        fut = self._call(self._flush)
+        task = asyncio.current_task()
+        fut = self._call(lambda: self._flush(task))
         self._last_flush = fut
         return await _await(fut)
 
-    def _flush(self) -> str | None:
+    def _flush(self, task: asyncio.Task[Any] | None) -> str | None:
         sync = self._sync
         # The object's own reentrant lock: no auto-flush between the look
         # at the buffer and the flush, so the answer below is exact. (The
@@ -240,8 +249,9 @@ class AsyncDurableObject:
             buffered = sync.pending > 0
             key = sync.flush()
         if not buffered:
-            key = self._last_commit_key() if self._owed else None
-        self._owed = False
+            key = self._last_commit_key() if task in self._owed else None
+        if task is not None:
+            self._owed.discard(task)
         return key
 
     def _last_commit_key(self) -> str | None:
@@ -273,9 +283,12 @@ class AsyncDurableObject:
         """`DurableObject.checkpoint` in a worker (the BACKUP, its upload and
         hashing all off the loop). Makes buffered statements durable too."""
 
+        task = asyncio.current_task()
+
         def run() -> str:
             key = self._sync.checkpoint()
-            self._owed = False
+            if task is not None:
+                self._owed.discard(task)
             return key
 
         return await _await(self._call(run))
