@@ -1,0 +1,501 @@
+"""The MCP memory server (issue 15 §4), through the mcp SDK's own client:
+in-process for every tool, over stdio against `durable-obj mcp` subprocesses
+for restart, two servers on one memory, and a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.types import CallToolResult, TextContent
+
+import durable_obj
+from durable_obj.mcp import Limits, build_server, open_for_serving
+from tests.integration.mcp_child import embed
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _text(result: CallToolResult) -> str:
+    return "".join(c.text for c in result.content if isinstance(c, TextContent))
+
+
+def ok(result: CallToolResult) -> dict[str, Any]:
+    assert not result.is_error, _text(result)
+    assert result.structured_content is not None
+    return result.structured_content
+
+
+def err(result: CallToolResult) -> str:
+    assert result.is_error, result.structured_content
+    return _text(result)
+
+
+def run(main: Callable[[], Awaitable[None]]) -> None:
+    anyio.run(main)
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return str(tmp_path / "agents" / "memory")
+
+
+def read_back(url: str, sql: str) -> list[dict[str, Any]]:
+    """Rows of `sql` on the object's last flushed state (a read-only open)."""
+    with durable_obj.open(url, read_only=True) as obj:
+        text = str(obj.query(sql, fmt="JSONEachRow"))
+    return [json.loads(line) for line in text.split("\n") if line]
+
+
+# -- in-process: every tool -------------------------------------------------------
+
+
+def test_tools_listed_and_sql_only_when_allowed(url: str) -> None:
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj)) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"remember", "search", "get", "list", "revise", "forget"}
+            async with Client(build_server(obj, allow_sql=True)) as client:
+                names = {t.name for t in (await client.list_tools()).tools}
+            assert "sql" in names
+
+    run(main)
+
+
+def test_remember_get_list_revise_forget(url: str) -> None:
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj)) as client:
+                first = ok(
+                    await client.call_tool(
+                        "remember",
+                        {
+                            "content": "the user prefers tea",
+                            "tags": ["prefs"],
+                            "metadata": {"n": 1},
+                        },
+                    )
+                )
+                assert first["content"] == "the user prefers tea"
+                assert first["tags"] == ["prefs"] and first["metadata"] == {"n": 1}
+                assert first["version"] == 1 and first["created_at"] == first["updated_at"]
+                mid = first["id"]
+                # durable when the tool answered: a fresh reader sees it
+                assert read_back(url, "SELECT id FROM memories") == [{"id": mid}]
+                assert obj.pending == 0
+
+                second = ok(await client.call_tool("remember", {"content": "deploys on Fridays"}))
+                assert ok(await client.call_tool("get", {"memory_id": mid})) == first
+                listed = ok(await client.call_tool("list", {}))["memories"]
+                assert [m["id"] for m in listed] == [second["id"], mid]
+                tagged = ok(await client.call_tool("list", {"tags": ["prefs"]}))["memories"]
+                assert [m["id"] for m in tagged] == [mid]
+                page = ok(await client.call_tool("list", {"limit": 1, "offset": 1}))["memories"]
+                assert [m["id"] for m in page] == [mid]
+
+                revised = ok(
+                    await client.call_tool(
+                        "revise", {"memory_id": mid, "content": "the user prefers coffee"}
+                    )
+                )
+                assert revised["content"] == "the user prefers coffee"
+                assert revised["tags"] == ["prefs"] and revised["metadata"] == {"n": 1}
+                assert revised["version"] == 2 and revised["created_at"] == first["created_at"]
+                assert revised["updated_at"] > first["updated_at"]
+                retagged = ok(await client.call_tool("revise", {"memory_id": mid, "tags": []}))
+                assert retagged["tags"] == [] and retagged["content"] == revised["content"]
+                assert read_back(
+                    url, "SELECT content FROM memories FINAL WHERE id = '" + mid + "'"
+                ) == [{"content": "the user prefers coffee"}]
+
+                gone = ok(await client.call_tool("forget", {"memory_id": mid}))
+                assert gone == {"id": mid, "forgotten": True}
+                assert "not_found" in err(await client.call_tool("get", {"memory_id": mid}))
+                assert "not_found" in err(await client.call_tool("forget", {"memory_id": mid}))
+                assert "not_found" in err(
+                    await client.call_tool("revise", {"memory_id": mid, "content": "x"})
+                )
+                assert read_back(url, "SELECT id FROM memories FINAL") == [{"id": second["id"]}]
+
+    run(main)
+
+
+def test_reads_before_any_write_are_empty(url: str) -> None:
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj)) as client:
+                assert ok(await client.call_tool("list", {}))["memories"] == []
+                assert ok(await client.call_tool("search", {"query": "x"}))["results"] == []
+                assert "not_found" in err(await client.call_tool("get", {"memory_id": "0" * 32}))
+            assert obj.tables() == []  # reading created nothing
+
+    run(main)
+
+
+def test_search_text_and_tags(url: str) -> None:
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj)) as client:
+                a = ok(
+                    await client.call_tool(
+                        "remember", {"content": "Paris is in France", "tags": ["geo"]}
+                    )
+                )
+                b = ok(
+                    await client.call_tool(
+                        "remember", {"content": "paris hilton", "tags": ["people"]}
+                    )
+                )
+                ok(
+                    await client.call_tool(
+                        "remember", {"content": "Berlin is in Germany", "tags": ["geo"]}
+                    )
+                )
+                found = ok(await client.call_tool("search", {"query": "PARIS"}))
+                assert found["mode"] == "text"
+                assert {m["id"] for m in found["results"]} == {a["id"], b["id"]}
+                geo = ok(await client.call_tool("search", {"query": "paris", "tags": ["geo"]}))
+                assert [m["id"] for m in geo["results"]] == [a["id"]]
+                assert len(ok(await client.call_tool("search", {"tags": ["geo"]}))["results"]) == 2
+                assert len(ok(await client.call_tool("search", {"limit": 1}))["results"]) == 1
+                assert "embedding function" in err(
+                    await client.call_tool("search", {"query": "x", "mode": "vector"})
+                )
+
+    run(main)
+
+
+def test_vector_search_embeds_once_and_logs_literals(url: str) -> None:
+    calls: list[str] = []
+
+    def counting(text: str) -> list[float]:
+        calls.append(text)
+        return embed(text)
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, embed=counting)) as client:
+                cat = ok(await client.call_tool("remember", {"content": "cats purr softly"}))
+                ok(await client.call_tool("remember", {"content": "xylophone quiz jazz"}))
+                assert len(calls) == 2
+                found = ok(await client.call_tool("search", {"query": "cat purring", "limit": 2}))
+                assert found["mode"] == "vector"
+                assert found["results"][0]["id"] == cat["id"]
+                assert found["results"][0]["score"] > found["results"][1]["score"]
+                text = ok(await client.call_tool("search", {"query": "purr", "mode": "text"}))
+                assert [m["id"] for m in text["results"]] == [cat["id"]]
+                ok(await client.call_tool("revise", {"memory_id": cat["id"], "tags": ["pet"]}))
+                # a text search and a tags-only revision embed nothing
+                assert calls == ["cats purr softly", "xylophone quiz jazz", "cat purring"]
+
+    run(main)
+    # the stored embedding is what the writer computed, replayed from literals
+    rows = read_back(url, "SELECT content, embedding FROM memories FINAL ORDER BY content")
+    assert len(rows) == 2
+    for row in rows:
+        assert row["embedding"] == pytest.approx(embed(row["content"]), abs=1e-6)
+
+
+def test_embedding_function_failure_is_a_tool_error(url: str) -> None:
+    def broken(text: str) -> list[float]:
+        if "boom" in text:
+            raise RuntimeError("model unavailable")
+        return [float("nan")] if "nan" in text else embed(text)
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, embed=broken)) as client:
+                assert "model unavailable" in err(
+                    await client.call_tool("remember", {"content": "boom"})
+                )
+                assert "NaN" in err(await client.call_tool("remember", {"content": "nan"}))
+                ok(await client.call_tool("remember", {"content": "fine"}))
+                assert len(ok(await client.call_tool("list", {}))["memories"]) == 1
+
+    run(main)
+
+
+def test_hostile_input_is_a_tool_error_and_the_server_lives(url: str) -> None:
+    limits = Limits(content_bytes=1000, tags=4, tag_chars=10, metadata_bytes=200, page=50)
+    nasty = "x'); DROP TABLE memories; -- \\' \\\\ \x00\x01\n\t é \u2028 now() rand() {}\"`"
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, limits=limits, allow_sql=True)) as client:
+                # SQL in content, tags and metadata is data, read back exactly
+                kept = ok(
+                    await client.call_tool(
+                        "remember",
+                        {"content": nasty, "tags": ["'; --", "a\\"], "metadata": {"q": nasty}},
+                    )
+                )
+                again = ok(await client.call_tool("get", {"memory_id": kept["id"]}))
+                assert again["content"] == nasty and again["tags"] == ["'; --", "a\\"]
+                assert again["metadata"] == {"q": nasty}
+                assert [
+                    m["id"]
+                    for m in ok(await client.call_tool("search", {"query": "'); DROP"}))["results"]
+                ] == [kept["id"]]
+                for bad in (
+                    ("remember", {"content": "x" * 1001}),
+                    ("remember", {"content": "   "}),
+                    ("remember", {"content": "\ud800 lone surrogate"}),
+                    ("remember", {"content": 5}),
+                    ("remember", {"content": ["a"]}),
+                    ("remember", {}),
+                    ("remember", {"content": "x", "tags": "notalist"}),
+                    ("remember", {"content": "x", "tags": ["a"] * 5}),
+                    ("remember", {"content": "x", "tags": ["x" * 11]}),
+                    ("remember", {"content": "x", "tags": [""]}),
+                    ("remember", {"content": "x", "metadata": "{not json"}),
+                    ("remember", {"content": "x", "metadata": {"k": "v" * 300}}),
+                    ("get", {"memory_id": "' OR 1=1 --"}),
+                    ("get", {"memory_id": "1" * 10_000}),
+                    ("get", {"memory_id": None}),
+                    ("revise", {"memory_id": kept["id"]}),
+                    ("revise", {"memory_id": "nothex" * 6}),
+                    ("forget", {"memory_id": "'; DROP TABLE memories; --"}),
+                    ("list", {"limit": 0}),
+                    ("list", {"limit": 51}),
+                    ("list", {"offset": -1}),
+                    ("list", {"limit": 10**30}),
+                    ("search", {"query": "q" * 5000}),
+                    ("search", {"mode": "telepathy"}),
+                    ("sql", {"statement": ""}),
+                    ("sql", {"statement": "SELEC nonsense ((("}),
+                    ("no_such_tool", {}),
+                ):
+                    err(await client.call_tool(*bad))
+                # still alive, nothing written by any of the above
+                listed = ok(await client.call_tool("list", {}))["memories"]
+                assert [m["id"] for m in listed] == [kept["id"]]
+                # (64-bit integers come back as JSON numbers)
+                assert read_back(url, "SELECT count() AS n FROM memories FINAL") == [{"n": 1}]
+
+    run(main)
+
+
+def test_results_are_cut_at_the_byte_limit(url: str) -> None:
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            server = build_server(obj, limits=Limits(result_bytes=2000), allow_sql=True)
+            async with Client(server) as client:
+                for n in range(5):
+                    ok(await client.call_tool("remember", {"content": f"{n} " + "y" * 900}))
+                listed = ok(await client.call_tool("list", {}))
+                assert listed["truncated"] and 1 <= len(listed["memories"]) < 5
+                rows = ok(await client.call_tool("sql", {"statement": "SELECT * FROM numbers(10)"}))
+                assert rows == {"rows": [{"number": n} for n in range(10)], "truncated": False}
+
+    run(main)
+
+
+def test_sql_tool_is_read_only_and_scoped(url: str) -> None:
+    hits: list[bytes] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.2)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            hits.append(conn.recv(100))
+            conn.close()
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, allow_sql=True)) as client:
+                ok(await client.call_tool("remember", {"content": "alpha"}))
+                rows = ok(
+                    await client.call_tool(
+                        "sql", {"statement": "SELECT content FROM memories FINAL"}
+                    )
+                )
+                assert rows == {"rows": [{"content": "alpha"}], "truncated": False}
+                for statement in (
+                    "DROP TABLE memories",
+                    "INSERT INTO memories (id) VALUES ('x')",
+                    "ALTER TABLE memories DELETE WHERE 1",
+                    "SELECT 1; DROP TABLE memories",
+                    f"SELECT * FROM url('http://127.0.0.1:{port}/a', CSV)",
+                    f"SELECT * FROM url('http://127.0.0.1:{port}/b', CSV, 'x String')",
+                    f"SELECT * FROM s3('http://127.0.0.1:{port}/bucket/c', CSV)",
+                    f"SELECT * FROM /* hidden */ `url` ('http://127.0.0.1:{port}/d', CSV)",
+                    f"SELECT 1 WHERE 1 IN (SELECT 1 FROM url('http://127.0.0.1:{port}/e', CSV))",
+                    "SELECT * FROM file('/etc/passwd')",
+                    "SELECT * FROM system.processes",
+                    "SELECT * FROM default.memories_elsewhere",
+                    "SELECT 1 INTO OUTFILE '/tmp/mcp-outfile'",
+                ):
+                    err(await client.call_tool("sql", {"statement": statement}))
+                assert ok(await client.call_tool("list", {}))["memories"][0]["content"] == "alpha"
+
+    try:
+        run(main)
+    finally:
+        stop.set()
+        thread.join()
+        listener.close()
+    assert hits == []  # nothing was fetched, not even to infer a schema
+
+
+def test_second_server_refused_or_read_only(url: str) -> None:
+    async def main() -> None:
+        writer, why = open_for_serving(url, owner="first")
+        assert why is None
+        try:
+            with pytest.raises(durable_obj.LeaseHeld, match="first"):
+                open_for_serving(url, owner="second")
+            reader, why = open_for_serving(url, owner="second", if_held="read-only")
+            assert reader.read_only and why is not None and "first" in why
+            try:
+                async with (
+                    Client(build_server(writer)) as w,
+                    Client(build_server(reader, read_only_reason=why)) as r,
+                ):
+                    mid = ok(await w.call_tool("remember", {"content": "only the writer writes"}))[
+                        "id"
+                    ]
+                    # the reader sees what the writer flushed
+                    assert ok(await r.call_tool("get", {"memory_id": mid}))["content"] == (
+                        "only the writer writes"
+                    )
+                    for name, args in (
+                        ("remember", {"content": "x"}),
+                        ("revise", {"memory_id": mid, "content": "x"}),
+                        ("forget", {"memory_id": mid}),
+                    ):
+                        message = err(await r.call_tool(name, args))
+                        assert "read-only" in message and "first" in message
+                    assert len(ok(await w.call_tool("list", {}))["memories"]) == 1
+            finally:
+                reader.close()
+        finally:
+            writer.close()
+
+    run(main)
+
+
+# -- subprocesses over stdio --------------------------------------------------------
+
+
+def _params(url: str, *extra: str, pidfile: Path | None = None) -> StdioServerParameters:
+    argv = [sys.executable, "-m", "durable_obj.cli", "mcp", url, *extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    if pidfile is None:
+        return StdioServerParameters(command=argv[0], args=argv[1:], cwd=str(REPO), env=env)
+    script = f'echo $$ > "{pidfile}"; exec "$@"'
+    return StdioServerParameters(
+        command="/bin/sh", args=["-c", script, "sh", *argv], cwd=str(REPO), env=env
+    )
+
+
+@pytest.mark.slow
+def test_stdio_restart_reads_memories_back(url: str) -> None:
+    embed_arg = ("--embed", "tests.integration.mcp_child:embed")
+
+    async def main() -> None:
+        async with Client(_params(url, *embed_arg)) as client:
+            a = ok(
+                await client.call_tool(
+                    "remember", {"content": "the build uses make", "tags": ["ci"]}
+                )
+            )
+            b = ok(await client.call_tool("remember", {"content": "zebra quokka"}))
+            ok(
+                await client.call_tool(
+                    "revise", {"memory_id": b["id"], "content": "zebras and quokkas"}
+                )
+            )
+        # stopped (stdin closed): its lease was released, so this starts at once
+        async with Client(_params(url, *embed_arg, "--allow-sql")) as client:
+            got = ok(await client.call_tool("get", {"memory_id": a["id"]}))
+            assert got["content"] == "the build uses make" and got["tags"] == ["ci"]
+            listed = ok(await client.call_tool("list", {}))["memories"]
+            assert {m["content"] for m in listed} == {"the build uses make", "zebras and quokkas"}
+            found = ok(await client.call_tool("search", {"query": "quokka zebra"}))
+            assert found["mode"] == "vector" and found["results"][0]["id"] == b["id"]
+            counted = await client.call_tool(
+                "sql", {"statement": "SELECT count() AS n FROM memories FINAL"}
+            )
+            assert ok(counted)["rows"] == [{"n": 2}]
+
+    run(main)
+    with durable_obj.open(url, read_only=True) as obj:
+        assert obj.head is not None and obj.head.lease.owner is None  # released
+
+
+@pytest.mark.slow
+def test_two_server_processes(url: str, tmp_path: Path) -> None:
+    async def main() -> None:
+        async with Client(_params(url, "--owner", "server-one")) as first:
+            mid = ok(await first.call_tool("remember", {"content": "written by one"}))["id"]
+            refused = subprocess.run(
+                [sys.executable, "-m", "durable_obj.cli", "mcp", url, "--owner", "server-two"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                cwd=REPO,
+                timeout=120,
+            )
+            assert refused.returncode == 1
+            assert "lease_held" in refused.stderr and "server-one" in refused.stderr
+            async with Client(
+                _params(url, "--owner", "server-two", "--if-held", "read-only")
+            ) as second:
+                assert (
+                    ok(await second.call_tool("get", {"memory_id": mid}))["content"]
+                    == "written by one"
+                )
+                message = err(await second.call_tool("remember", {"content": "from two"}))
+                assert "read-only" in message and "server-one" in message
+                ok(await first.call_tool("remember", {"content": "one again"}))
+                listed = ok(await second.call_tool("list", {}))["memories"]
+                assert {m["content"] for m in listed} == {"written by one", "one again"}
+
+    run(main)
+    rows = read_back(url, "SELECT content FROM memories FINAL ORDER BY content")
+    assert rows == [{"content": "one again"}, {"content": "written by one"}]
+
+
+@pytest.mark.slow
+def test_crash_loses_nothing_acknowledged(url: str, tmp_path: Path) -> None:
+    pidfile = tmp_path / "server.pid"
+    acknowledged: list[str] = []
+
+    async def main() -> None:
+        with pytest.raises(Exception):  # noqa: B017 - the transport dies with the server
+            async with Client(_params(url, pidfile=pidfile)) as client:
+                for n in range(3):
+                    acknowledged.append(
+                        ok(await client.call_tool("remember", {"content": f"fact {n}"}))["id"]
+                    )
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+                time.sleep(0.2)
+                await client.call_tool("remember", {"content": "after the crash"})
+
+    run(main)
+    rows = read_back(url, "SELECT id FROM memories FINAL")
+    assert sorted(r["id"] for r in rows) == sorted(acknowledged)
