@@ -31,12 +31,12 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import durable_obj  # noqa: E402
+import durable_obj
 
 GOAL_P99_MS = 5.0
 GOAL_MAX_MS = 20.0
@@ -47,7 +47,10 @@ DDL = (
     "content String CODEC(ZSTD(3)), embedding Array(Float32), "
     "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
 )
-WORDS = "agent user memory checkout api retry timeout deploy rollback invoice refund cache".split()
+# fmt: off
+WORDS = ["agent", "user", "memory", "checkout", "api", "retry", "timeout", "deploy", "rollback",
+         "invoice", "refund", "cache"]
+# fmt: on
 BULK = (
     "INSERT INTO memories SELECT concat('b', toString(number)), 1, "
     "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("

@@ -8,6 +8,7 @@
     python benchmarks/run.py --stores local  # skip S3
     python benchmarks/run.py --stores s3 --only wal   # one figure group
     python benchmarks/run.py --only list --latency-ms 20   # Namespace.list() of 1,000 objects
+    python benchmarks/run.py --only async    # the event loop's tick gap (bench_async.py)
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -39,6 +40,7 @@ import argparse
 import contextlib
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -339,7 +341,8 @@ def main() -> None:
     parser.add_argument(
         "--only",
         default="writes,bases,segments,wal,list",
-        help="comma list of figure groups: writes, bases, segments, wal, list (default: all)",
+        help="comma list of figure groups: writes, bases, segments, wal, list (default: all); "
+        "async (benchmarks/bench_async.py, durable_obj alone, local folder) only when named",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -349,7 +352,7 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    unknown = args.only - {"writes", "bases", "segments", "wal", "list"}
+    unknown = args.only - {"writes", "bases", "segments", "wal", "list", "async"}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
     if args.smoke:
@@ -382,6 +385,12 @@ def main() -> None:
         f"bases of {LARGE:,}+ rows: {args.large_repeat} checkpoint(s) and open(s) each",
     ]
     started = time.perf_counter()
+    if "async" in args.only:  # its own table, in a fresh process
+        flags = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+        bench_async = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_async.py")
+        subprocess.run([sys.executable, bench_async, *flags, "--results", args.results], check=True)
+        if not args.only - {"async"}:
+            return
     raw = True
     if "local" in stores:
         with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
