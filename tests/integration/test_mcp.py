@@ -499,3 +499,49 @@ def test_crash_loses_nothing_acknowledged(url: str, tmp_path: Path) -> None:
     run(main)
     rows = read_back(url, "SELECT id FROM memories FINAL")
     assert sorted(r["id"] for r in rows) == sorted(acknowledged)
+
+
+@pytest.mark.slow
+def test_http_transport_and_sigterm(url: str) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = [sys.executable, "-m", "durable_obj.cli", "mcp", url, "--transport", "http"]
+    proc = subprocess.Popen(
+        [*argv, "--port", str(port)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "serving memory (writer) over http://127.0.0.1:" in proc.stderr.readline()
+
+        deadline = time.monotonic() + 30
+        while True:  # the port opens just after the line above
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the HTTP server never listened"
+                time.sleep(0.1)
+
+        async def main() -> None:
+            async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+                saved = ok(await client.call_tool("remember", {"content": "over http"}))
+                assert saved["content"] == "over http"
+
+        run(main)
+        proc.send_signal(signal.SIGTERM)
+        out, errors = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, errors
+    assert out == ""  # nothing but the protocol on stdout (here: nothing at all)
+    assert read_back(url, "SELECT content FROM memories FINAL") == [{"content": "over http"}]
+    with durable_obj.open(url, read_only=True) as obj:
+        assert obj.head is not None and obj.head.lease.owner is None  # SIGTERM released it
