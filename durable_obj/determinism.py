@@ -189,7 +189,7 @@ class Pinner:
         self._known: Catalog | None = None
         self._mode = mode
         self._tz = timezone
-        self._literals = Literals(engine)
+        self._literals = Literals(engine, timezone)
         self._rules = ColumnRules(
             engine,
             self._literals,

@@ -3,13 +3,17 @@ means the same value to every reader.
 
 A pinned value is replayed by other processes, in other time zones, by
 chdb.durable (which pins no session time zone), and inside mutations
-(`ALTER ... UPDATE`, `DELETE`), which ClickHouse evaluates in the process's
-zone, not the session's. So a literal may depend on nothing but itself:
+(`ALTER ... UPDATE`, `DELETE`), where ClickHouse gives a DateTime that names
+no zone the process's zone, not the session's. So a literal may depend on
+nothing but itself:
 
 * every DateTime / DateTime64, at any depth of the type, is written in UTC
-  and parsed with the zone in the literal, then cast back to the value's own
-  type: `CAST(CAST('2026-12-01 05:13:17', 'DateTime(\\'UTC\\')'), 'DateTime')`
-  (UTC also has no ambiguous local hour);
+  and parsed with the zone in the literal (UTC has no ambiguous local hour),
+  then cast to the value's type, where a DateTime that named no zone now
+  names the object's: `now()` in an object in UTC pins as
+  `CAST('2026-12-01 05:13:17', 'DateTime(\\'UTC\\')')`. It is the same instant,
+  and `toString()` of it reads the same everywhere (a `CREATE TABLE ... AS
+  SELECT now()` column is therefore `DateTime('UTC')`);
 * text that is not UTF-8 is written as `unhex('...')` (and never decoded);
 * everything else in the engine's own text form, which is exact: floats in
   their shortest round-trip form (`-0`, `nan`, `inf`), decimals and wide
@@ -36,8 +40,9 @@ _MAX_CACHED_TYPES = 1000
 class Literals:
     """Evaluates constant expressions on one engine into exact literals."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, timezone: str) -> None:
         self._engine = engine
+        self._timezone = timezone  # the object's: what a DateTime without a zone means
         self._types: dict[str, str] = {}
 
     def forget(self) -> None:
@@ -62,9 +67,8 @@ class Literals:
         values = [row[0] for row in rows]
         if len(values) != count:
             return None
-        return [
-            typed_literal(type_name, None if v is None else bytes.fromhex(v), wire) for v in values
-        ]
+        zoned = type_in_zone(type_name, self._timezone, keep_zones=True)
+        return [typed_literal(zoned, None if v is None else bytes.fromhex(v), wire) for v in values]
 
     def _type_of(self, expr: str) -> str | None:
         """The type of a constant expression, without evaluating it."""

@@ -414,10 +414,11 @@ def quote_ident(name: str) -> str:
     return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
-def type_in_zone(type_name: str, zone: str) -> str:
+def type_in_zone(type_name: str, zone: str, *, keep_zones: bool = False) -> str:
     """`type_name` (as `toTypeName` spells it) with every DateTime and
     DateTime64 in it, at any depth, carrying the time zone `zone` instead of
-    its own or none. Named-tuple element names and Enum labels are kept."""
+    its own or none (with `keep_zones`, only those that name none).
+    Named-tuple element names and Enum labels are kept."""
     tokens = tokenize(type_name)
     closing = match_parens(tokens)
     zone_lit = quote_string(zone)
@@ -431,22 +432,23 @@ def type_in_zone(type_name: str, zone: str) -> str:
             continue  # `DateTime DateTime`: a tuple element named DateTime
         params = closing.get(i + 1) if after is not None and after.text == "(" else None
         end = tokens[params].end if params is not None else tok.end
+        inner = [] if params is None else [t for t in tokens[i + 2 : params] if t.text != ","]
+        if keep_zones and any(t.kind == "string" for t in inner):
+            continue  # it names its zone
         if kind == "datetime":
             replacements.append((tok.start, end, f"DateTime({zone_lit})"))
-        elif params is not None and params > i + 2:
-            scale = tokens[i + 2].text
-            replacements.append((tok.start, end, f"DateTime64({scale}, {zone_lit})"))
         else:
-            replacements.append((tok.start, end, f"DateTime64(3, {zone_lit})"))
+            scale = inner[0].text if inner and inner[0].kind == "number" else "3"
+            replacements.append((tok.start, end, f"DateTime64({scale}, {zone_lit})"))
     return splice(type_name, replacements)
 
 
 def typed_literal(type_name: str, text: bytes | None, wire_type: str | None = None) -> str:
     """A constant expression of type `type_name` holding the value whose text
     form (as `toString` writes it for `wire_type`, by default `type_name`) is
-    `text`, or NULL for None. Its meaning depends on nothing but itself: not
-    on the time zone of the session or the process that runs it (a wire type
-    carries the zone of every DateTime), not on the text being UTF-8 (other
+    `text`, or NULL for None. Its meaning depends on nothing but itself when
+    every DateTime in both types names its zone: not on the zone of the
+    session or the process that runs it, not on the text being UTF-8 (other
     bytes are written as `unhex('...')`)."""
     if text is None:
         return f"CAST(NULL, {quote_string(type_name)})"

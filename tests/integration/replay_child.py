@@ -144,7 +144,7 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
     # A: pin arrayShuffle([V]) in VALUES
     for k, case in enumerate(p["cases"]):
         if run(
-            f"CREATE TABLE t_{k} (id UInt32, c Array({case['type']})) "
+            f"CREATE TABLE t_{k} (id UInt32, c Array({case['type']}), s String) "
             "ENGINE = MergeTree ORDER BY id",
             case["type"],
         ):
@@ -174,7 +174,7 @@ def write(p: dict[str, Any]) -> dict[str, Any]:
         lit = _first_row_value(logged[f"t_{k}"])
         # B: the pinned literal in every kind of statement
         mutations = (  # one per case, in turn: mutations are the slow part of a replay
-            f"ALTER TABLE t_{k} UPDATE c = {lit} WHERE id = 5",
+            f"ALTER TABLE t_{k} UPDATE c = {lit}, s = toString({lit}) WHERE id = 5",
             f"ALTER TABLE t_{k} DELETE WHERE id = 2 AND sipHash64(c) = sipHash64({lit})",
             f"DELETE FROM t_{k} WHERE id = 3 AND sipHash64(c) = sipHash64({lit})",
         )

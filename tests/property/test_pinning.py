@@ -236,7 +236,7 @@ def _tuple(draw: st.DrawFn, inner: st.SearchStrategy[Spec]) -> Spec:
         st.one_of(
             st.none(),
             st.lists(
-                st.sampled_from(["a", "DateTime", "b c", "x`y", "String", "Nullable"]),
+                st.sampled_from(["a", "DateTime", "b c", "é", "String", "Nullable"]),
                 min_size=len(specs),
                 max_size=len(specs),
                 unique=True,
@@ -299,7 +299,8 @@ _constant_calls = st.one_of(
     ),
 )
 _constants = st.tuples(
-    _constant_calls, st.sampled_from(["{}", "[{}]", "tuple({}, 'w')", "map('k', {})"])
+    _constant_calls,
+    st.sampled_from(["{}", "[{}]", "tuple({}, 'w')", "map('k', {})", "toString({})"]),
 ).map(lambda t: t[1].format(t[0]))
 
 
@@ -325,6 +326,18 @@ STATS = {"examples": 0, "cases": 0, "constants": 0, "v1_readers": 0}
 def test_pinned_values_replay_identically_in_every_zone(
     cases: list[tuple[str, str]], constants: list[str], timezone: str, v1_sample: int
 ) -> None:
+    # the chdb.durable reader is drawn, so that a failing example replays with its readers
+    _replays_identically(cases, constants, timezone, with_v1=v1_sample == 0)
+    STATS["examples"] += 1
+    STATS["cases"] += len(cases)
+    STATS["constants"] += len(constants)
+
+
+def _replays_identically(
+    cases: list[tuple[str, str]], constants: list[str], timezone: str, *, with_v1: bool
+) -> None:
+    """Write `cases` and `constants` (see replay_child) under WRITER_TZ; every
+    reader's tables must equal the writer's, byte for byte."""
     with tempfile.TemporaryDirectory(prefix="pinning-") as root:
         params = {
             "url": root,
@@ -341,7 +354,7 @@ def test_pinned_values_replay_identically_in_every_zone(
             "\n".join(json.dumps(f) for f in wrote["faithful"])
         )
         readers = [("read", tz) for tz in READER_TZS]
-        if v1_sample == 0:  # drawn, so that a failing example replays with its readers
+        if with_v1:
             STATS["v1_readers"] += 1
             readers.append(("read-v1", V1_READER_TZ))
         params["tables"] = list(wrote["dump"])
@@ -355,9 +368,6 @@ def test_pinned_values_replay_identically_in_every_zone(
                     f"(writer TZ={WRITER_TZ}, object time zone {timezone}); statements:\n"
                     + "\n".join(s for s in wrote["statements"] if f" {table} " in f" {s} ")
                 )
-    STATS["examples"] += 1
-    STATS["cases"] += len(cases)
-    STATS["constants"] += len(constants)
 
 
 # -- regression tests, one per failing example ------------------------------------------
@@ -434,3 +444,23 @@ def test_enum_label_with_a_next_line_character(tmp_path: Path) -> None:
         "outcomes": [],
         "answers": wrote["answers"],
     }
+
+
+def test_tostring_of_a_pinned_zoneless_datetime64_in_a_mutation() -> None:
+    """Found by the property: `ALTER TABLE t_63 UPDATE ..., s = toString(LIT)`
+    where LIT, a pinned `Array(Array(Tuple(Nullable Nullable(DateTime64(5)),
+    ...)))`, was cast back to a DateTime64 that named no zone: inside a
+    mutation that is the process's zone, so the string differed between the
+    writer (TZ=America/Los_Angeles) and a reader (TZ=Asia/Tokyo)."""
+    type_name = (
+        "Array(Array(Tuple(`Nullable` Nullable(DateTime64(5)), `x y` DateTime64(0, "
+        "'Asia/Kathmandu'), `a` LowCardinality(Nullable(FixedString(4))))))"
+    )
+    value = (
+        "[[tuple(toNullable(fromUnixTimestamp64Nano(toInt64(1699163999000000000), 'UTC')), "
+        "fromUnixTimestamp64Nano(toInt64(1730595600000000000), 'UTC'), "
+        "toLowCardinality(toNullable(toFixedString(unhex('9A'), 4))))]]"
+    )
+    case = (type_name, f"CAST({value}, {quote_string(type_name)})")
+    # case 0 takes the UPDATE with toString(); the object's zone is UTC
+    _replays_identically([case], [], "UTC", with_v1=True)

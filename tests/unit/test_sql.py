@@ -285,6 +285,14 @@ def test_type_in_zone(type_name: str, expected: str | None) -> None:
     assert type_in_zone(type_name, "UTC") == (type_name if expected is None else expected)
 
 
+def test_type_in_zone_keeping_zones() -> None:
+    type_name = "Tuple(DateTime, DateTime('Asia/Tokyo'), DateTime64(5), DateTime64(5, 'UTC'))"
+    assert type_in_zone(type_name, "Europe/Berlin", keep_zones=True) == (
+        "Tuple(DateTime('Europe/Berlin'), DateTime('Asia/Tokyo'), "
+        "DateTime64(5, 'Europe/Berlin'), DateTime64(5, 'UTC'))"
+    )
+
+
 def test_typed_literal_forms() -> None:
     assert typed_literal("Nullable(String)", None) == "CAST(NULL, 'Nullable(String)')"
     assert typed_literal("String", b"it's") == "CAST('it\\'s', 'String')"
