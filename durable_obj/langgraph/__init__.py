@@ -29,5 +29,6 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 from durable_obj.langgraph._common import StaleWriteOwner, WriteOwnerHeld
 from durable_obj.langgraph.checkpoint import DurableSaver
+from durable_obj.langgraph.store import DurableStore
 
-__all__ = ["DurableSaver", "StaleWriteOwner", "WriteOwnerHeld"]
+__all__ = ["DurableSaver", "DurableStore", "StaleWriteOwner", "WriteOwnerHeld"]

@@ -1,0 +1,525 @@
+"""`DurableStore`: a LangGraph store (`BaseStore`) on a durable object.
+
+One table, `<table>` (default `lg_store`), ReplacingMergeTree read FINAL,
+keyed by (namespace, key): the item's JSON value, its times (microseconds
+since the epoch, computed here), its TTL and expiry, and, when an
+`IndexConfig` is given, the embedded paths with their vectors. Embeddings
+are computed once, by the writer, and logged as literal arrays: a replay
+never calls the embedding model. Search ranks by `cosineDistance` in the
+engine (best field per item); filters (`$eq $ne $gt $gte $lt $lte`, nested
+equality) are applied here with LangGraph's InMemoryStore semantics.
+
+TTL (`supports_ttl`): an item put with `ttl` (minutes, or the TTLConfig's
+`default_ttl`) expires that long after its last write or refreshed read;
+expired items are never returned, even before `sweep_ttl()` deletes them
+with a logged `DELETE` whose cutoff is a literal.
+
+Deletes (a PutOp whose value is None) are logged `DELETE`s; everything else
+is an INSERT of literals. Flushing follows `flush=` as for `DurableSaver`:
+"every" (default) flushes every batch that wrote before it returns.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    IndexConfig,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    TTLConfig,
+)
+from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
+
+from durable_obj.errors import InvalidArgument
+from durable_obj.langgraph._common import (
+    FlushMode,
+    Handle,
+    in_thread,
+    lit_float,
+    lit_float_array,
+    lit_int,
+    lit_str,
+    lit_str_array,
+)
+
+_COLS = "ns, key, value, created_at, updated_at"
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def _dt(us: int) -> datetime:
+    return datetime.fromtimestamp(us / 1_000_000, tz=timezone.utc)
+
+
+def _ns_key(namespace: tuple[str, ...]) -> str:
+    return json.dumps(list(namespace), ensure_ascii=False)
+
+
+def _compare(item_value: Any, filter_value: Any) -> bool:
+    """LangGraph's JSONB-like filter match (as InMemoryStore applies it)."""
+    if isinstance(filter_value, dict):
+        if any(k.startswith("$") for k in filter_value):
+            return all(_operator(item_value, k, v) for k, v in filter_value.items())
+        if not isinstance(item_value, dict):
+            return False
+        return all(_compare(item_value.get(k), v) for k, v in filter_value.items())
+    if isinstance(filter_value, (list, tuple)):
+        return (
+            isinstance(item_value, (list, tuple))
+            and len(item_value) == len(filter_value)
+            and all(_compare(i, f) for i, f in zip(item_value, filter_value, strict=True))
+        )
+    return bool(item_value == filter_value)
+
+
+def _operator(value: Any, op: str, arg: Any) -> bool:
+    if op == "$eq":
+        return bool(value == arg)
+    if op == "$ne":
+        return bool(value != arg)
+    if op in ("$gt", "$gte", "$lt", "$lte"):
+        a, b = float(value), float(arg)
+        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
+    raise InvalidArgument(f"unsupported filter operator {op!r}")
+
+
+def _matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
+    path = tuple(cond.path)
+    if len(ns) < len(path):
+        return False
+    if cond.match_type not in ("prefix", "suffix"):
+        raise InvalidArgument(f"unsupported match type {cond.match_type!r}")
+    if cond.match_type == "suffix":
+        ns, path = ns[len(ns) - len(path) :], path
+    return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+
+
+class DurableStore(BaseStore):
+    """A LangGraph store whose items live in a durable object.
+
+        store = DurableStore("s3://bucket/agents/memory", index={"dims": 384, "embed": embed})
+        store.put(("users", "alice"), "prefs", {"theme": "dark"})
+
+    `target`: a URL (opened here, closed by close()), or an open
+    DurableObject / AsyncDurableObject, e.g. `saver.obj` of a DurableSaver.
+    `index`: LangGraph's IndexConfig (dims, embed, fields) for vector search.
+    `ttl`: LangGraph's TTLConfig (default_ttl minutes, refresh_on_read,
+    sweep_interval_minutes: start_ttl_sweeper() runs sweep_ttl() that often).
+    """
+
+    supports_ttl: bool = True
+
+    def __init__(
+        self,
+        target: Any,
+        *,
+        index: IndexConfig | None = None,
+        ttl: TTLConfig | None = None,
+        flush: FlushMode = "every",
+        batch_puts: int = 100,
+        batch_seconds: float | None = 2.0,
+        table: str = "lg_store",
+        owner: str | None = None,
+        read_only: bool = False,
+        storage_options: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> None:
+        if not table.replace("_", "").isalnum() or not table.isascii():
+            raise InvalidArgument("table must be ASCII letters, digits and '_'")
+        self._h = Handle(
+            target,
+            what="DurableStore",
+            flush=flush,
+            batch_puts=batch_puts,
+            batch_seconds=batch_seconds,
+            owner=owner,
+            read_only=read_only,
+            storage_options=storage_options,
+            options=options,
+        )
+        self._t = table
+        self.ttl_config = ttl
+        self.index_config = dict(index) if index else None
+        self.embeddings = ensure_embeddings(index.get("embed")) if index else None
+        self._fields: list[tuple[str, str | list[str]]] = (
+            [(p, tokenize_path(p) if p != "$" else p) for p in (index.get("fields") or ["$"])]
+            if index
+            else []
+        )
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+        if not self._h.read_only:
+            with self._h.writing():
+                self._h.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._t} (ns_key String, ns Array(String), "
+                    "key String, value String, created_at Int64, updated_at Int64, "
+                    "expires_at Nullable(Int64), ttl_minutes Nullable(Float64), "
+                    "paths Array(String), vectors Array(Array(Float64))) "
+                    "ENGINE = ReplacingMergeTree ORDER BY (ns_key, key)"
+                )
+                if self._h.obj.pending:
+                    self._h.flush_locked()
+
+    @property
+    def obj(self) -> Any:
+        """The DurableObject under this store."""
+        return self._h.obj
+
+    # -- lifecycle -------------------------------------------------------------------
+    def flush(self) -> None:
+        """Make every buffered write durable now (for flush="batch")."""
+        self._h.flush()
+
+    def close(self) -> None:
+        """Stop the sweeper, flush, and close the object if this store opened it."""
+        self.stop_ttl_sweeper()
+        self._h.close()
+
+    def __enter__(self) -> DurableStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> DurableStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await in_thread(self.close)
+
+    # -- batch -----------------------------------------------------------------------
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Apply `ops` in order: reads see the state before this batch's puts
+        (as InMemoryStore does); puts to one (namespace, key) keep the last."""
+        ops = list(ops)
+        puts = self._dedupe(ops)
+        queries = self._embed_queries(ops)
+        vectors = self._embed_puts(puts, self._embed_sync)
+        return self._apply(ops, puts, queries, vectors)
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        ops = list(ops)
+        puts = self._dedupe(ops)
+        queries = await self._aembed_queries(ops)
+        vectors = await self._aembed_puts(puts)
+        return await in_thread(self._apply, ops, puts, queries, vectors)
+
+    def _dedupe(self, ops: list[Op]) -> dict[tuple[tuple[str, ...], str], PutOp]:
+        puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
+        for op in ops:
+            if isinstance(op, PutOp):
+                puts[(tuple(op.namespace), op.key)] = op
+            elif not isinstance(op, (GetOp, SearchOp, ListNamespacesOp)):
+                raise InvalidArgument(f"unknown store operation {type(op).__name__}")
+        return puts
+
+    # -- embeddings (computed here, by the writer, once) -----------------------------
+    def _embed_sync(self, texts: list[str]) -> list[list[float]]:
+        assert self.embeddings is not None
+        return [list(map(float, v)) for v in self.embeddings.embed_documents(texts)]
+
+    def _embed_queries(self, ops: list[Op]) -> dict[str, list[float]]:
+        queries = sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
+        if not queries or self.embeddings is None:
+            return {}
+        return {q: [float(x) for x in self.embeddings.embed_query(q)] for q in queries}
+
+    async def _aembed_queries(self, ops: list[Op]) -> dict[str, list[float]]:
+        queries = sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
+        if not queries or self.embeddings is None:
+            return {}
+        out = {}
+        for q in queries:
+            out[q] = [float(x) for x in await self.embeddings.aembed_query(q)]
+        return out
+
+    def _texts(
+        self, puts: dict[tuple[tuple[str, ...], str], PutOp]
+    ) -> list[tuple[tuple[tuple[str, ...], str], str, str]]:
+        """(item, path, text) for every text to embed, in a stable order."""
+        if self.embeddings is None:
+            return []
+        out: list[tuple[tuple[tuple[str, ...], str], str, str]] = []
+        for ident, op in puts.items():
+            if op.value is None or op.index is False:
+                continue
+            fields = self._fields if op.index is None else [(p, tokenize_path(p)) for p in op.index]
+            for path, tokens in fields:
+                texts = get_text_at_path(op.value, tokens)
+                if len(texts) > 1:
+                    out.extend((ident, f"{path}.{i}", t) for i, t in enumerate(texts))
+                elif texts:
+                    out.append((ident, path, texts[0]))
+        return out
+
+    @staticmethod
+    def _group(
+        texts: list[tuple[tuple[tuple[str, ...], str], str, str]], vecs: list[list[float]]
+    ) -> dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]]:
+        if len(vecs) != len(texts):
+            raise InvalidArgument(
+                f"the embedding function returned {len(vecs)} vectors for {len(texts)} texts"
+            )
+        out: dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]] = {}
+        for (ident, path, _), vec in zip(texts, vecs, strict=True):
+            out.setdefault(ident, []).append((path, vec))
+        return out
+
+    def _embed_puts(
+        self, puts: dict[tuple[tuple[str, ...], str], PutOp], embed: Any
+    ) -> dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]]:
+        texts = self._texts(puts)
+        return self._group(texts, embed([t for _, _, t in texts]) if texts else [])
+
+    async def _aembed_puts(
+        self, puts: dict[tuple[tuple[str, ...], str], PutOp]
+    ) -> dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]]:
+        texts = self._texts(puts)
+        if not texts:
+            return {}
+        assert self.embeddings is not None
+        vecs = await self.embeddings.aembed_documents([t for _, _, t in texts])
+        return self._group(texts, [[float(x) for x in v] for v in vecs])
+
+    # -- applying ----------------------------------------------------------------------
+    def _apply(
+        self,
+        ops: list[Op],
+        puts: dict[tuple[tuple[str, ...], str], PutOp],
+        queries: dict[str, list[float]],
+        vectors: dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]],
+    ) -> list[Result]:
+        with self._h.lock:
+            now = _now_us()
+            results: list[Result] = []
+            refresh: set[tuple[tuple[str, ...], str]] = set()
+            gets = [op for op in ops if isinstance(op, GetOp)]
+            found = self._get_many(gets, now)
+            for op in ops:
+                if isinstance(op, GetOp):
+                    row = found.get((tuple(op.namespace), op.key))
+                    results.append(None if row is None else self._item(row))
+                    if row is not None and op.refresh_ttl and row[5] is not None:
+                        refresh.add((tuple(op.namespace), op.key))
+                elif isinstance(op, SearchOp):
+                    items = self._search(op, queries.get(op.query or ""), now)
+                    results.append([i for i, _ in items])
+                    if op.refresh_ttl:
+                        refresh.update((tuple(i.namespace), i.key) for i, ttl in items if ttl)
+                elif isinstance(op, ListNamespacesOp):
+                    results.append(self._namespaces(op, now))
+                else:
+                    results.append(None)
+            if puts or refresh:
+                with self._h.writing():
+                    wrote = self._write(puts, vectors, now)
+                    self._refresh(refresh - set(puts), now)
+                    if wrote:
+                        self._h.wrote(put=True)
+            return results
+
+    def _where_live(self, now: int) -> str:
+        return f"(expires_at IS NULL OR expires_at > {lit_int(now)})"
+
+    def _get_many(
+        self, gets: list[GetOp], now: int
+    ) -> dict[tuple[tuple[str, ...], str], list[Any]]:
+        if not gets:
+            return {}
+        keys = sorted({(_ns_key(tuple(op.namespace)), op.key) for op in gets})
+        tuples = ", ".join(f"({lit_str(n)}, {lit_str(k)})" for n, k in keys)
+        rows = self._h.rows(
+            f"SELECT {_COLS}, ttl_minutes FROM {self._t} FINAL "
+            f"WHERE (ns_key, key) IN ({tuples}) AND {self._where_live(now)}"
+        )
+        return {(tuple(r[0]), r[1]): r for r in rows}
+
+    @staticmethod
+    def _item(row: list[Any]) -> Item:
+        return Item(
+            value=json.loads(row[2]),
+            key=row[1],
+            namespace=tuple(row[0]),
+            created_at=_dt(int(row[3])),
+            updated_at=_dt(int(row[4])),
+        )
+
+    def _search(
+        self, op: SearchOp, query: list[float] | None, now: int
+    ) -> list[tuple[SearchItem, bool]]:
+        """The page of items, each with whether it has a TTL."""
+        prefix = tuple(op.namespace_prefix)
+        where = [self._where_live(now)]
+        if prefix:
+            where.append(f"arraySlice(ns, 1, {len(prefix)}) = {lit_str_array(prefix)}")
+        score = "NULL"
+        if query is not None:
+            q = lit_float_array(query)
+            score = (
+                "if(empty(vectors), NULL, arrayMax(arrayMap(v -> if(L2Norm(v) = 0, 0., "
+                f"1 - cosineDistance(v, {q})), vectors)))"
+            )
+        rows = self._h.rows(
+            f"SELECT {_COLS}, {score}, ttl_minutes IS NOT NULL FROM {self._t} FINAL "
+            f"WHERE {' AND '.join(where)} ORDER BY updated_at DESC, ns_key, key"
+        )
+        kept: list[tuple[float | None, list[Any]]] = []
+        for row in rows:
+            value = json.loads(row[2])
+            row[2] = value
+            if op.filter and not all(_compare(value.get(k), v) for k, v in op.filter.items()):
+                continue
+            kept.append((None if row[5] is None else float(row[5]), row))
+        if query is not None:
+            scored = sorted((s for s in kept if s[0] is not None), key=lambda s: -(s[0] or 0.0))
+            scoreless = [s for s in kept if s[0] is None]
+            page = scored[op.offset : op.offset + op.limit]
+            if len(page) < op.limit:
+                page += scoreless[: op.limit - len(page)]
+        else:
+            page = kept[op.offset : op.offset + op.limit]
+        return [
+            (
+                SearchItem(
+                    namespace=tuple(r[0]),
+                    key=r[1],
+                    value=r[2],
+                    created_at=_dt(int(r[3])),
+                    updated_at=_dt(int(r[4])),
+                    score=s,
+                ),
+                bool(r[6]),
+            )
+            for s, r in page
+        ]
+
+    def _namespaces(self, op: ListNamespacesOp, now: int) -> list[tuple[str, ...]]:
+        rows = self._h.rows(
+            f"SELECT DISTINCT ns FROM {self._t} FINAL WHERE {self._where_live(now)}"
+        )
+        spaces = [tuple(r[0]) for r in rows]
+        if op.match_conditions:
+            spaces = [s for s in spaces if all(_matches(c, s) for c in op.match_conditions)]
+        if op.max_depth is not None:
+            spaces = sorted({s[: op.max_depth] for s in spaces})
+        else:
+            spaces = sorted(spaces)
+        return spaces[op.offset : op.offset + op.limit]
+
+    def _write(
+        self,
+        puts: dict[tuple[tuple[str, ...], str], PutOp],
+        vectors: dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]],
+        now: int,
+    ) -> bool:
+        if not puts:
+            return False
+        gone = sorted((_ns_key(ns), k) for (ns, k), op in puts.items() if op.value is None)
+        live = {ident: op for ident, op in puts.items() if op.value is not None}
+        created: dict[tuple[str, str], int] = {}
+        if live:
+            keys = ", ".join(f"({lit_str(_ns_key(ns))}, {lit_str(k)})" for ns, k in sorted(live))
+            created = {
+                (r[0], r[1]): int(r[2])
+                for r in self._h.rows(
+                    f"SELECT ns_key, key, created_at FROM {self._t} FINAL "
+                    f"WHERE (ns_key, key) IN ({keys}) AND {self._where_live(now)}"
+                )
+            }
+        if gone:
+            keys = ", ".join(f"({lit_str(n)}, {lit_str(k)})" for n, k in gone)
+            self._h.execute(f"DELETE FROM {self._t} WHERE (ns_key, key) IN ({keys})")
+        rows = []
+        for (ns, key), op in sorted(live.items()):
+            nk = _ns_key(ns)
+            ttl = op.ttl if isinstance(op.ttl, (int, float)) else None
+            if ttl is not None and not 0 <= ttl <= 1e9:  # also refuses NaN
+                raise InvalidArgument("ttl must be between 0 and 1e9 minutes, or None")
+            expires = "NULL" if ttl is None else lit_int(now + int(ttl * 60_000_000))
+            vecs = vectors.get((ns, key), [])
+            rows.append(
+                f"({lit_str(nk)}, {lit_str_array(ns)}, {lit_str(key)}, "
+                f"{lit_str(json.dumps(op.value, ensure_ascii=False))}, "
+                f"{lit_int(created.get((nk, key), now))}, {lit_int(now)}, {expires}, "
+                f"{'NULL' if ttl is None else lit_float(float(ttl))}, "
+                f"{lit_str_array([p for p, _ in vecs])}, "
+                f"[{', '.join(lit_float_array(v) for _, v in vecs)}]::Array(Array(Float64)))"
+            )
+        if rows:
+            self._h.execute(f"INSERT INTO {self._t} VALUES " + ", ".join(rows))
+        return True
+
+    def _refresh(self, idents: set[tuple[tuple[str, ...], str]], now: int) -> None:
+        """Move the expiry of items read with refresh_ttl (a logged rewrite of
+        those rows with a literal new expiry). Rides with the next flush."""
+        if not idents:
+            return
+        keys = ", ".join(f"({lit_str(_ns_key(ns))}, {lit_str(k)})" for ns, k in sorted(idents))
+        self._h.execute(
+            f"INSERT INTO {self._t} SELECT ns_key, ns, key, value, created_at, updated_at, "
+            f"{lit_int(now)} + toInt64(ttl_minutes * 60000000), ttl_minutes, paths, vectors "
+            f"FROM {self._t} FINAL WHERE (ns_key, key) IN ({keys}) "
+            f"AND ttl_minutes IS NOT NULL AND {self._where_live(now)}"
+        )
+
+    # -- TTL -----------------------------------------------------------------------------
+    def sweep_ttl(self) -> int:
+        """Delete every expired item (a logged DELETE with a literal cutoff);
+        the number deleted."""
+        with self._h.writing():
+            now = _now_us()
+            cond = f"expires_at IS NOT NULL AND expires_at <= {lit_int(now)}"
+            n = int(self._h.rows(f"SELECT count() FROM {self._t} FINAL WHERE {cond}")[0][0])
+            if n:
+                self._h.execute(f"DELETE FROM {self._t} WHERE {cond}")
+                self._h.wrote(put=False)
+            return n
+
+    async def asweep_ttl(self) -> int:
+        return await in_thread(self.sweep_ttl)
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
+        """Run sweep_ttl() on a background thread every `sweep_interval_minutes`
+        (default: the TTLConfig's sweep_interval_minutes, else 5)."""
+        if self._sweeper is not None:
+            return
+        minutes = (
+            sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
+        )
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.wait(float(minutes) * 60):
+                try:
+                    self.sweep_ttl()
+                except Exception:  # a sweep failure must not kill the thread
+                    import logging
+
+                    logging.getLogger("durable_obj").warning(
+                        "DurableStore: TTL sweep failed", exc_info=True
+                    )
+
+        self._sweeper = threading.Thread(target=loop, name="durable-store-ttl", daemon=True)
+        self._sweeper.start()
+
+    def stop_ttl_sweeper(self) -> None:
+        if self._sweeper is not None:
+            self._stop.set()
+            self._sweeper.join()
+            self._sweeper = None

@@ -1,0 +1,118 @@
+"""durable_obj.langgraph.DurableStore beyond the differential property test
+(tests/property/test_langgraph_store.py): TTL and its sweep, embeddings
+logged once and never recomputed, the async face, sharing one object with
+the checkpointer, and the lease as write ownership."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import durable_obj
+from durable_obj.langgraph import DurableSaver, DurableStore, WriteOwnerHeld
+
+CALLS: list[str] = []
+
+
+def embed(texts: list[str]) -> list[list[float]]:
+    CALLS.extend(texts)
+    return [[1.0 + t.count("a"), 1.0 + t.count("b"), 1.0] for t in texts]
+
+
+INDEX: Any = {"dims": 3, "embed": embed, "fields": ["text"]}
+
+
+def test_ttl_expired_items_are_omitted_and_swept(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "mem")
+    with DurableStore(url) as store:
+        store.put(("u",), "gone", {"v": 1}, ttl=0.0)
+        store.put(("u",), "kept", {"v": 2}, ttl=60.0)
+        store.put(("u",), "forever", {"v": 3})
+        assert store.get(("u",), "gone") is None
+        assert {i.key for i in store.search(("u",))} == {"kept", "forever"}
+        assert store.sweep_ttl() == 1
+        assert store.sweep_ttl() == 0
+    with durable_obj.open(url, read_only=True) as obj:  # replayed from storage
+        assert obj.query("SELECT key FROM lg_store FINAL ORDER BY key").split() == [
+            '"forever"',
+            '"kept"',
+        ]
+
+
+def test_refresh_on_read_moves_the_expiry(tmp_path: Path) -> None:
+    with DurableStore(str(tmp_path / "ns" / "mem")) as store:
+        store.put(("u",), "k", {"v": 1}, ttl=1.0)
+        first = int(store.obj.query("SELECT expires_at FROM lg_store FINAL").strip())
+        assert store.get(("u",), "k", refresh_ttl=True) is not None
+        second = int(store.obj.query("SELECT expires_at FROM lg_store FINAL").strip())
+        assert second > first
+
+
+def test_embeddings_are_computed_once_and_replayed_as_literals(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "mem")
+    CALLS.clear()
+    with DurableStore(url, index=INDEX) as store:
+        store.put(("docs",), "a", {"text": "banana"})
+        store.put(("docs",), "b", {"text": "cab"})
+        store.put(("docs",), "c", {"text": "no vector"}, index=False)
+    assert CALLS == ["banana", "cab"]
+    with DurableStore(url, index=INDEX, read_only=True) as reader:
+        assert CALLS == ["banana", "cab"]  # the replay did not embed
+        hits = reader.search(("docs",), query="aaa", limit=3)
+    assert CALLS == ["banana", "cab", "aaa"]
+    assert [h.key for h in hits] == ["a", "b", "c"]
+    assert hits[0].score is not None and hits[1].score is not None
+    assert hits[0].score > hits[1].score
+    assert hits[2].score is None
+
+
+def test_async_face(tmp_path: Path) -> None:
+    async def run() -> Any:
+        async with DurableStore(str(tmp_path / "ns" / "mem")) as store:
+            await store.aput(("u", "1"), "k", {"n": 5, "deep": {"x": 1}})
+            await store.aput(("u", "2"), "k", {"n": 9, "deep": {"x": 2}})
+            found = await store.asearch(("u",), filter={"n": {"$gte": 6}})
+            nested = await store.asearch(("u",), filter={"deep": {"x": 1}})
+            spaces = await store.alist_namespaces(prefix=("u",), max_depth=2)
+            await store.adelete(("u", "1"), "k")
+            return found, nested, spaces, await store.aget(("u", "1"), "k")
+
+    found, nested, spaces, gone = asyncio.run(run())
+    assert [i.namespace for i in found] == [("u", "2")]
+    assert [i.namespace for i in nested] == [("u", "1")]
+    assert spaces == [("u", "1"), ("u", "2")]
+    assert gone is None
+
+
+def test_saver_and_store_share_one_object(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "agent")
+    with DurableSaver(url) as saver:
+        with DurableStore(saver.obj) as store:
+            store.put(("prefs",), "theme", {"v": "dark"})
+        assert not saver.obj.closed
+        assert {"lg_checkpoints", "lg_store"} <= set(saver.obj.tables())
+    with DurableStore(url, read_only=True) as reader:
+        item = reader.get(("prefs",), "theme")
+    assert item is not None and item.value == {"v": "dark"}
+
+
+def test_a_second_store_is_refused(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "mem")
+    with DurableStore(url, owner="a"):
+        with pytest.raises(WriteOwnerHeld) as info:
+            DurableStore(url, owner="b")
+        assert info.value.is_stale_write_owner_error is True
+
+
+def test_hostile_text_round_trips(tmp_path: Path) -> None:
+    text = "quote ' backslash \\ nul \x00 tab \t newline \n emoji \U0001f600 $$ -- /*"
+    label = text.replace("\x00", "")  # LangGraph refuses NUL in a namespace label
+    with DurableStore(str(tmp_path / "ns" / "mem")) as store:
+        store.put((label, "ns"), text, {text: text})
+    with DurableStore(str(tmp_path / "ns" / "mem"), read_only=True) as reader:
+        item = reader.get((label, "ns"), text)
+        assert reader.list_namespaces() == [(label, "ns")]
+    assert item is not None and item.value == {text: text}
