@@ -38,7 +38,15 @@ import re
 from dataclasses import dataclass
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.sql import Token, find_calls, quote_ident, quote_string, splice, tokenize
+from durable_obj.sql import (
+    Token,
+    code_words,
+    find_calls,
+    quote_ident,
+    quote_string,
+    splice,
+    tokenize,
+)
 
 #: The prefix of every internal database name; no statement may name one.
 RESERVED_PREFIX = "__durable_obj_"
@@ -110,6 +118,11 @@ class Scope:
         lowered = sql.lower()
         if not _suspicious(lowered, self.logical.lower()):
             return sql  # no word that could name a database, a system table or a call of note
+        words = code_words(sql)  # outside strings and comments: a data row's text is no code
+        if not (words & (_CODE_WORDS | {self.logical.lower()})) and not any(
+            w.startswith(RESERVED_PREFIX) or "\\" in w or NAMED_CALLS.fullmatch(w) for w in words
+        ):
+            return sql
         tokens = tokenize(sql)
         replacements: list[tuple[int, int, str]] = []
         self._names(tokens, replacements)
@@ -268,6 +281,16 @@ _WORDS = re.compile(
     r"\.\s*[a-z_`\"]|__durable_obj_|system|show|information_schema|database|schema|dict|joinget"
     r"|clickhouse|merge|remote|cluster|file|loop|executable|dictionary|alias|buffer"
     r"|distributed|iceberg|deltalake|hudi|timeseries|input|hascolumn|engine"
+)
+
+
+#: Code words any statement `localize` maps or refuses holds (besides the
+#: logical name and reserved names): a qualifier it checks, SHOW, a call.
+_CODE_WORDS = (
+    {"system", "information_schema", "default", "show", "clickhouse", "engine"}
+    | REFUSED_CALLS
+    | REFUSED_ENGINES
+    | DATABASE_CALLS
 )
 
 
