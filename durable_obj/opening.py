@@ -7,7 +7,7 @@ copy and, for a writer, a lease proven held.
 
 The order is part of the contract: a writer open of an object leased
 elsewhere answers `lease_held` before anything local to this process can
-fail (another object holding the engine, say), and nothing is written
+fail (the engine, say), and nothing is written
 before every check that can refuse has passed. When the head changes
 between reading it and taking the lease, the open starts over.
 """
