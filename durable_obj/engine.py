@@ -48,7 +48,7 @@ from durable_obj.errors import (
     SecretRefused,
 )
 from durable_obj.isolation import RESERVED_PREFIX, Scope
-from durable_obj.sql import quote_ident, quote_string
+from durable_obj.sql import quote_ident, quote_string, without_format
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
 SYNCHRONOUS_SETTINGS = {
@@ -321,9 +321,15 @@ class Engine:
         """`ClassificationRefused` unless every table the (localized) SELECT
         `sql` resolves is the object's own (`Scope.check_tree`)."""
         try:
-            tree = self.text("EXPLAIN QUERY TREE " + sql, "TSVRaw")
+            tree = self.text("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
         except EngineError:
             return  # it does not analyse: running it fails the same way
+        if not tree.startswith("QUERY id:"):
+            raise ClassificationRefused(
+                "could not check what the query reads (its plan did not print as a query "
+                "tree); pass the output format as fmt= rather than in a FORMAT clause. "
+                "Nothing was run or logged."
+            )
         self.scope.check_tree(tree)
 
     def syntax_error(self, sql: str) -> str:

@@ -403,6 +403,20 @@ def ttl_clause(tokens: list[Token]) -> int | None:
 # -- building text ----------------------------------------------------------------
 
 
+def without_format(sql: str) -> str:
+    """`sql` without its top-level `FORMAT name` clause (what follows it, such
+    as SETTINGS, stays): an `EXPLAIN` of the statement must print in the
+    caller's chosen format, not the statement's."""
+    tokens = tokenize(sql)
+    cut: tuple[int, int] | None = None
+    for i, tok in depth_zero(tokens):
+        if tok.word == "format" and tok.kind == "ident" and i + 1 < len(tokens):
+            name = tokens[i + 1]
+            if name.kind in ("ident", "quoted"):
+                cut = (tok.start, name.end)
+    return sql if cut is None else sql[: cut[0]] + " " + sql[cut[1] :]
+
+
 def quote_string(text: str) -> str:
     """`text` as a ClickHouse string literal, quotes included: the engine reads
     back exactly `text` (every character, whatever its code point)."""

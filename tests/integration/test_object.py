@@ -357,3 +357,20 @@ def test_objects_opened_in_turn_share_nothing(tmp_path: Path) -> None:
     with durable_obj.open(str(tmp_path / "a"), read_only=True) as again:
         assert again.query("SELECT count() FROM v") == "1\n"
         assert again.tables() == ["d", "m"]
+
+
+def test_query_with_a_format_clause(tmp_path: Path) -> None:
+    """A FORMAT clause in the query text prints the result in that format, and
+    the read check still sees through it: the plan it inspects is printed as a
+    query tree whatever the statement's own FORMAT (found by the MCP helper:
+    `SELECT 1 FORMAT JSON` was refused as reading `system.one"`)."""
+    obj = durable_obj.open(str(tmp_path / "ns" / "o"), owner="w")
+    try:
+        obj.execute("CREATE TABLE t (id UInt32) ENGINE = MergeTree ORDER BY id")
+        obj.execute("INSERT INTO t VALUES (7)")
+        assert json.loads(obj.query("SELECT 1 AS one FORMAT JSON"))["data"] == [{"one": 1}]
+        assert obj.query("SELECT id FROM t FORMAT JSONEachRow") == '{"id":7}\n'
+        with pytest.raises(durable_obj.ClassificationRefused):
+            obj.query("SELECT * FROM system.zookeeper_connection FORMAT JSON")
+    finally:
+        obj.close(discard=True)

@@ -27,6 +27,7 @@ from durable_obj.sql import (
     ttl_clause,
     type_in_zone,
     typed_literal,
+    without_format,
 )
 
 
@@ -347,3 +348,19 @@ def test_engine_json_rows_keep_line_separators_inside_values(engine: Engine) -> 
         "SELECT 'a\u2028b\x85c' AS s, 1 UNION ALL SELECT {x:String}, 2", {"x": "d\u2029"}
     )
     assert sorted(rows, key=lambda r: r[1]) == [["a\u2028b\x85c", 1], ["d\u2029", 2]]
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT 1 FORMAT JSON", "SELECT 1  "),
+        ("SELECT 1 FORMAT CSV SETTINGS max_threads = 1", "SELECT 1   SETTINGS max_threads = 1"),
+        ("SELECT 'FORMAT JSON' AS f", "SELECT 'FORMAT JSON' AS f"),
+        ("SELECT format('{}', 1) FROM t", "SELECT format('{}', 1) FROM t"),
+        ("SELECT * FROM (SELECT 1 FORMAT JSON)", "SELECT * FROM (SELECT 1 FORMAT JSON)"),
+        ("SELECT 1 -- FORMAT JSON", "SELECT 1 -- FORMAT JSON"),
+        ("SELECT 1", "SELECT 1"),
+    ],
+)
+def test_without_format(sql: str, expected: str) -> None:
+    assert without_format(sql) == expected
