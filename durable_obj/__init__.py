@@ -39,6 +39,7 @@ from durable_obj.errors import (
 )
 from durable_obj.namespace import Namespace, export, fork, open
 from durable_obj.object import DurableObject, Result
+from durable_obj.pool import Pool
 
 __version__ = "0.1.0"
 
@@ -62,6 +63,7 @@ __all__ = [
     "Namespace",
     "Nondeterministic",
     "NotFound",
+    "Pool",
     "ProtocolUnsupported",
     "Result",
     "SecretRefused",

@@ -16,7 +16,7 @@ def test_all_is_pinned() -> None:
         "BackendError", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
         "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "InvalidArgument",
         "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded", "MissingDependency",
-        "Namespace", "Nondeterministic", "NotFound", "ProtocolUnsupported", "Result",
+        "Namespace", "Nondeterministic", "NotFound", "Pool", "ProtocolUnsupported", "Result",
         "SecretRefused", "Timeout", "UnsupportedStore", "errors", "export", "fork",
         "open",
     }  # fmt: skip
