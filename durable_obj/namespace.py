@@ -197,7 +197,7 @@ class Namespace:
         missing_ok: bool = False,
     ) -> builtins.list[tuple[str, Result]]:
         """Run one read-only query on each object (all of them by default),
-        one after another: chDB runs one engine per process.
+        one after another, each opened read-only and closed before the next.
 
         `missing_ok=True` skips ids with no object, as chdb.durable does (a
         fan-out over a tenant list); otherwise a missing one is `NotFound`.

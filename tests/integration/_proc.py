@@ -1,8 +1,9 @@
 """Starting the programs of tests/integration/children.py, from a test.
 
-chDB runs one engine per process, so every test that needs a writer and a
-reader alive at once, or durable_obj and chdb.durable side by side, runs
-them in fresh interpreters:
+chDB allows one engine per process, so durable_obj and chdb.durable side
+by side, a crash (SIGKILL), or a party in another process (a reader
+following a writer elsewhere) run in fresh interpreters (many durable_obj
+objects in one process need none: see test_multi.py):
 
 * `run(name, params)` / `run_value(name, params)`: run a program to its end;
   its completed process, or the value of its last `emit()` (`ChildFailed`

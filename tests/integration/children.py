@@ -1,8 +1,8 @@
 """The programs integration tests run in fresh interpreters.
 
-chDB runs one engine per process, so a test that needs a writer and a reader
-alive at once, a crash, or durable_obj and chdb.durable side by side runs
-each party as one of these programs:
+chDB allows one engine per process, so a test that needs durable_obj and
+chdb.durable side by side, a crash, or a party in another process runs each
+party as one of these programs:
 
     python -m tests.integration.children NAME '{"param": ...}'
 

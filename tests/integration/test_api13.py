@@ -2,8 +2,8 @@
 open(create=), refresh(), unclosed objects, URL and storage_options typos,
 no-op DDL, and the messages and states that used to mislead.
 
-chDB runs one engine per process: a writer beside an in-process reader
-runs in a child (`_proc.Worker`).
+The refresh tests keep the writer in a child (`_proc.Worker`), so the
+reader follows a writer in another process, as a deployed reader does.
 """
 
 from __future__ import annotations
