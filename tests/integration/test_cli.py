@@ -1,8 +1,8 @@
 """The `durable-obj` command line: every command, its error path, redaction.
 
 Commands run through click's CliRunner in this process (each command
-closes what it opens), once as a real `python -m durable_obj.cli` subprocess, and against an S3 server
-(moto, from tests/servers.py).
+closes what it opens), once as a real `python -m durable_obj.cli`
+subprocess, and against an S3 server (moto, from tests/servers.py).
 """
 
 from __future__ import annotations
