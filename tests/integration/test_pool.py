@@ -5,6 +5,7 @@ threads, and fenced objects replaced."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -258,3 +259,22 @@ def test_a_failed_open_leaves_nothing_cached(tmp_path: Path) -> None:
 def test_limits_are_checked(tmp_path: Path, bad: dict[str, object]) -> None:
     with pytest.raises(durable_obj.InvalidArgument):
         Pool(str(tmp_path), **bad)  # type: ignore[arg-type]
+
+
+def test_the_timer_closes_idle_objects_without_a_use(tmp_path: Path) -> None:
+    """No call to the pool: its timer on the heartbeat scheduler closes an
+    object once the (injected) clock says it is idle."""
+    clock = Clock()
+    pool = Pool(str(tmp_path), owner="svc", idle_close=4, clock=clock)
+    try:
+        with pool.object("a") as a:
+            a.execute(DDL)
+        clock.now += 5
+        deadline = time.monotonic() + 60  # only bounds a hang
+        while not a.closed:
+            assert time.monotonic() < deadline, "the timer never closed the idle object"
+            time.sleep(0.05)
+        assert len(pool) == 0
+        assert _taken_by_another(str(tmp_path), "a")
+    finally:
+        pool.close()
