@@ -6,12 +6,19 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 import durable_obj
 from durable_obj import Pool
+from durable_obj.stores.memory import MemoryStore
+from durable_obj.testing import FaultyStore
+
+T = TypeVar("T")
 
 DDL = "CREATE TABLE t (k UInt32) ENGINE = MergeTree ORDER BY k"
 
@@ -276,5 +283,36 @@ def test_the_timer_closes_idle_objects_without_a_use(tmp_path: Path) -> None:
             time.sleep(0.05)
         assert len(pool) == 0
         assert _taken_by_another(str(tmp_path), "a")
+    finally:
+        pool.close()
+
+
+class DownStore(FaultyStore):
+    """A store whose writes under the folder `down` fail (known not applied)."""
+
+    def __init__(self) -> None:
+        super().__init__(MemoryStore(f"pool-{uuid.uuid4().hex}"), seed=0, rate=0.0)
+        self.down = ""
+
+    def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+        if self.down and key.startswith(self.down) and op in ("create", "create_file", "replace"):
+            raise durable_obj.BackendError(f"store down: {op}")
+        return super()._call(op, key, fn)
+
+
+def test_a_failed_eviction_keeps_the_object_and_retries() -> None:
+    store = DownStore()
+    pool = Pool(store, owner="svc", max_open=1, commit_deadline=0.2)
+    try:
+        with pool.object("a") as a:
+            a.execute(DDL)
+        store.down = "a/"  # a's flush on eviction fails: it stays, buffered
+        with pool.object("b"):
+            pass
+        assert not a.closed and a.pending == 1 and "a" in pool
+        assert len(pool) == 2
+        store.down = ""
+        assert pool.sweep() == 1  # retried: flushed, released
+        assert a.closed and a.seq == 1 and len(pool) == 1
     finally:
         pool.close()
