@@ -3,7 +3,6 @@ location, for ClickHouse, DuckDB or Spark to read many objects at once."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import uuid
@@ -30,14 +29,13 @@ EXPORT_FORMATS = {
 def list_tables(engine: Engine, db: str) -> list[str]:
     """The tables and dictionaries of `db` by name (views and the inner
     tables of materialized views excluded)."""
-    out = engine.run_params(
+    rows = engine.json_rows(
         "SELECT name FROM system.tables WHERE database = {db:String} AND "
         "engine NOT IN ('View', 'MaterializedView') AND NOT startsWith(name, '.inner') "
-        "ORDER BY name "
-        "FORMAT JSONCompactEachRow",
+        "ORDER BY name",
         {"db": db},
     )
-    return [json.loads(line)[0] for line in out.splitlines() if line]
+    return [str(row[0]) for row in rows]
 
 
 def check_format(format: str) -> tuple[str, str]:

@@ -374,3 +374,15 @@ def test_query_with_a_format_clause(tmp_path: Path) -> None:
             obj.query("SELECT * FROM system.zookeeper_connection FORMAT JSON")
     finally:
         obj.close(discard=True)
+
+
+def test_tables_named_with_line_separators(tmp_path: Path) -> None:
+    """Table names may hold U+0085 or U+2028, which str.splitlines() splits on:
+    tables() (and export) list them whole."""
+    obj = durable_obj.open(str(tmp_path / "ns" / "o"), owner="w")
+    try:
+        for name in ("a\u0085b", "c\u2028d"):
+            obj.execute(f"CREATE TABLE `{name}` (id UInt32) ENGINE = MergeTree ORDER BY id")
+        assert obj.tables() == ["a\u0085b", "c\u2028d"]
+    finally:
+        obj.close(discard=True)
