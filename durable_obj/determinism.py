@@ -25,6 +25,7 @@ comments (so `'now()'`, `` `now()` `` and `-- now()` are not calls):
 
 Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
