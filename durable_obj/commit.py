@@ -195,8 +195,7 @@ class HeadWriter:
             lease=leases.cold(self.holder, self.clock.time(), self.lease_ttl),
         )
         head.set_timezone(timezone)
-        if description is not None:
-            head.set_description(description)
+        head.set_description(description)
         return self.create(head)
 
     def take(

@@ -211,8 +211,10 @@ class Head(_Model):
         text = self.extension().get(DESCRIPTION)
         return text if isinstance(text, str) else None
 
-    def set_description(self, text: str) -> None:
-        self.set_extension(DESCRIPTION, text)
+    def set_description(self, text: str | None) -> None:
+        """Record `text` as the object's description (None: record none)."""
+        if text is not None:
+            self.set_extension(DESCRIPTION, text)
 
 
 def _describe(exc: ValidationError) -> str:
