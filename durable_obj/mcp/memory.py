@@ -1,98 +1,35 @@
-"""The MCP memory server: one durable object served to agents as tools.
+"""The memories table: its schema, its SQL, the quoting of every literal.
 
-    durable-obj mcp /srv/agents/alice                       # stdio
-    durable-obj mcp s3://bucket/agents/alice --transport http --port 8765 \\
-        -o endpoint_url=http://127.0.0.1:9000 --embed mypkg.embed:embed --allow-sql
-
-or, in Python, `build_server(obj)` on an open object (`durable_obj.open`)
-and any mcp 2 transport.
-
-Tools: `remember`, `search`, `get`, `list`, `revise`, `forget` and, only
-with `allow_sql=True`, `sql` (one read-only statement over the object's own
-tables). What the existing memory servers get wrong, and this one does not:
-
-* Two servers on one memory never overwrite each other silently. A server
-  that writes holds the object's lease; a second one is refused at start
-  (`LeaseHeld`, naming the holder) or, if asked, serves read-only and says
-  so in every write tool's error (`if_held="read-only"` / `--if-held`).
-* A crash loses nothing acknowledged: every remember / revise / forget is
-  flushed (the durability boundary) before the tool answers.
-* A corrupt or hostile input (a huge string, a bad id, quotes and SQL in
-  content, arguments of the wrong type, text that is not Unicode) is a tool
-  error with a message, never a dead server. Values reach SQL only as
-  literals quoted here, exactly (`_quote`).
-* The server is scoped to the object it was started on: the SQL tool runs
-  through the object's `query()` (it refuses writes, other databases and
-  reaching outside), after a check of its own that refuses every table
-  function but the pure generators *before* the engine sees the statement
-  (the engine's schema inference would otherwise fetch a `url()` while the
-  statement is only being checked).
-
-Memories live in one table (default `memories`) created on the first write:
-id, content, tags, metadata (JSON text), created_at, updated_at, embedding,
-version. A revision is a new row with the next version (ReplacingMergeTree,
-read `FINAL`); forgetting is a `DELETE`. Ids (uuid4 hex), times and
-embeddings are computed here, in Python, and logged as literals, so a replay
-means exactly what the writer did; an embedding is never recomputed.
-
-Embeddings: pass `embed=` a function `str -> sequence of floats`, or on the
-command line `--embed module:function` (an import path). Without one,
-`search` filters by text (case-insensitive substring) and tags; with one, it
-ranks by cosine distance (`mode="auto"` or `"vector"`).
-
-Needs the `mcp` extra: `pip install 'durable_obj[mcp]'`. Public API only:
-`DurableObject`, `AsyncDurableObject`, the errors.
+`MemoryServer` holds the tools' logic over one open durable object: each
+tool builds its statement here, with values reaching SQL only as literals
+quoted by `_quote`, and every write is flushed before it returns. The SQL
+tool's refusal of table functions that reach outside the object is here too.
 """
 
 from __future__ import annotations
 
-import importlib
 import json
-import logging
 import math
 import re
 import uuid
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Literal
 
 import anyio
+from mcp.server.mcpserver.exceptions import ToolError
 
 from durable_obj.aio import AsyncDurableObject
-from durable_obj.errors import (
-    DurableError,
-    InvalidArgument,
-    LeaseHeld,
-    MissingDependency,
-    NotFound,
+from durable_obj.errors import InvalidArgument, NotFound
+from durable_obj.mcp.limits import (
+    Embedder,
+    Limits,
+    _check_content,
+    _check_id,
+    _check_metadata,
+    _check_page,
+    _check_tags,
 )
-from durable_obj.namespace import open as open_object
 from durable_obj.object import DurableObject
-
-try:
-    from mcp.server.mcpserver import MCPServer
-    from mcp.server.mcpserver.exceptions import ToolError
-    from mcp.types import ToolAnnotations
-except ImportError as exc:  # pragma: no cover - exercised only without the extra
-    raise MissingDependency(
-        "the MCP memory server needs the mcp extra: pip install 'durable_obj[mcp]'"
-    ) from exc
-
-__all__ = [
-    "Embedder",
-    "Limits",
-    "MemoryServer",
-    "build_server",
-    "load_embedder",
-    "open_for_serving",
-    "serve",
-]
-
-log = logging.getLogger("durable_obj")
-
-#: A function from a text to its embedding.
-Embedder = Callable[[str], Sequence[float]]
 
 #: Table functions that compute their rows from their arguments alone: the
 #: only ones the SQL tool lets through.
@@ -100,26 +37,8 @@ _PURE_TABLE_FUNCTIONS = frozenset(
     {"numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries"}
     | {"values", "null", "view"}
 )
-_ID = re.compile(r"[0-9a-f]{32}")
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 _AST_FUNCTION = re.compile(r"Function (\S+)")
-
-
-@dataclass(frozen=True)
-class Limits:
-    """What one tool call may carry or return (a larger input is a tool error)."""
-
-    content_bytes: int = 256 * 1024
-    tags: int = 32
-    tag_chars: int = 128
-    metadata_bytes: int = 64 * 1024
-    query_chars: int = 4096
-    page: int = 1000
-    sql_chars: int = 64 * 1024
-    #: A list, search or sql answer stops adding rows past this many bytes
-    #: and says `truncated`.
-    result_bytes: int = 1024 * 1024
-    embedding_dims: int = 8192
 
 
 # -- literals ---------------------------------------------------------------------
@@ -163,84 +82,7 @@ def _iso(text: str) -> str:
     return text.replace(" ", "T", 1) + "Z"
 
 
-# -- validation -------------------------------------------------------------------
-
-
-def _check_id(memory_id: str) -> str:
-    mid = memory_id.strip().lower().replace("-", "") if len(memory_id) <= 64 else ""
-    if not _ID.fullmatch(mid):
-        raise InvalidArgument(
-            "not a memory id (32 hex digits, as remember returned it); nothing was changed"
-        )
-    return mid
-
-
-def _check_content(content: str, limits: Limits) -> str:
-    size = len(content.encode("utf-8", "surrogatepass"))
-    if size > limits.content_bytes:
-        raise InvalidArgument(
-            f"content is {size} bytes, over the limit of {limits.content_bytes}; "
-            "nothing was written. Split it into several memories."
-        )
-    if not content.strip():
-        raise InvalidArgument("content is empty; nothing was written")
-    return content
-
-
-def _check_tags(tags: Sequence[str] | None, limits: Limits) -> list[str]:
-    if tags is None:
-        return []
-    if len(tags) > limits.tags:
-        raise InvalidArgument(f"{len(tags)} tags, over the limit of {limits.tags}")
-    out: list[str] = []
-    for tag in tags:
-        if not tag or len(tag) > limits.tag_chars:
-            raise InvalidArgument(f"a tag must have 1 to {limits.tag_chars} characters")
-        if tag not in out:
-            out.append(tag)
-    return out
-
-
-def _check_metadata(metadata: dict[str, Any] | None, limits: Limits) -> str:
-    try:
-        text = json.dumps(metadata or {}, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"metadata is not a JSON object: {exc}") from None
-    if len(text.encode("utf-8", "surrogatepass")) > limits.metadata_bytes:
-        raise InvalidArgument(f"metadata is over the limit of {limits.metadata_bytes} bytes")
-    return text
-
-
-def _check_page(limit: int, offset: int, limits: Limits) -> None:
-    if not 1 <= limit <= limits.page:
-        raise InvalidArgument(f"limit must be 1 to {limits.page}")
-    if not 0 <= offset <= 2**53 - 1:
-        raise InvalidArgument("offset must be 0 or more")
-
-
-def load_embedder(spec: str) -> Embedder:
-    """The function named by `module:function` (an import path), e.g.
-    `mypkg.embeddings:embed`. It takes a text and returns its embedding."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidArgument(f"--embed takes module:function, got {spec!r}")
-    try:
-        target: Any = importlib.import_module(module_name)
-        for part in attr.split("."):
-            target = getattr(target, part)
-    except (ImportError, AttributeError) as exc:
-        raise InvalidArgument(f"cannot load the embedding function {spec!r}: {exc}") from None
-    if not callable(target):
-        raise InvalidArgument(f"the embedding function {spec!r} is not callable")
-    fn: Embedder = target
-    return fn
-
-
 # -- the memory ---------------------------------------------------------------------
-
-
-def _tool_error(exc: DurableError) -> ToolError:
-    return ToolError(f"{exc.category}: {exc}")
 
 
 class MemoryServer:
@@ -549,138 +391,3 @@ class MemoryServer:
                     )
         rows, cut = await self._rows(statement)
         return {"rows": rows, "truncated": cut}
-
-
-# -- the server --------------------------------------------------------------------
-
-_INSTRUCTIONS = (
-    "A durable memory. remember stores a fact (with optional tags and JSON metadata) and "
-    "returns its id; search finds memories by text (and by meaning, when the server has an "
-    "embedding function); get, list, revise and forget work on ids. Every write is durable "
-    "when the tool answers."
-)
-
-
-def build_server(
-    obj: DurableObject | AsyncDurableObject,
-    *,
-    allow_sql: bool = False,
-    embed: Embedder | None = None,
-    table: str = "memories",
-    limits: Limits | None = None,
-    read_only_reason: str | None = None,
-    name: str = "durable-obj-memory",
-) -> MCPServer:
-    """An MCP server whose tools read and write memories in `obj` (open)."""
-    mem = MemoryServer(
-        obj, table=table, embed=embed, limits=limits, read_only_reason=read_only_reason
-    )
-    server: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS, log_level="WARNING")
-    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
-    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
-
-    async def guarded(call: Any) -> dict[str, Any]:
-        try:
-            result: dict[str, Any] = await call
-        except DurableError as exc:
-            raise _tool_error(exc) from None
-        return result
-
-    @server.tool(annotations=writes)
-    async def remember(
-        content: str, tags: list[str] | None = None, metadata: dict[str, Any] | None = None
-    ) -> dict[str, Any]:
-        """Store a new memory; durable when this answers. Returns it, with its id."""
-        return await guarded(mem.remember(content, tags, metadata))
-
-    @server.tool(annotations=reads)
-    async def search(
-        query: str = "",
-        tags: list[str] | None = None,
-        limit: int = 10,
-        mode: Literal["auto", "text", "vector"] = "auto",
-    ) -> dict[str, Any]:
-        """Find memories: by meaning (vector, when the server has an embedding function)
-        or by a case-insensitive text match, among those carrying all `tags`."""
-        return await guarded(mem.search(query, tags, limit, mode))
-
-    @server.tool(annotations=reads)
-    async def get(memory_id: str) -> dict[str, Any]:
-        """One memory by its id."""
-        return await guarded(mem.get(memory_id))
-
-    @server.tool(name="list", annotations=reads)
-    async def list_memories(
-        tags: list[str] | None = None, limit: int = 20, offset: int = 0
-    ) -> dict[str, Any]:
-        """Memories, most recently updated first, optionally only those carrying all `tags`."""
-        return await guarded(mem.list_memories(tags, limit, offset))
-
-    @server.tool(annotations=writes)
-    async def revise(
-        memory_id: str,
-        content: str | None = None,
-        tags: list[str] | None = None,
-        metadata: dict[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Change a memory's content, tags or metadata (what is not given is kept)."""
-        return await guarded(mem.revise(memory_id, content, tags, metadata))
-
-    @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
-    async def forget(memory_id: str) -> dict[str, Any]:
-        """Delete a memory for good; durable when this answers."""
-        return await guarded(mem.forget(memory_id))
-
-    if allow_sql:
-
-        @server.tool(annotations=reads)
-        async def sql(statement: str) -> dict[str, Any]:
-            """Run one read-only ClickHouse SQL statement over this memory's own tables
-            (the memories table is `%s`); rows come back as JSON objects."""
-            return await guarded(mem.sql(statement))
-
-        sql.__doc__ = (sql.__doc__ or "") % table
-
-    return server
-
-
-def open_for_serving(
-    url: str,
-    *,
-    owner: str | None = None,
-    if_held: Literal["refuse", "read-only"] = "refuse",
-    read_only: bool = False,
-    storage_options: dict[str, Any] | None = None,
-    **options: Any,
-) -> tuple[DurableObject, str | None]:
-    """Open `url` for a server: as its writer, or read-only (and why).
-
-    If another writer holds the lease, `if_held="refuse"` raises `LeaseHeld`
-    (the default: a second server never writes next to the first), and
-    `"read-only"` opens read-only and returns the reason to show."""
-    if read_only:
-        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
-        return obj, "it was started with --read-only"
-    try:
-        obj = open_object(url, owner=owner, storage_options=storage_options, **options)
-    except LeaseHeld as exc:
-        if if_held != "read-only":
-            raise
-        log.warning("%s: serving read-only: %s", url, exc)
-        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
-        return obj, f"another writer holds the lease: {exc}"
-    return obj, None
-
-
-def serve(
-    server: MCPServer,
-    *,
-    transport: Literal["stdio", "http"] = "stdio",
-    host: str = "127.0.0.1",
-    port: int = 8000,
-) -> None:
-    """Run `server` until its client goes away (stdio) or it is stopped (http)."""
-    if transport == "stdio":
-        anyio.run(server.run_stdio_async)
-    else:
-        anyio.run(lambda: server.run_streamable_http_async(host=host, port=port))

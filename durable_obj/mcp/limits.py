@@ -1,0 +1,113 @@
+"""What one MCP tool call may carry, and the checks of its inputs.
+
+`Limits` bounds every input and answer; the `_check_*` functions turn a bad
+argument (a huge string, a bad id, too many tags, metadata that is not JSON)
+into `InvalidArgument` before anything reaches SQL. `load_embedder` resolves
+`--embed module:function`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from durable_obj.errors import InvalidArgument
+
+#: A function from a text to its embedding.
+Embedder = Callable[[str], Sequence[float]]
+
+_ID = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one tool call may carry or return (a larger input is a tool error)."""
+
+    content_bytes: int = 256 * 1024
+    tags: int = 32
+    tag_chars: int = 128
+    metadata_bytes: int = 64 * 1024
+    query_chars: int = 4096
+    page: int = 1000
+    sql_chars: int = 64 * 1024
+    #: A list, search or sql answer stops adding rows past this many bytes
+    #: and says `truncated`.
+    result_bytes: int = 1024 * 1024
+    embedding_dims: int = 8192
+
+
+# -- validation -------------------------------------------------------------------
+
+
+def _check_id(memory_id: str) -> str:
+    mid = memory_id.strip().lower().replace("-", "") if len(memory_id) <= 64 else ""
+    if not _ID.fullmatch(mid):
+        raise InvalidArgument(
+            "not a memory id (32 hex digits, as remember returned it); nothing was changed"
+        )
+    return mid
+
+
+def _check_content(content: str, limits: Limits) -> str:
+    size = len(content.encode("utf-8", "surrogatepass"))
+    if size > limits.content_bytes:
+        raise InvalidArgument(
+            f"content is {size} bytes, over the limit of {limits.content_bytes}; "
+            "nothing was written. Split it into several memories."
+        )
+    if not content.strip():
+        raise InvalidArgument("content is empty; nothing was written")
+    return content
+
+
+def _check_tags(tags: Sequence[str] | None, limits: Limits) -> list[str]:
+    if tags is None:
+        return []
+    if len(tags) > limits.tags:
+        raise InvalidArgument(f"{len(tags)} tags, over the limit of {limits.tags}")
+    out: list[str] = []
+    for tag in tags:
+        if not tag or len(tag) > limits.tag_chars:
+            raise InvalidArgument(f"a tag must have 1 to {limits.tag_chars} characters")
+        if tag not in out:
+            out.append(tag)
+    return out
+
+
+def _check_metadata(metadata: dict[str, Any] | None, limits: Limits) -> str:
+    try:
+        text = json.dumps(metadata or {}, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(f"metadata is not a JSON object: {exc}") from None
+    if len(text.encode("utf-8", "surrogatepass")) > limits.metadata_bytes:
+        raise InvalidArgument(f"metadata is over the limit of {limits.metadata_bytes} bytes")
+    return text
+
+
+def _check_page(limit: int, offset: int, limits: Limits) -> None:
+    if not 1 <= limit <= limits.page:
+        raise InvalidArgument(f"limit must be 1 to {limits.page}")
+    if not 0 <= offset <= 2**53 - 1:
+        raise InvalidArgument("offset must be 0 or more")
+
+
+def load_embedder(spec: str) -> Embedder:
+    """The function named by `module:function` (an import path), e.g.
+    `mypkg.embeddings:embed`. It takes a text and returns its embedding."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidArgument(f"--embed takes module:function, got {spec!r}")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidArgument(f"cannot load the embedding function {spec!r}: {exc}") from None
+    if not callable(target):
+        raise InvalidArgument(f"the embedding function {spec!r} is not callable")
+    fn: Embedder = target
+    return fn

@@ -1,0 +1,164 @@
+"""The MCP server: the tools over a `MemoryServer`, opening and serving.
+
+`build_server` registers the tools (each turns a `DurableError` into a tool
+error naming its category), `open_for_serving` opens an object as its writer
+or read-only, and `serve` runs a server over stdio or streamable HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Literal
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
+
+from durable_obj.aio import AsyncDurableObject
+from durable_obj.errors import DurableError, LeaseHeld
+from durable_obj.mcp.limits import Embedder, Limits
+from durable_obj.mcp.memory import MemoryServer
+from durable_obj.namespace import open as open_object
+from durable_obj.object import DurableObject
+
+log = logging.getLogger("durable_obj")
+
+
+def _tool_error(exc: DurableError) -> ToolError:
+    return ToolError(f"{exc.category}: {exc}")
+
+
+# -- the server --------------------------------------------------------------------
+
+_INSTRUCTIONS = (
+    "A durable memory. remember stores a fact (with optional tags and JSON metadata) and "
+    "returns its id; search finds memories by text (and by meaning, when the server has an "
+    "embedding function); get, list, revise and forget work on ids. Every write is durable "
+    "when the tool answers."
+)
+
+
+def build_server(
+    obj: DurableObject | AsyncDurableObject,
+    *,
+    allow_sql: bool = False,
+    embed: Embedder | None = None,
+    table: str = "memories",
+    limits: Limits | None = None,
+    read_only_reason: str | None = None,
+    name: str = "durable-obj-memory",
+) -> MCPServer:
+    """An MCP server whose tools read and write memories in `obj` (open)."""
+    mem = MemoryServer(
+        obj, table=table, embed=embed, limits=limits, read_only_reason=read_only_reason
+    )
+    server: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS, log_level="WARNING")
+    reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+    writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+
+    async def guarded(call: Any) -> dict[str, Any]:
+        try:
+            result: dict[str, Any] = await call
+        except DurableError as exc:
+            raise _tool_error(exc) from None
+        return result
+
+    @server.tool(annotations=writes)
+    async def remember(
+        content: str, tags: list[str] | None = None, metadata: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Store a new memory; durable when this answers. Returns it, with its id."""
+        return await guarded(mem.remember(content, tags, metadata))
+
+    @server.tool(annotations=reads)
+    async def search(
+        query: str = "",
+        tags: list[str] | None = None,
+        limit: int = 10,
+        mode: Literal["auto", "text", "vector"] = "auto",
+    ) -> dict[str, Any]:
+        """Find memories: by meaning (vector, when the server has an embedding function)
+        or by a case-insensitive text match, among those carrying all `tags`."""
+        return await guarded(mem.search(query, tags, limit, mode))
+
+    @server.tool(annotations=reads)
+    async def get(memory_id: str) -> dict[str, Any]:
+        """One memory by its id."""
+        return await guarded(mem.get(memory_id))
+
+    @server.tool(name="list", annotations=reads)
+    async def list_memories(
+        tags: list[str] | None = None, limit: int = 20, offset: int = 0
+    ) -> dict[str, Any]:
+        """Memories, most recently updated first, optionally only those carrying all `tags`."""
+        return await guarded(mem.list_memories(tags, limit, offset))
+
+    @server.tool(annotations=writes)
+    async def revise(
+        memory_id: str,
+        content: str | None = None,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Change a memory's content, tags or metadata (what is not given is kept)."""
+        return await guarded(mem.revise(memory_id, content, tags, metadata))
+
+    @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
+    async def forget(memory_id: str) -> dict[str, Any]:
+        """Delete a memory for good; durable when this answers."""
+        return await guarded(mem.forget(memory_id))
+
+    if allow_sql:
+
+        @server.tool(annotations=reads)
+        async def sql(statement: str) -> dict[str, Any]:
+            """Run one read-only ClickHouse SQL statement over this memory's own tables
+            (the memories table is `%s`); rows come back as JSON objects."""
+            return await guarded(mem.sql(statement))
+
+        sql.__doc__ = (sql.__doc__ or "") % table
+
+    return server
+
+
+def open_for_serving(
+    url: str,
+    *,
+    owner: str | None = None,
+    if_held: Literal["refuse", "read-only"] = "refuse",
+    read_only: bool = False,
+    storage_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> tuple[DurableObject, str | None]:
+    """Open `url` for a server: as its writer, or read-only (and why).
+
+    If another writer holds the lease, `if_held="refuse"` raises `LeaseHeld`
+    (the default: a second server never writes next to the first), and
+    `"read-only"` opens read-only and returns the reason to show."""
+    if read_only:
+        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
+        return obj, "it was started with --read-only"
+    try:
+        obj = open_object(url, owner=owner, storage_options=storage_options, **options)
+    except LeaseHeld as exc:
+        if if_held != "read-only":
+            raise
+        log.warning("%s: serving read-only: %s", url, exc)
+        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
+        return obj, f"another writer holds the lease: {exc}"
+    return obj, None
+
+
+def serve(
+    server: MCPServer,
+    *,
+    transport: Literal["stdio", "http"] = "stdio",
+    host: str = "127.0.0.1",
+    port: int = 8000,
+) -> None:
+    """Run `server` until its client goes away (stdio) or it is stopped (http)."""
+    if transport == "stdio":
+        anyio.run(server.run_stdio_async)
+    else:
+        anyio.run(lambda: server.run_streamable_http_async(host=host, port=port))
