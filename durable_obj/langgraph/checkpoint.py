@@ -27,6 +27,8 @@ most the pending writes of the step that was running (LangGraph re-runs
 those tasks on resume); "batch" flushes every `batch_puts` puts or when the
 oldest unflushed write is `batch_seconds` old (checked on each call), and on
 flush() and close(): a crash loses the steps since the last flush.
+
+The DDL, the statements and the row encodings are in `_checkpoint_sql`.
 """
 
 from __future__ import annotations
@@ -44,23 +46,15 @@ from langgraph.checkpoint.base import (
     CheckpointMetadata,
     CheckpointTuple,
     PendingWrite,
-    get_checkpoint_id,
     get_checkpoint_metadata,
     writes_sort_key,
 )
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from durable_obj.errors import InvalidArgument
-from durable_obj.langgraph._common import (
-    FlushMode,
-    Handle,
-    in_thread,
-    lit_bytes,
-    lit_int,
-    lit_opt_str,
-    lit_str,
-    unb64,
-)
+from durable_obj.langgraph import _checkpoint_sql as sql
+from durable_obj.langgraph._checkpoint_sql import lit_in, vkey
+from durable_obj.langgraph._common import FlushMode, Handle, in_thread, lit_str, unb64
 
 _LOAD_BATCH = 200
 
@@ -73,22 +67,15 @@ _Tuples = list[CheckpointTuple]
 _Checkpoints = list[Checkpoint]
 
 
-def _vkey(version: Any) -> str:
-    """A channel version as the blob table's key: the type is part of it, so
-    1, 1.0 and "1" never meet."""
-    if isinstance(version, bool):
-        raise InvalidArgument("a channel version cannot be a bool")
-    if isinstance(version, str):
-        return "s:" + version
-    if isinstance(version, int):
-        return f"i:{version}"
-    if isinstance(version, float):
-        return "f:" + repr(version)
-    raise InvalidArgument(f"a channel version must be str, int or float, not {type(version)}")
-
-
-def _in(values: Sequence[str]) -> str:
-    return "(" + ", ".join(lit_str(v) for v in values) + ")"
+def _config(thread_id: str, ns: str, checkpoint_id: str) -> RunnableConfig:
+    """The config naming one checkpoint."""
+    return {
+        "configurable": {
+            "thread_id": thread_id,
+            "checkpoint_ns": ns,
+            "checkpoint_id": checkpoint_id,
+        }
+    }
 
 
 class DurableSaver(BaseCheckpointSaver[str]):
@@ -150,23 +137,8 @@ class DurableSaver(BaseCheckpointSaver[str]):
     def setup(self) -> None:
         """Create the three tables if they do not exist (run by the constructor)."""
         with self._h.writing():
-            self._h.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._ck} (thread_id String, checkpoint_ns String, "
-                "checkpoint_id String, parent_checkpoint_id Nullable(String), type String, "
-                "checkpoint String, metadata_type String, metadata String, run_id String) "
-                "ENGINE = ReplacingMergeTree ORDER BY (thread_id, checkpoint_ns, checkpoint_id)"
-            )
-            self._h.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._wr} (thread_id String, checkpoint_ns String, "
-                "checkpoint_id String, task_id String, idx Int64, task_path String, "
-                "channel String, type String, value String) ENGINE = ReplacingMergeTree "
-                "ORDER BY (thread_id, checkpoint_ns, checkpoint_id, task_id, idx)"
-            )
-            self._h.execute(
-                f"CREATE TABLE IF NOT EXISTS {self._bl} (thread_id String, checkpoint_ns String, "
-                "channel String, version String, type String, blob String) "
-                "ENGINE = ReplacingMergeTree ORDER BY (thread_id, checkpoint_ns, channel, version)"
-            )
+            for statement in sql.create_tables(self._ck, self._wr, self._bl):
+                self._h.execute(statement)
             if self._h.obj.pending:  # the schema is durable before any data
                 self._h.flush_locked()
 
@@ -192,17 +164,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
 
     # -- reads ---------------------------------------------------------------------
     def _select(self, where: _Strs, limit: int | None) -> _Rows:
-        sql = (
-            "SELECT thread_id, checkpoint_ns, checkpoint_id, parent_checkpoint_id, type, "
-            "base64Encode(checkpoint), metadata_type, base64Encode(metadata) "
-            f"FROM {self._ck} FINAL"
-        )
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY checkpoint_id DESC, thread_id, checkpoint_ns"
-        if limit is not None:
-            sql += f" LIMIT {int(limit)}"
-        return self._h.rows(sql)
+        return self._h.rows(sql.select_checkpoints(self._ck, where, limit))
 
     def _tuples(self, rows: _Rows, metas: _Row) -> _Tuples:
         """Full tuples (channel values, pending writes) for checkpoint rows."""
@@ -216,32 +178,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
                 tid, ns, cid, parent = r[0], r[1], r[2], r[3]
                 values = {}
                 for ch, ver in ck["channel_versions"].items():
-                    got = blobs.get((tid, ns, ch, _vkey(ver)))
+                    got = blobs.get((tid, ns, ch, vkey(ver)))
                     if got is not None and got[0] != "empty":
                         values[ch] = self.serde.loads_typed(got)
                 pending = sorted(writes.get((tid, ns, cid), []), key=lambda w: w[0])
                 out.append(
                     CheckpointTuple(
-                        config={
-                            "configurable": {
-                                "thread_id": tid,
-                                "checkpoint_ns": ns,
-                                "checkpoint_id": cid,
-                            }
-                        },
+                        config=_config(tid, ns, cid),
                         checkpoint={**ck, "channel_values": values},
                         metadata=md,
-                        parent_config=(
-                            {
-                                "configurable": {
-                                    "thread_id": tid,
-                                    "checkpoint_ns": ns,
-                                    "checkpoint_id": parent,
-                                }
-                            }
-                            if parent
-                            else None
-                        ),
+                        parent_config=_config(tid, ns, parent) if parent else None,
                         pending_writes=[w[1] for w in pending],
                     )
                 )
@@ -252,7 +198,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
     ) -> dict[tuple[str, str, str, str], tuple[str, bytes]]:
         wanted = sorted(
             {
-                (r[0], r[1], ch, _vkey(ver))
+                (r[0], r[1], ch, vkey(ver))
                 for r, ck in zip(rows, cks, strict=True)
                 for ch, ver in ck["channel_versions"].items()
             }
@@ -260,26 +206,16 @@ class DurableSaver(BaseCheckpointSaver[str]):
         found: dict[tuple[str, str, str, str], tuple[str, bytes]] = {}
         for start in range(0, len(wanted), 1000):
             keys = wanted[start : start + 1000]
-            tuples = ", ".join(
-                f"({lit_str(t)}, {lit_str(n)}, {lit_str(c)}, {lit_str(v)})" for t, n, c, v in keys
-            )
-            for t, n, c, v, typ, data in self._h.rows(
-                f"SELECT thread_id, checkpoint_ns, channel, version, type, base64Encode(blob) "
-                f"FROM {self._bl} FINAL WHERE (thread_id, checkpoint_ns, channel, version) "
-                f"IN ({tuples})"
-            ):
+            for t, n, c, v, typ, data in self._h.rows(sql.select_blobs(self._bl, keys)):
                 found[(t, n, c, v)] = (typ, unb64(data))
         return found
 
     def _load_writes(self, rows: _Rows) -> dict[tuple[str, str, str], _Keyed]:
-        tuples = ", ".join(f"({lit_str(r[0])}, {lit_str(r[1])}, {lit_str(r[2])})" for r in rows)
         found: dict[tuple[str, str, str], _Keyed] = {}
         if not rows:
             return found
         for t, n, c, task_id, idx, path, ch, typ, data in self._h.rows(
-            "SELECT thread_id, checkpoint_ns, checkpoint_id, task_id, idx, task_path, channel, "
-            f"type, base64Encode(value) FROM {self._wr} FINAL "
-            f"WHERE (thread_id, checkpoint_ns, checkpoint_id) IN ({tuples})"
+            sql.select_writes(self._wr, rows)
         ):
             value = self.serde.loads_typed((typ, unb64(data)))
             found.setdefault((t, n, c), []).append(
@@ -292,13 +228,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return md
 
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        conf = config["configurable"]
-        where = [
-            f"thread_id = {lit_str(str(conf['thread_id']))}",
-            f"checkpoint_ns = {lit_str(conf.get('checkpoint_ns', ''))}",
-        ]
-        if cid := get_checkpoint_id(config):
-            where.append(f"checkpoint_id = {lit_str(cid)}")
+        where, cid = sql.where_get(config)
         with self._h.lock:
             rows = self._select(where, 1)
             if not rows:
@@ -327,17 +257,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None,
         limit: int | None,
     ) -> _Tuples:
-        where: _Strs = []
-        if config is not None:
-            conf = config["configurable"]
-            if conf.get("thread_id") is not None:
-                where.append(f"thread_id = {lit_str(str(conf['thread_id']))}")
-            if conf.get("checkpoint_ns") is not None:
-                where.append(f"checkpoint_ns = {lit_str(conf['checkpoint_ns'])}")
-            if cid := get_checkpoint_id(config):
-                where.append(f"checkpoint_id = {lit_str(cid)}")
-        if before is not None and (bid := get_checkpoint_id(before)):
-            where.append(f"checkpoint_id < {lit_str(bid)}")
+        where = sql.where_list(config, before)
         if limit is not None and limit <= 0:
             return []
         with self._h.lock:
@@ -371,32 +291,19 @@ class DurableSaver(BaseCheckpointSaver[str]):
         blob_rows = []
         for ch, ver in new_versions.items():
             typ, data = self.serde.dumps_typed(values[ch]) if ch in values else ("empty", b"")
-            blob_rows.append(
-                f"({lit_str(thread_id)}, {lit_str(ns)}, {lit_str(ch)}, {lit_str(_vkey(ver))}, "
-                f"{lit_str(typ)}, {lit_bytes(data)})"
-            )
-        ck_type, ck_data = self.serde.dumps_typed(c)
+            blob_rows.append(sql.blob_row(thread_id, ns, ch, ver, typ, data))
+        ck_typed = self.serde.dumps_typed(c)
         md = get_checkpoint_metadata(config, metadata)
-        md_type, md_data = self.serde.dumps_typed(md)
-        run_id = md.get("run_id")
-        row = (
-            f"({lit_str(thread_id)}, {lit_str(ns)}, {lit_str(checkpoint['id'])}, "
-            f"{lit_opt_str(parent)}, {lit_str(ck_type)}, {lit_bytes(ck_data)}, "
-            f"{lit_str(md_type)}, {lit_bytes(md_data)}, "
-            f"{lit_str('' if run_id is None else str(run_id))})"
+        md_typed = self.serde.dumps_typed(md)
+        row = sql.checkpoint_row(
+            thread_id, ns, checkpoint["id"], parent, ck_typed, md_typed, md.get("run_id")
         )
         with self._h.writing():
             if blob_rows:
                 self._h.execute(f"INSERT INTO {self._bl} VALUES " + ", ".join(blob_rows))
             self._h.execute(f"INSERT INTO {self._ck} VALUES {row}")
             self._h.wrote(put=True)
-        return {
-            "configurable": {
-                "thread_id": thread_id,
-                "checkpoint_ns": ns,
-                "checkpoint_id": checkpoint["id"],
-            }
-        }
+        return _config(thread_id, ns, checkpoint["id"])
 
     def put_writes(
         self,
@@ -409,7 +316,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         thread_id = str(conf["thread_id"])
         ns = conf.get("checkpoint_ns", "")
         cid = str(conf["checkpoint_id"])
-        key = f"{lit_str(thread_id)}, {lit_str(ns)}, {lit_str(cid)}"
+        key = sql.write_key(thread_id, ns, cid)
         planned = [(WRITES_IDX_MAP.get(ch, i), ch, v) for i, (ch, v) in enumerate(writes)]
         if not planned:
             return
@@ -417,21 +324,14 @@ class DurableSaver(BaseCheckpointSaver[str]):
             taken: set[int] = set()
             if any(idx >= 0 for idx, _, _ in planned):
                 taken = {
-                    int(r[0])
-                    for r in self._h.rows(
-                        f"SELECT idx FROM {self._wr} FINAL WHERE (thread_id, checkpoint_ns, "
-                        f"checkpoint_id, task_id) = ({key}, {lit_str(task_id)}) AND idx >= 0"
-                    )
+                    int(r[0]) for r in self._h.rows(sql.select_taken_idx(self._wr, key, task_id))
                 }
             rows = []
             for idx, ch, value in planned:
                 if idx >= 0 and idx in taken:
                     continue  # a regular write: the first one wins
                 typ, data = self.serde.dumps_typed(value)
-                rows.append(
-                    f"({key}, {lit_str(task_id)}, {lit_int(idx)}, {lit_str(task_path)}, "
-                    f"{lit_str(ch)}, {lit_str(typ)}, {lit_bytes(data)})"
-                )
+                rows.append(sql.write_row(key, task_id, idx, task_path, ch, typ, data))
             if rows:
                 self._h.execute(f"INSERT INTO {self._wr} VALUES " + ", ".join(rows))
                 self._h.wrote(put=False)
@@ -454,14 +354,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         if not ids:
             return
         with self._h.writing():
-            hit = self._h.rows(
-                f"SELECT thread_id, checkpoint_ns, checkpoint_id FROM {self._ck} FINAL "
-                f"WHERE run_id IN {_in(ids)} ORDER BY thread_id, checkpoint_ns, checkpoint_id"
-            )
+            hit = self._h.rows(sql.select_run_checkpoints(self._ck, ids))
             if not hit:
                 return
-            keys = ", ".join(f"({lit_str(t)}, {lit_str(n)}, {lit_str(c)})" for t, n, c in hit)
-            where = f"(thread_id, checkpoint_ns, checkpoint_id) IN ({keys})"
+            where = sql.checkpoint_keys_in(hit)
             self._delete(where, where, None)
             self._h.wrote(put=False)
 
@@ -469,22 +365,12 @@ class DurableSaver(BaseCheckpointSaver[str]):
         """Copy every checkpoint, pending write and channel value of one thread
         to another (the local tables are read by the logged statement itself,
         which replays to the same rows)."""
-        src, dst = lit_str(str(source_thread_id)), lit_str(str(target_thread_id))
+        statements = sql.copy_thread(
+            self._ck, self._wr, self._bl, str(source_thread_id), str(target_thread_id)
+        )
         with self._h.writing():
-            self._h.execute(
-                f"INSERT INTO {self._bl} SELECT {dst}, checkpoint_ns, channel, version, type, "
-                f"blob FROM {self._bl} FINAL WHERE thread_id = {src}"
-            )
-            self._h.execute(
-                f"INSERT INTO {self._ck} SELECT {dst}, checkpoint_ns, checkpoint_id, "
-                "parent_checkpoint_id, type, checkpoint, metadata_type, metadata, run_id "
-                f"FROM {self._ck} FINAL WHERE thread_id = {src} ORDER BY checkpoint_id"
-            )
-            self._h.execute(
-                f"INSERT INTO {self._wr} SELECT {dst}, checkpoint_ns, checkpoint_id, task_id, "
-                f"idx, task_path, channel, type, value FROM {self._wr} FINAL "
-                f"WHERE thread_id = {src}"
-            )
+            for statement in statements:
+                self._h.execute(statement)
             self._h.wrote(put=False)
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
@@ -499,27 +385,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
             return
         with self._h.writing():
             if strategy == "delete":
-                where = f"thread_id IN {_in(ids)}"
+                where = f"thread_id IN {lit_in(ids)}"
                 self._delete(where, where, where)
                 self._h.wrote(put=False)
                 return
-            latest = self._h.rows(
-                f"SELECT thread_id, checkpoint_ns, argMax(checkpoint_id, checkpoint_id), "
-                f"argMax(type, checkpoint_id), base64Encode(argMax(checkpoint, checkpoint_id)) "
-                f"FROM {self._ck} FINAL WHERE thread_id IN {_in(ids)} "
-                "GROUP BY thread_id, checkpoint_ns ORDER BY thread_id, checkpoint_ns"
-            )
-            for tid, ns, cid, typ, data in latest:
-                scope = f"thread_id = {lit_str(tid)} AND checkpoint_ns = {lit_str(ns)}"
-                others = f"{scope} AND checkpoint_id != {lit_str(cid)}"
+            for tid, ns, cid, typ, data in self._h.rows(sql.select_latest(self._ck, ids)):
                 ck: Checkpoint = self.serde.loads_typed((typ, unb64(data)))
-                keep = sorted(
-                    f"({lit_str(ch)}, {lit_str(_vkey(v))})"
-                    for ch, v in ck["channel_versions"].items()
-                )
-                blobs = scope + (
-                    f" AND (channel, version) NOT IN ({', '.join(keep)})" if keep else ""
-                )
+                others, blobs = sql.prune_keep_latest(tid, ns, cid, ck["channel_versions"])
                 self._delete(others, others, blobs)
             self._h.wrote(put=False)
 

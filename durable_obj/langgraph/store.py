@@ -17,15 +17,15 @@ with a logged `DELETE` whose cutoff is a literal.
 Deletes (a PutOp whose value is None) are logged `DELETE`s; everything else
 is an INSERT of literals. Flushing follows `flush=` as for `DurableSaver`:
 "every" (default) flushes every batch that wrote before it returns.
+
+The DDL, the statements, the row encoding and the filters are in `_store_sql`.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Iterable
-from datetime import datetime, timezone
 from typing import Any
 
 from langgraph.store.base import (
@@ -34,7 +34,6 @@ from langgraph.store.base import (
     IndexConfig,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -45,69 +44,9 @@ from langgraph.store.base import (
 from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, tokenize_path
 
 from durable_obj.errors import InvalidArgument
-from durable_obj.langgraph._common import (
-    FlushMode,
-    Handle,
-    in_thread,
-    lit_float,
-    lit_float_array,
-    lit_int,
-    lit_str,
-    lit_str_array,
-)
-
-_COLS = "ns, key, value, created_at, updated_at"
-
-
-def _now_us() -> int:
-    return time.time_ns() // 1000
-
-
-def _dt(us: int) -> datetime:
-    return datetime.fromtimestamp(us / 1_000_000, tz=timezone.utc)
-
-
-def _ns_key(namespace: tuple[str, ...]) -> str:
-    return json.dumps(list(namespace), ensure_ascii=False)
-
-
-def _compare(item_value: Any, filter_value: Any) -> bool:
-    """LangGraph's JSONB-like filter match (as InMemoryStore applies it)."""
-    if isinstance(filter_value, dict):
-        if any(k.startswith("$") for k in filter_value):
-            return all(_operator(item_value, k, v) for k, v in filter_value.items())
-        if not isinstance(item_value, dict):
-            return False
-        return all(_compare(item_value.get(k), v) for k, v in filter_value.items())
-    if isinstance(filter_value, (list, tuple)):
-        return (
-            isinstance(item_value, (list, tuple))
-            and len(item_value) == len(filter_value)
-            and all(_compare(i, f) for i, f in zip(item_value, filter_value, strict=True))
-        )
-    return bool(item_value == filter_value)
-
-
-def _operator(value: Any, op: str, arg: Any) -> bool:
-    if op == "$eq":
-        return bool(value == arg)
-    if op == "$ne":
-        return bool(value != arg)
-    if op in ("$gt", "$gte", "$lt", "$lte"):
-        a, b = float(value), float(arg)
-        return {"$gt": a > b, "$gte": a >= b, "$lt": a < b, "$lte": a <= b}[op]
-    raise InvalidArgument(f"unsupported filter operator {op!r}")
-
-
-def _matches(cond: MatchCondition, ns: tuple[str, ...]) -> bool:
-    path = tuple(cond.path)
-    if len(ns) < len(path):
-        return False
-    if cond.match_type not in ("prefix", "suffix"):
-        raise InvalidArgument(f"unsupported match type {cond.match_type!r}")
-    if cond.match_type == "suffix":
-        ns, path = ns[len(ns) - len(path) :], path
-    return all(p == "*" or k == p for k, p in zip(ns, path, strict=False))
+from durable_obj.langgraph import _store_sql as sql
+from durable_obj.langgraph._common import FlushMode, Handle, in_thread
+from durable_obj.langgraph._store_sql import COLS, dt, keys_in, now_us, ns_key, where_live
 
 
 class DurableStore(BaseStore):
@@ -166,13 +105,7 @@ class DurableStore(BaseStore):
         self._stop = threading.Event()
         if not self._h.read_only:
             with self._h.writing():
-                self._h.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._t} (ns_key String, ns Array(String), "
-                    "key String, value String, created_at Int64, updated_at Int64, "
-                    "expires_at Nullable(Int64), ttl_minutes Nullable(Float64), "
-                    "paths Array(String), vectors Array(Array(Float64))) "
-                    "ENGINE = ReplacingMergeTree ORDER BY (ns_key, key)"
-                )
+                self._h.execute(sql.create_table(self._t))
                 if self._h.obj.pending:
                     self._h.flush_locked()
 
@@ -306,7 +239,7 @@ class DurableStore(BaseStore):
         vectors: dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]],
     ) -> list[Result]:
         with self._h.lock:
-            now = _now_us()
+            now = now_us()
             results: list[Result] = []
             refresh: set[tuple[tuple[str, ...], str]] = set()
             gets = [op for op in ops if isinstance(op, GetOp)]
@@ -334,19 +267,15 @@ class DurableStore(BaseStore):
                         self._h.wrote(put=True)
             return results
 
-    def _where_live(self, now: int) -> str:
-        return f"(expires_at IS NULL OR expires_at > {lit_int(now)})"
-
     def _get_many(
         self, gets: list[GetOp], now: int
     ) -> dict[tuple[tuple[str, ...], str], list[Any]]:
         if not gets:
             return {}
-        keys = sorted({(_ns_key(tuple(op.namespace)), op.key) for op in gets})
-        tuples = ", ".join(f"({lit_str(n)}, {lit_str(k)})" for n, k in keys)
+        keys = sorted({(ns_key(tuple(op.namespace)), op.key) for op in gets})
         rows = self._h.rows(
-            f"SELECT {_COLS}, ttl_minutes FROM {self._t} FINAL "
-            f"WHERE (ns_key, key) IN ({tuples}) AND {self._where_live(now)}"
+            f"SELECT {COLS}, ttl_minutes FROM {self._t} FINAL "
+            f"WHERE {keys_in(keys)} AND {where_live(now)}"
         )
         return {(tuple(r[0]), r[1]): r for r in rows}
 
@@ -356,34 +285,20 @@ class DurableStore(BaseStore):
             value=json.loads(row[2]),
             key=row[1],
             namespace=tuple(row[0]),
-            created_at=_dt(int(row[3])),
-            updated_at=_dt(int(row[4])),
+            created_at=dt(int(row[3])),
+            updated_at=dt(int(row[4])),
         )
 
     def _search(
         self, op: SearchOp, query: list[float] | None, now: int
     ) -> list[tuple[SearchItem, bool]]:
         """The page of items, each with whether it has a TTL."""
-        prefix = tuple(op.namespace_prefix)
-        where = [self._where_live(now)]
-        if prefix:
-            where.append(f"arraySlice(ns, 1, {len(prefix)}) = {lit_str_array(prefix)}")
-        score = "NULL"
-        if query is not None:
-            q = lit_float_array(query)
-            score = (
-                "if(empty(vectors), NULL, arrayMax(arrayMap(v -> if(L2Norm(v) = 0, 0., "
-                f"1 - cosineDistance(v, {q})), vectors)))"
-            )
-        rows = self._h.rows(
-            f"SELECT {_COLS}, {score}, ttl_minutes IS NOT NULL FROM {self._t} FINAL "
-            f"WHERE {' AND '.join(where)} ORDER BY updated_at DESC, ns_key, key"
-        )
+        rows = self._h.rows(sql.select_search(self._t, tuple(op.namespace_prefix), query, now))
         kept: list[tuple[float | None, list[Any]]] = []
         for row in rows:
             value = json.loads(row[2])
             row[2] = value
-            if op.filter and not all(_compare(value.get(k), v) for k, v in op.filter.items()):
+            if op.filter and not all(sql.compare(value.get(k), v) for k, v in op.filter.items()):
                 continue
             kept.append((None if row[5] is None else float(row[5]), row))
         if query is not None:
@@ -400,8 +315,8 @@ class DurableStore(BaseStore):
                     namespace=tuple(r[0]),
                     key=r[1],
                     value=r[2],
-                    created_at=_dt(int(r[3])),
-                    updated_at=_dt(int(r[4])),
+                    created_at=dt(int(r[3])),
+                    updated_at=dt(int(r[4])),
                     score=s,
                 ),
                 bool(r[6]),
@@ -410,12 +325,10 @@ class DurableStore(BaseStore):
         ]
 
     def _namespaces(self, op: ListNamespacesOp, now: int) -> list[tuple[str, ...]]:
-        rows = self._h.rows(
-            f"SELECT DISTINCT ns FROM {self._t} FINAL WHERE {self._where_live(now)}"
-        )
+        rows = self._h.rows(f"SELECT DISTINCT ns FROM {self._t} FINAL WHERE {where_live(now)}")
         spaces = [tuple(r[0]) for r in rows]
         if op.match_conditions:
-            spaces = [s for s in spaces if all(_matches(c, s) for c in op.match_conditions)]
+            spaces = [s for s in spaces if all(sql.matches(c, s) for c in op.match_conditions)]
         if op.max_depth is not None:
             spaces = sorted({s[: op.max_depth] for s in spaces})
         else:
@@ -430,37 +343,24 @@ class DurableStore(BaseStore):
     ) -> bool:
         if not puts:
             return False
-        gone = sorted((_ns_key(ns), k) for (ns, k), op in puts.items() if op.value is None)
+        gone = sorted((ns_key(ns), k) for (ns, k), op in puts.items() if op.value is None)
         live = {ident: op for ident, op in puts.items() if op.value is not None}
         created: dict[tuple[str, str], int] = {}
         if live:
-            keys = ", ".join(f"({lit_str(_ns_key(ns))}, {lit_str(k)})" for ns, k in sorted(live))
+            keys = [(ns_key(ns), k) for ns, k in sorted(live)]
             created = {
                 (r[0], r[1]): int(r[2])
                 for r in self._h.rows(
                     f"SELECT ns_key, key, created_at FROM {self._t} FINAL "
-                    f"WHERE (ns_key, key) IN ({keys}) AND {self._where_live(now)}"
+                    f"WHERE {keys_in(keys)} AND {where_live(now)}"
                 )
             }
         if gone:
-            keys = ", ".join(f"({lit_str(n)}, {lit_str(k)})" for n, k in gone)
-            self._h.execute(f"DELETE FROM {self._t} WHERE (ns_key, key) IN ({keys})")
+            self._h.execute(f"DELETE FROM {self._t} WHERE {keys_in(gone)}")
         rows = []
         for (ns, key), op in sorted(live.items()):
-            nk = _ns_key(ns)
-            ttl = op.ttl if isinstance(op.ttl, (int, float)) else None
-            if ttl is not None and not 0 <= ttl <= 1e9:  # also refuses NaN
-                raise InvalidArgument("ttl must be between 0 and 1e9 minutes, or None")
-            expires = "NULL" if ttl is None else lit_int(now + int(ttl * 60_000_000))
-            vecs = vectors.get((ns, key), [])
-            rows.append(
-                f"({lit_str(nk)}, {lit_str_array(ns)}, {lit_str(key)}, "
-                f"{lit_str(json.dumps(op.value, ensure_ascii=False))}, "
-                f"{lit_int(created.get((nk, key), now))}, {lit_int(now)}, {expires}, "
-                f"{'NULL' if ttl is None else lit_float(float(ttl))}, "
-                f"{lit_str_array([p for p, _ in vecs])}, "
-                f"[{', '.join(lit_float_array(v) for _, v in vecs)}]::Array(Array(Float64)))"
-            )
+            made = created.get((ns_key(ns), key), now)
+            rows.append(sql.item_row(ns, key, op, made, now, vectors.get((ns, key), [])))
         if rows:
             self._h.execute(f"INSERT INTO {self._t} VALUES " + ", ".join(rows))
         return True
@@ -470,21 +370,15 @@ class DurableStore(BaseStore):
         those rows with a literal new expiry). Rides with the next flush."""
         if not idents:
             return
-        keys = ", ".join(f"({lit_str(_ns_key(ns))}, {lit_str(k)})" for ns, k in sorted(idents))
-        self._h.execute(
-            f"INSERT INTO {self._t} SELECT ns_key, ns, key, value, created_at, updated_at, "
-            f"{lit_int(now)} + toInt64(ttl_minutes * 60000000), ttl_minutes, paths, vectors "
-            f"FROM {self._t} FINAL WHERE (ns_key, key) IN ({keys}) "
-            f"AND ttl_minutes IS NOT NULL AND {self._where_live(now)}"
-        )
+        keys = [(ns_key(ns), k) for ns, k in sorted(idents)]
+        self._h.execute(sql.refresh(self._t, keys, now))
 
     # -- TTL -----------------------------------------------------------------------------
     def sweep_ttl(self) -> int:
         """Delete every expired item (a logged DELETE with a literal cutoff);
         the number deleted."""
         with self._h.writing():
-            now = _now_us()
-            cond = f"expires_at IS NOT NULL AND expires_at <= {lit_int(now)}"
+            cond = sql.expired(now_us())
             n = int(self._h.rows(f"SELECT count() FROM {self._t} FINAL WHERE {cond}")[0][0])
             if n:
                 self._h.execute(f"DELETE FROM {self._t} WHERE {cond}")
