@@ -309,6 +309,24 @@ class AsyncDurableObject:
         it: flush, release the lease, drop the local copy."""
         await _await(self._call(lambda: self._sync.close(discard=discard)))
 
+    # -- composite calls (for integrations built on this face) -------------------
+    async def arun(self, fn: Callable[[], T], *, io: bool = True) -> T:
+        """Run `fn()` as ONE call of this object's lane, in order with every
+        other call of this face, and return what it returns.
+
+        For work that must not be split: serialization, a read that decides
+        a write, the write and its flush (a LangGraph saver's put). `fn`
+        uses the blocking methods of `self.sync`; it runs in a worker thread,
+        never on the loop. `io=True` for a call that may touch storage
+        (flush, checkpoint), False for local work only.
+
+        Cancellation is that of every call here: cancelled before its turn,
+        `fn` never runs; once started it runs to completion (a flush inside
+        it either commits or leaves the buffer intact) and only the awaiting
+        task gets `CancelledError`. Statements `fn` executes do not count
+        for `aflush()`'s per-task answer."""
+        return await _await(self._call(fn, io=io))
+
 
 async def aopen(
     url: str,

@@ -9,7 +9,6 @@ Only the public API is used here (`durable_obj.open`, `DurableObject`,
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import math
@@ -106,8 +105,9 @@ class Handle:
     the write-ownership translation of lease errors.
 
     `target` is a URL (the handle opens the object and closes it on close()),
-    an open `DurableObject`, or anything with a `.sync` DurableObject (an
-    `AsyncDurableObject`); those stay the caller's to close."""
+    an open `DurableObject`, or an `AsyncDurableObject`; those stay the
+    caller's to close. The async methods of the saver and store run through
+    the object's async face (`face`), one lane call per method."""
 
     def __init__(
         self,
@@ -137,6 +137,7 @@ class Handle:
         self._puts = 0
         self._oldest: float | None = None
         self.owns = isinstance(target, str)
+        self._face: durable_obj.AsyncDurableObject | None = None
         if isinstance(target, str):
             try:
                 self.obj = durable_obj.open(
@@ -155,8 +156,9 @@ class Handle:
                 ) from exc
         elif isinstance(target, durable_obj.DurableObject):
             self.obj = target
-        elif isinstance(getattr(target, "sync", None), durable_obj.DurableObject):
+        elif isinstance(target, durable_obj.AsyncDurableObject):
             self.obj = target.sync
+            self._face = target
         else:
             raise InvalidArgument(
                 f"{what} needs a URL, a DurableObject or an AsyncDurableObject, "
@@ -171,6 +173,29 @@ class Handle:
     @property
     def read_only(self) -> bool:
         return bool(self.obj.read_only)
+
+    # -- the async face ------------------------------------------------------------
+    @property
+    def face(self) -> durable_obj.AsyncDurableObject:
+        """The object's async face: the AsyncDurableObject given as target
+        (so our calls are ordered with the caller's), else one made here."""
+        with self.lock:
+            if self._face is None:
+                self._face = durable_obj.AsyncDurableObject.wrap(self.obj)
+            return self._face
+
+    def may_flush(self, *, put: bool) -> bool:
+        """Whether a write (`put`: a checkpoint or store put) may flush, i.e.
+        touch storage, under the policy: it then runs on the face's storage
+        side, else on its local side."""
+        return self.flush_mode != "step" or put
+
+    async def arun(self, fn: Callable[..., T], *args: Any, io: bool, **kwargs: Any) -> T:
+        """`fn(*args, **kwargs)` as one call of the object's lane (aio's
+        AsyncDurableObject.arun): in a worker thread, never on the loop, with
+        the face's cancellation guarantee (cancelled before its turn it never
+        runs; once started it finishes, flush included)."""
+        return await self.face.arun(lambda: fn(*args, **kwargs), io=io)
 
     # -- reads -------------------------------------------------------------------
     def rows(self, sql: str) -> list[list[Any]]:
@@ -248,8 +273,3 @@ class Handle:
             elif not self.fenced and not self.read_only and not self.obj.closed:
                 with self.writing():
                     self.flush_locked()
-
-
-async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """Run a blocking call on a worker thread so the event loop keeps turning."""
-    return await asyncio.to_thread(fn, *args, **kwargs)

@@ -54,7 +54,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from durable_obj.errors import InvalidArgument
 from durable_obj.langgraph import _checkpoint_sql as sql
 from durable_obj.langgraph._checkpoint_sql import lit_in, vkey
-from durable_obj.langgraph._common import FlushMode, Handle, in_thread, lit_str, unb64
+from durable_obj.langgraph._common import FlushMode, Handle, lit_str, unb64
 
 _LOAD_BATCH = 200
 
@@ -160,7 +160,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await in_thread(self.close)
+        await self.aclose()
 
     # -- reads ---------------------------------------------------------------------
     def _select(self, where: _Strs, limit: int | None) -> _Rows:
@@ -406,9 +406,15 @@ class DurableSaver(BaseCheckpointSaver[str]):
             current_v = int(current.split(".")[0])
         return f"{current_v + 1:032}.{random.random():016}"
 
-    # -- async twins -----------------------------------------------------------------
+    # -- async twins --------------------------------------------------------------
+    # Each is the sync method run as ONE call of the object's async face
+    # (durable_obj.aio): serde, the reads that decide a write, the statements
+    # and the flush all in a worker thread, never on the event loop, in order
+    # with the face's other calls. Cancelled before its turn, a call never
+    # runs; once started it finishes (its flush commits or leaves the buffer
+    # intact) and only the awaiting task sees CancelledError.
     async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
-        return await in_thread(self.get_tuple, config)
+        return await self._h.arun(self.get_tuple, config, io=False)
 
     async def alist(
         self,
@@ -418,7 +424,10 @@ class DurableSaver(BaseCheckpointSaver[str]):
         before: RunnableConfig | None = None,
         limit: int | None = None,
     ) -> AsyncIterator[CheckpointTuple]:
-        for item in await in_thread(self._list, config, filter=filter, before=before, limit=limit):
+        found = await self._h.arun(
+            self._list, config, filter=filter, before=before, limit=limit, io=False
+        )
+        for item in found:
             yield item
 
     async def aput(
@@ -428,7 +437,9 @@ class DurableSaver(BaseCheckpointSaver[str]):
         metadata: CheckpointMetadata,
         new_versions: ChannelVersions,
     ) -> RunnableConfig:
-        return await in_thread(self.put, config, checkpoint, metadata, new_versions)
+        return await self._h.arun(
+            self.put, config, checkpoint, metadata, new_versions, io=self._h.may_flush(put=True)
+        )
 
     async def aput_writes(
         self,
@@ -437,22 +448,28 @@ class DurableSaver(BaseCheckpointSaver[str]):
         task_id: str,
         task_path: str = "",
     ) -> None:
-        await in_thread(self.put_writes, config, writes, task_id, task_path)
+        await self._h.arun(
+            self.put_writes, config, writes, task_id, task_path, io=self._h.may_flush(put=False)
+        )
 
     async def adelete_thread(self, thread_id: str) -> None:
-        await in_thread(self.delete_thread, thread_id)
+        await self._h.arun(self.delete_thread, thread_id, io=self._h.may_flush(put=False))
 
     async def adelete_for_runs(self, run_ids: Sequence[str]) -> None:
-        await in_thread(self.delete_for_runs, run_ids)
+        await self._h.arun(self.delete_for_runs, run_ids, io=self._h.may_flush(put=False))
 
     async def acopy_thread(self, source_thread_id: str, target_thread_id: str) -> None:
-        await in_thread(self.copy_thread, source_thread_id, target_thread_id)
+        await self._h.arun(
+            self.copy_thread, source_thread_id, target_thread_id, io=self._h.may_flush(put=False)
+        )
 
     async def aprune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
-        await in_thread(self.prune, thread_ids, strategy=strategy)
+        await self._h.arun(
+            self.prune, thread_ids, strategy=strategy, io=self._h.may_flush(put=False)
+        )
 
     async def aflush(self) -> None:
-        await in_thread(self.flush)
+        await self._h.arun(self.flush, io=True)
 
     async def aclose(self) -> None:
-        await in_thread(self.close)
+        await self._h.arun(self.close, io=True)

@@ -45,7 +45,7 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.langgraph import _store_sql as sql
-from durable_obj.langgraph._common import FlushMode, Handle, in_thread
+from durable_obj.langgraph._common import FlushMode, Handle
 from durable_obj.langgraph._store_sql import COLS, dt, keys_in, now_us, ns_key, where_live
 
 
@@ -134,7 +134,16 @@ class DurableStore(BaseStore):
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await in_thread(self.close)
+        await self.aclose()
+
+    async def aflush(self) -> None:
+        """`flush` through the object's async face."""
+        await self._h.arun(self.flush, io=True)
+
+    async def aclose(self) -> None:
+        """`close` through the object's async face (the sweeper is stopped
+        in its worker too)."""
+        await self._h.arun(self.close, io=True)
 
     # -- batch -----------------------------------------------------------------------
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -147,11 +156,40 @@ class DurableStore(BaseStore):
         return self._apply(ops, puts, queries, vectors)
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """`batch` through the object's async face (durable_obj.aio): the
+        reads, row building, statements and flush are ONE lane call in a
+        worker thread, never on the loop. Cancelled before its turn it never
+        runs; once started it finishes (its flush commits or leaves the
+        buffer intact). With an index, the texts to embed are picked in a
+        worker too, and the embedding function's async face is awaited here."""
         ops = list(ops)
+        if self.embeddings is None:
+            writes = any(isinstance(op, PutOp) for op in ops)
+            return await self._h.arun(self.batch, ops, io=writes and self._h.may_flush(put=True))
+        puts, texts, wanted = await self._h.arun(self._prepare, ops, io=False)
+        queries = {}
+        for q in wanted:
+            queries[q] = [float(x) for x in await self.embeddings.aembed_query(q)]
+        vecs = await self.embeddings.aembed_documents([t for _, _, t in texts]) if texts else []
+        vectors = self._group(texts, [[float(x) for x in v] for v in vecs])
+        return await self._h.arun(
+            self._apply, ops, puts, queries, vectors, io=bool(puts) and self._h.may_flush(put=True)
+        )
+
+    def _prepare(
+        self, ops: list[Op]
+    ) -> tuple[
+        dict[tuple[tuple[str, ...], str], PutOp],
+        list[tuple[tuple[tuple[str, ...], str], str, str]],
+        list[str],
+    ]:
+        """The puts that count, the texts they embed, the queries to embed."""
         puts = self._dedupe(ops)
-        queries = await self._aembed_queries(ops)
-        vectors = await self._aembed_puts(puts)
-        return await in_thread(self._apply, ops, puts, queries, vectors)
+        return puts, self._texts(puts), self._queries(ops)
+
+    @staticmethod
+    def _queries(ops: list[Op]) -> list[str]:
+        return sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
 
     def _dedupe(self, ops: list[Op]) -> dict[tuple[tuple[str, ...], str], PutOp]:
         puts: dict[tuple[tuple[str, ...], str], PutOp] = {}
@@ -168,19 +206,10 @@ class DurableStore(BaseStore):
         return [list(map(float, v)) for v in self.embeddings.embed_documents(texts)]
 
     def _embed_queries(self, ops: list[Op]) -> dict[str, list[float]]:
-        queries = sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
+        queries = self._queries(ops)
         if not queries or self.embeddings is None:
             return {}
         return {q: [float(x) for x in self.embeddings.embed_query(q)] for q in queries}
-
-    async def _aembed_queries(self, ops: list[Op]) -> dict[str, list[float]]:
-        queries = sorted({op.query for op in ops if isinstance(op, SearchOp) and op.query})
-        if not queries or self.embeddings is None:
-            return {}
-        out = {}
-        for q in queries:
-            out[q] = [float(x) for x in await self.embeddings.aembed_query(q)]
-        return out
 
     def _texts(
         self, puts: dict[tuple[tuple[str, ...], str], PutOp]
@@ -219,16 +248,6 @@ class DurableStore(BaseStore):
     ) -> dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]]:
         texts = self._texts(puts)
         return self._group(texts, embed([t for _, _, t in texts]) if texts else [])
-
-    async def _aembed_puts(
-        self, puts: dict[tuple[tuple[str, ...], str], PutOp]
-    ) -> dict[tuple[tuple[str, ...], str], list[tuple[str, list[float]]]]:
-        texts = self._texts(puts)
-        if not texts:
-            return {}
-        assert self.embeddings is not None
-        vecs = await self.embeddings.aembed_documents([t for _, _, t in texts])
-        return self._group(texts, [[float(x) for x in v] for v in vecs])
 
     # -- applying ----------------------------------------------------------------------
     def _apply(
@@ -386,7 +405,7 @@ class DurableStore(BaseStore):
             return n
 
     async def asweep_ttl(self) -> int:
-        return await in_thread(self.sweep_ttl)
+        return await self._h.arun(self.sweep_ttl, io=self._h.may_flush(put=False))
 
     def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
         """Run sweep_ttl() on a background thread every `sweep_interval_minutes`

@@ -12,6 +12,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import uuid
 import warnings
 from pathlib import Path
@@ -26,6 +27,7 @@ from langgraph.checkpoint.conformance.test_utils import (
     generate_metadata,
 )
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.serde.jsonplus import JsonPlusSerializer
 from langgraph.types import Command
 
 import durable_obj
@@ -226,3 +228,70 @@ def test_interrupted_in_one_process_resumed_in_another(tmp_path: Path) -> None:
     assert finished["values"] == expected
     assert finished["history"] == history
     assert expected["log"][-2:] == ["asked:yes", "done"]
+
+
+class _WatchedSerde(JsonPlusSerializer):
+    """Records the thread of every dumps_typed; can hold one call in it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+        self.hold_next = False
+        self.held = threading.Event()
+        self.go = threading.Event()
+
+    def dumps_typed(self, obj: Any) -> tuple[str, bytes]:
+        self.threads.add(threading.get_ident())
+        if self.hold_next:
+            self.hold_next = False
+            self.held.set()
+            self.go.wait(30)
+        return super().dumps_typed(obj)
+
+
+def test_async_twins_are_calls_of_the_objects_lane(tmp_path: Path) -> None:
+    """aput & co. run as one call of the object's async face: off the loop,
+    in order with the caller's calls on that face; cancelled in the queue
+    they never run, cancelled once started they finish and commit."""
+    url = str(tmp_path / "ns" / "lane")
+    serde = _WatchedSerde()
+
+    async def run() -> tuple[int, bool]:
+        loop_thread = threading.get_ident()
+        aobj = await durable_obj.aopen(url)
+        saver = DurableSaver(aobj, serde=serde)
+        gate = threading.Event()
+        blocker = asyncio.create_task(aobj.arun(lambda: gate.wait(30), io=False))
+        await asyncio.sleep(0.05)  # the lane is busy with the blocker
+        queued = asyncio.create_task(saver.aput(generate_config("never"), *_fresh()))
+        after = asyncio.create_task(saver.aput(generate_config("after"), *_fresh()))
+        await asyncio.sleep(0.05)
+        queued.cancel()
+        gate.set()
+        await blocker
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        await after
+        serde.hold_next = True
+        started = asyncio.create_task(saver.aput(generate_config("started"), *_fresh()))
+        await asyncio.to_thread(serde.held.wait, 30)
+        started.cancel()
+        serde.go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await started
+        await aobj.asettle()
+        pending = aobj.sync.pending
+        await aobj.aclose()
+        return pending, loop_thread in serde.threads
+
+    pending, on_loop = asyncio.run(run())
+    assert pending == 0  # the started put was flushed although its task was cancelled
+    assert not on_loop  # no serde work on the event loop
+    with DurableSaver(url, read_only=True) as reader:
+        assert reader.get_tuple(generate_config("never")) is None
+        assert reader.get_tuple(generate_config("after")) is not None
+        assert reader.get_tuple(generate_config("started")) is not None
+
+
+def _fresh() -> tuple[Any, Any, Any]:
+    return generate_checkpoint(), generate_metadata(), {}

@@ -116,3 +116,28 @@ def test_hostile_text_round_trips(tmp_path: Path) -> None:
         item = reader.get((label, "ns"), text)
         assert reader.list_namespaces() == [(label, "ns")]
     assert item is not None and item.value == {text: text}
+
+
+def test_async_face_with_an_index_embeds_once_off_the_loop(tmp_path: Path) -> None:
+    """abatch with an IndexConfig: the texts are picked in a worker, the
+    embedding function's async face is awaited, the rows written in one lane
+    call; a search by query ranks as the sync path does."""
+    CALLS.clear()
+
+    async def run() -> list[Any]:
+        aobj = await durable_obj.aopen(str(tmp_path / "ns" / "amem"))
+        store = DurableStore(aobj, index=INDEX)
+        await store.aput(("docs",), "a", {"text": "banana"})
+        await store.aput(("docs",), "b", {"text": "cab"})
+        await store.aput(("docs",), "c", {"text": "none"}, index=False)
+        hits = await store.asearch(("docs",), query="aaa", limit=3)
+        await store.aclose()
+        await aobj.aclose()
+        return hits
+
+    hits = asyncio.run(run())
+    assert CALLS == ["banana", "cab", "aaa"]
+    assert [h.key for h in hits] == ["a", "b", "c"]
+    assert hits[0].score is not None and hits[1].score is not None
+    assert hits[0].score > hits[1].score
+    assert hits[2].score is None
