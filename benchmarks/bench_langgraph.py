@@ -361,10 +361,16 @@ def main() -> None:
     parser.add_argument("--timed-puts", type=int, default=200, help="single puts timed")
     parser.add_argument("--searches", type=int, default=50, help="searches per form")
     parser.add_argument("--json", action="store_true", help="print the raw figures as JSON")
+    parser.add_argument(
+        "--root",
+        help="folder for the stores' files (default: a temporary folder). The engine's own "
+        "working copy follows TMPDIR, so TMPDIR=/dev/shm --root /var/tmp/x puts only the "
+        "engine on tmpfs",
+    )
     args = parser.parse_args()
     only = {x.strip() for x in args.only.split(",") if x.strip()}
     res: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="bench-langgraph-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-langgraph-", dir=args.root) as tmp:
         if "saver" in only:
             res["saver"] = run(args.steps, args.doc_kb, Path(tmp))
             if args.s3 or args.latency_ms:
