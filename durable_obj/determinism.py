@@ -28,12 +28,14 @@ Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.defaults import ColumnRules
 from durable_obj.errors import Nondeterministic
 from durable_obj.literals import Literals
+from durable_obj.params import bind as bind_params
 from durable_obj.sql import (
     Call,
     Token,
@@ -206,6 +208,10 @@ class Pinner:
         if self._known is None:
             self._known = catalog(self._engine)
         return self._known
+
+    def bind(self, sql: str, params: Mapping[str, Any]) -> str:
+        """`sql` with its placeholders bound to exact literals (`durable_obj.params`)."""
+        return bind_params(sql, params, self._literals, self._tz)
 
     def schema_changed(self) -> None:
         """Forget cached column definitions (call after any non-INSERT)."""

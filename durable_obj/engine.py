@@ -32,7 +32,6 @@ import contextlib
 import importlib
 import json
 import os
-import re
 import shutil
 import tempfile
 import threading
@@ -45,9 +44,9 @@ from durable_obj.errors import (
     EngineError,
     EngineIncompatible,
     InvalidArgument,
-    SecretRefused,
 )
 from durable_obj.isolation import RESERVED_PREFIX, Scope
+from durable_obj.messages import clean, describe_syntax_error
 from durable_obj.sql import quote_ident, quote_string, without_format
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
@@ -227,17 +226,37 @@ class Engine:
     def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:
         """Run `sql` and return its output. `redact` keeps the engine's message
         (which may quote the statement) out of the error."""
+        return _decoded(self._answer(sql, fmt, redact))
+
+    def output(self, sql: str, fmt: str, *, redact: bool = False) -> bytes:
+        """Run `sql` and return its output's bytes (a binary format)."""
+        return bytes(self._answer(sql, fmt, redact).bytes())
+
+    def frame(self, sql: str, *, redact: bool = False) -> Any:
+        """Run `sql` and return its output as a pandas DataFrame."""
+        return self._answer(sql, "DataFrame", redact)
+
+    def rows_text(self, sql: str, fmt: str, *, redact: bool = False) -> str:
+        """`text` with NaN and infinities quoted in JSON ("nan"), not null."""
+        self.run("SET output_format_json_quote_denormals = 1")
+        try:
+            return self.text(sql, fmt, redact=redact)
+        finally:
+            self.run("SET output_format_json_quote_denormals = 0")
+
+    def _answer(self, sql: str, fmt: str, redact: bool) -> Any:
         if self._conn is None:
             raise EngineError("the object's engine connection is closed")
         try:
-            result = self._conn.query(sql, fmt)
+            if fmt == "DataFrame":
+                return self._conn.query_df(sql, params={})
+            return self._conn.query(sql, fmt)
         except Exception as exc:
             if redact:
                 raise EngineError(
                     "the statement failed (engine message withheld: it carries a credential)"
                 ) from None
-            raise EngineError(f"chDB: {_clean(exc)}") from exc
-        return _decoded(result)
+            raise EngineError(f"chDB: {clean(exc)}") from exc
 
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
@@ -258,7 +277,7 @@ class Engine:
         try:
             result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
-            raise EngineError(f"chDB: {_clean(exc)}") from exc
+            raise EngineError(f"chDB: {clean(exc)}") from exc
         return _decoded(result)
 
     def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
@@ -307,7 +326,7 @@ class Engine:
         try:
             report = self._raw.classify_query(sql, target)
         except Exception as exc:
-            raise EngineError(f"chDB could not analyse the statement: {_clean(exc)}") from None
+            raise EngineError(f"chDB could not analyse the statement: {clean(exc)}") from None
         qc = report["query_class"]
         return Analysis(
             query_class=str(getattr(qc, "name", qc)),
@@ -332,15 +351,26 @@ class Engine:
             )
         self.scope.check_tree(tree)
 
+    def check_implicit_select(self, sql: str) -> None:
+        """`EngineError` with the engine's own message if the (localized,
+        secret-free) statement `sql`, which the engine reads as a SELECT
+        without the word, would not run. Nothing runs: only the analyzer."""
+        try:
+            self._conn.query("EXPLAIN QUERY TREE SELECT " + without_format(sql), "TSVRaw")
+        except Exception as exc:
+            text = clean(exc).replace(self.database, self.scope.logical)
+            raise EngineError(
+                f"chDB cannot run this statement: {text} Nothing was run or logged."
+            ) from None
+
     def syntax_error(self, sql: str) -> str:
-        """Where chDB's parser stops on `sql`, without quoting any of it."""
+        """What chDB's parser says of `sql` (where it stops, the word there,
+        its suggestion and what it expected), without quoting the statement's
+        text beyond a name or keyword: it may carry a credential."""
         try:
             self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
         except Exception as exc:
-            match = re.search(r"failed at position (\d+)", str(exc))
-            if match:
-                return f"syntax error at position {match.group(1)}"
-            return "it does not parse"
+            return describe_syntax_error(str(exc), sql)
         return "it parses but is not a statement chDB can classify"
 
     # -- Durable V1 archives -------------------------------------------------
@@ -369,7 +399,7 @@ class Engine:
         try:
             self._conn.query(sql, "CSV")
         except Exception as exc:
-            text = _clean(exc).replace(self.database, self.scope.logical)
+            text = clean(exc).replace(self.database, self.scope.logical)
             raise EngineError(f"{what} failed: {text}") from exc
 
     def _recount_blocks(self) -> None:
@@ -423,74 +453,3 @@ def _decoded(result: Any) -> str:
             "randomString() or unhex() give); select hex(...) of such a value instead"
         ) from None
     return data if isinstance(data, str) else str(data)
-
-
-def _clean(exc: BaseException) -> str:
-    """The engine's message without its stack trace."""
-    text = str(exc).split("Stack trace", 1)[0].strip()
-    return text[:2000]
-
-
-def check_read(analysis: Analysis, syntax: str) -> None:
-    """query() takes exactly one read-only statement."""
-    if analysis.query_class == "UNKNOWN":
-        raise ClassificationRefused(f"query() could not classify the statement: {syntax}")
-    if analysis.statement_count != 1:
-        raise ClassificationRefused(
-            f"query() takes exactly one statement; chDB counted {analysis.statement_count}"
-        )
-    if analysis.query_class != "READ_ONLY":
-        raise ClassificationRefused(
-            f"query() takes a read-only statement; this one is {analysis.query_class}. "
-            "Use execute() for a change, which logs it to the WAL."
-        )
-
-
-def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
-    """execute() takes one statement that changes only the object's database.
-
-    The checks run in chdb.durable V1's order: what kind of statement it is
-    (control, global) is judged before its secrets, so both libraries give a
-    statement the same category. Messages never quote the statement: it may
-    carry a credential.
-    """
-    if analysis.query_class == "UNKNOWN":
-        raise ClassificationRefused(
-            f"execute() could not classify the statement ({syntax}); refusing rather than "
-            "logging something whose effect is unknown. Nothing was run or logged."
-        )
-    if analysis.statement_count != 1:
-        raise ClassificationRefused(
-            f"execute() takes exactly one statement; chDB counted {analysis.statement_count}. "
-            "Nothing was run or logged; call execute() once per statement."
-        )
-    if analysis.query_class == "READ_ONLY":
-        raise ClassificationRefused(
-            "this statement changes nothing; use query(), which does not write the WAL"
-        )
-    if analysis.query_class == "CONTROL":
-        raise ClassificationRefused(
-            "control statements (USE, SET, SYSTEM, BACKUP, RESTORE, per-statement settings "
-            "or writes outside the engine) are managed by the durable object; not run"
-        )
-    if analysis.query_class == "MUTATING_GLOBAL":
-        raise ClassificationRefused(
-            "this statement changes state outside every database (users, settings "
-            "profiles, ...), which a checkpoint cannot carry; not run"
-        )
-    if analysis.has_secrets:
-        raise SecretRefused(
-            "this mutation carries a credential, and WAL segments are stored as plain text; "
-            "it was not run or logged. Load the data in the caller and INSERT literals."
-        )
-    if analysis.changes_database_lifecycle:
-        raise ClassificationRefused(
-            "creating, dropping or renaming a database changes the object's own container; "
-            "the durable object manages that. Not run."
-        )
-    if not analysis.writes_only_target_database:
-        raise ClassificationRefused(
-            f"chDB could not prove that every write lands in the object's database {db!r}; "
-            "a write to another database, system, a table function or a file is not part "
-            "of the object. Not run."
-        )

@@ -24,10 +24,18 @@ nothing but itself:
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import DurableError
-from durable_obj.sql import quote_string, type_in_zone, typed_literal
+from durable_obj.errors import DurableError, InvalidArgument
+from durable_obj.sql import (
+    match_parens,
+    quote_string,
+    splice,
+    tokenize,
+    type_in_zone,
+    typed_literal,
+)
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -35,6 +43,22 @@ if TYPE_CHECKING:
 #: The zone every pinned DateTime is written in.
 WIRE_ZONE = "UTC"
 _MAX_CACHED_TYPES = 1000
+
+
+def maps_as_arrays(type_name: str) -> str:
+    """`type_name` with every `Map(K, V)` in it, at any depth, spelled
+    `Array(Tuple(K, V))`: a Map's text cannot be CAST from a String, an
+    Array of Tuples can, and casts back to the Map."""
+    tokens = tokenize(type_name)
+    closing = match_parens(tokens)
+    replacements = []
+    for i, tok in enumerate(tokens[:-1]):
+        if tok.kind == "ident" and tok.text.lower() == "map" and tokens[i + 1].text == "(":
+            close = closing.get(i + 1)
+            if close is not None:
+                replacements.append((tok.start, tokens[i + 1].end, "Array(Tuple("))
+                replacements.append((tokens[close].start, tokens[close].end, "))"))
+    return splice(type_name, replacements)
 
 
 class Literals:
@@ -57,7 +81,7 @@ class Literals:
             type_name = self._type_of(expr)
             if type_name is None:
                 return None
-            wire = type_in_zone(type_name, WIRE_ZONE)
+            wire = maps_as_arrays(type_in_zone(type_name, WIRE_ZONE))
             rows = self._engine.json_rows(
                 f"SELECT hex(toString(CAST(e, {quote_string(wire)}))) "
                 f"FROM (SELECT {expr} AS e FROM numbers({count}))"
@@ -69,6 +93,39 @@ class Literals:
             return None
         zoned = type_in_zone(type_name, self._timezone, keep_zones=True)
         return [typed_literal(zoned, None if v is None else bytes.fromhex(v), wire) for v in values]
+
+    def bound(self, items: list[tuple[tuple[str, str], str]]) -> list[str]:
+        """The exact literal of each ((name, type), text): `text` read by the
+        engine as a query parameter of that type (`durable_obj.params`).
+        `InvalidArgument` naming the parameter (never its value) if one does
+        not read as its type."""
+        if not items:
+            return []
+        params = {f"p{i}": text for i, (_, text) in enumerate(items)}
+        wires = [maps_as_arrays(type_in_zone(t, WIRE_ZONE)) for (_, t), _ in items]
+        columns = ", ".join(
+            f"hex(toString(CAST({{p{i}:{type_name}}}, {quote_string(wire)})))"
+            for i, (((_, type_name), _), wire) in enumerate(zip(items, wires, strict=True))
+        )
+        try:
+            rows = self._engine.json_rows(f"SELECT {columns}", params)
+        except DurableError:
+            for i, ((name, type_name), text) in enumerate(items):
+                try:
+                    self._engine.json_rows(f"SELECT {{p{i}:{type_name}}}", {f"p{i}": text})
+                except DurableError as exc:
+                    code = re.search(r"\(([A-Z_]+)\)\s*$", str(exc))
+                    why = f" ({code.group(1)})" if code else ""
+                    raise InvalidArgument(
+                        f"param {name!r} could not be read as {type_name[:100]}{why}; "
+                        "nothing was run or logged"
+                    ) from None
+            raise
+        out = []
+        for ((_, type_name), _), wire, value in zip(items, wires, rows[0], strict=True):
+            zoned = type_in_zone(type_name, self._timezone, keep_zones=True)
+            out.append(typed_literal(zoned, None if value is None else bytes.fromhex(value), wire))
+        return out
 
     def _type_of(self, expr: str) -> str | None:
         """The type of a constant expression, without evaluating it."""

@@ -20,16 +20,24 @@ import tempfile
 import threading
 import uuid
 import warnings
+from collections.abc import Mapping
+from typing import Any
 
-from durable_obj.determinism import Pinner
-from durable_obj.engine import Engine, acquire, check_mutation, check_read, engine_root
+from durable_obj.classify import check_mutation, check_read
+from durable_obj.determinism import Pinner, catalog
+from durable_obj.engine import Engine, acquire, engine_root
 from durable_obj.errors import ClassificationRefused, Corrupt, InvalidArgument
 from durable_obj.head import EXTENSION, TIMEZONE, Head
-from durable_obj.sql import tokenize, tokenize_head
+from durable_obj.isolation import refuse
+from durable_obj.sql import code_words, find_calls, tokenize, tokenize_head
 
 #: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
 #: name lives in system.tables.
 _KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
+
+
+#: First words of a statement meant as a query.
+_QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
 
 
 class LocalCopy:
@@ -93,9 +101,20 @@ class LocalCopy:
             os.unlink(os.path.join(self.work, name))
 
     # -- statements -----------------------------------------------------------
-    def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
-        """Run one read-only statement that reads only this object's database;
-        anything else is refused unrun."""
+    def bind(self, sql: str, params: Mapping[str, Any] | None) -> str:
+        """`sql` with its `{name:Type}` placeholders bound to `params` as exact
+        literals (`durable_obj.params`); `sql` itself when `params` is None."""
+        if params is None:
+            return sql
+        assert self.pinner is not None
+        return self.pinner.bind(sql, params)
+
+    def checked_read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool]:
+        """`sql` as it runs, once it is proved one read-only statement that
+        reads only this object's database (anything else is refused unrun),
+        and whether the engine's messages about it must be withheld (it
+        carries a credential)."""
+        self._refuse_outside_calls(engine, sql)  # before the engine resolves a thing
         local = engine.localize(sql)
         analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
@@ -103,7 +122,23 @@ class LocalCopy:
         first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
         if first in ("select", "with") or local.lstrip().startswith("("):
             engine.check_reads(local)
-        return engine.text(local, fmt, redact=analysis.has_secrets)
+        return local, analysis.has_secrets
+
+    def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
+        """Run one read-only statement (`checked_read`), its output as text."""
+        local, redact = self.checked_read(engine, sql, db)
+        return engine.text(local, fmt, redact=redact)
+
+    def _refuse_outside_calls(self, engine: Engine, sql: str) -> None:
+        """Refuse a call of a table function that reads outside the object
+        (url, s3, mysql, ...) before anything runs: even resolving one (the
+        schema inference of an EXPLAIN) reaches the network or the disk."""
+        outside = catalog(engine).table_functions
+        if not code_words(sql) & outside:
+            return
+        for call in find_calls(tokenize(sql)):
+            if call.name in outside:
+                raise refuse(f"the table function {call.shown[:60]}()")
 
     def prepare(self, engine: Engine, sql: str, db: str, *, allow_nondeterministic: bool) -> str:
         """The text of a mutation to run and log: classified (one statement,
@@ -119,6 +154,15 @@ class LocalCopy:
             raise
         analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
+        if analysis.query_class == "READ_ONLY" and not analysis.has_secrets:
+            first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
+            if first not in _QUERY_WORDS and not local.lstrip().startswith("("):
+                # An implicit SELECT, most likely a mistyped mutation: `DELETE
+                # t WHERE ...` (no FROM) reads as `SELECT DELETE AS t WHERE
+                # ...`. When it would not run either, the engine's own error
+                # says more than "use query()".
+                self._refuse_outside_calls(engine, sql)
+                engine.check_implicit_select(local)
         check_mutation(analysis, db, syntax)
         if allow_nondeterministic:
             warnings.warn(

@@ -25,8 +25,9 @@ elsewhere, each taking its inputs as arguments: the open sequence in
 `opening.py` (a reader's refresh too), head writes and their reconcile in
 `commit.py`,
 fetch/verify/restore/replay in `restore.py`, lease arithmetic in `lease.py`,
-the engine, scratch folder and statement gates in `local.py` (the gates
-themselves in `engine.py`, pinning in `determinism.py`), the heartbeat
+the reads in `queries.py`, the engine, scratch folder and statement gates in
+`local.py` (the gates themselves in `classify.py` and `isolation.py`, pinning in
+`determinism.py`, query parameters in `params.py`), the heartbeat
 thread in `heartbeat.py`, export in `export.py`, the buffer and who is owed
 a flush() answer in `pending.py`, the read-only properties and the entry
 gates in `surface.py`, the warning for an object left open in `unclosed.py`.
@@ -50,15 +51,16 @@ from durable_obj.errors import (
     DurableError,
     LeaseFenced,
 )
-from durable_obj.export import check_format, export_tables, list_tables
+from durable_obj.export import check_format, export_tables
 from durable_obj.heartbeat import Heartbeat
 from durable_obj.local import LocalCopy
 from durable_obj.opening import Opener, Refresh
 from durable_obj.options import Options
 from durable_obj.pending import Pending
 from durable_obj.protocol import mint_checkpoint_key
+from durable_obj.queries import Params, Queries
 from durable_obj.sql import is_insert
-from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN, Surface
+from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.surface import Result as Result
 
 if TYPE_CHECKING:
@@ -69,7 +71,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 
-class DurableObject(Surface):
+class DurableObject(Queries):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     def __init__(
@@ -206,18 +208,17 @@ class DurableObject(Surface):
                 raise
             return True
 
-    # -- reads and writes ----------------------------------------------------
-    def query(self, sql: str, fmt: str = "CSV") -> Result:
-        """Run one read-only statement locally. No network, nothing logged.
-
-        Allowed on a fenced writer: the local copy is still exactly what this
-        instance restored and wrote.
-        """
-        with self._lock:
-            return Result(self._local.read(self._require_open(), sql, fmt, self.db))
-
-    def execute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
+    # -- writes ----------------------------------------------------------------
+    def execute(
+        self, sql: str, *, params: Params = None, allow_nondeterministic: bool = False
+    ) -> None:
         """Run one mutation locally and buffer it. NOT durable until flush().
+
+        `params` binds the statement's `{name:Type}` placeholders (ClickHouse
+        query parameters; `durable_obj.params`): each value is read by the
+        engine as that type, never pasted as SQL, and the statement runs and
+        is logged with the value's exact literal in the placeholder's place,
+        so every replay reads the same value.
 
         A statement whose replay could differ (now(), rand(), a table function
         reading outside, ...) is pinned to the values it has now, or refused
@@ -230,6 +231,7 @@ class DurableObject(Surface):
         with self._lock:
             engine = self._require_writable()
             self._buf.buf.admit(sql)  # limits before anything runs
+            sql = self._local.bind(sql, params)
             text = self._local.prepare(
                 engine, sql, self.db, allow_nondeterministic=allow_nondeterministic
             )
@@ -242,12 +244,6 @@ class DurableObject(Surface):
                 self._maybe_fold()
             if not is_insert(text) and self._local.pinner is not None:
                 self._local.pinner.schema_changed()
-
-    def tables(self) -> list[str]:
-        """The object's tables and dictionaries by name (views and the inner
-        tables of materialized views excluded)."""
-        with self._lock:
-            return list_tables(self._require_open(), self.db)
 
     def snapshot(self) -> str:
         """A full BACKUP of the local state as a `.tar` in this object's scratch
