@@ -57,6 +57,7 @@ from typing import Any, TypeVar
 from durable_obj.errors import InvalidArgument
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
+from durable_obj.queries import Params
 
 __all__ = ["IO_WORKERS", "LOCAL_WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
 
@@ -204,21 +205,46 @@ class AsyncDurableObject:
     def _call(self, fn: Callable[[], T], *, io: bool = True) -> concurrent.futures.Future[T]:
         return self._lane.submit(fn, io=io)
 
-    async def aexecute(self, sql: str, *, allow_nondeterministic: bool = False) -> None:
+    async def aexecute(
+        self, sql: str, *, params: Params = None, allow_nondeterministic: bool = False
+    ) -> None:
         """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
 
         task = asyncio.current_task()
 
         def run() -> None:
-            self._sync.execute(sql, allow_nondeterministic=allow_nondeterministic)
+            self._sync.execute(sql, params=params, allow_nondeterministic=allow_nondeterministic)
             if task is not None:
                 self._owed.add(task)
 
         await _await(self._call(run, io=False))
 
-    async def aquery(self, sql: str, fmt: str = "CSV") -> Result:
+    async def aquery(self, sql: str, fmt: str = "CSV", *, params: Params = None) -> Result:
         """`DurableObject.query` in a worker: local, read-only, nothing logged."""
-        return await _await(self._call(lambda: self._sync.query(sql, fmt), io=False))
+        return await self._read(lambda: self._sync.query(sql, fmt, params=params))
+
+    async def aquery_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
+        """`DurableObject.query_bytes` in a worker."""
+        return await self._read(lambda: self._sync.query_bytes(sql, fmt, params=params))
+
+    async def arows(self, sql: str, *, params: Params = None) -> list[tuple[Any, ...]]:
+        """`DurableObject.rows` in a worker."""
+        return await self._read(lambda: self._sync.rows(sql, params=params))
+
+    async def adicts(self, sql: str, *, params: Params = None) -> list[dict[str, Any]]:
+        """`DurableObject.dicts` in a worker."""
+        return await self._read(lambda: self._sync.dicts(sql, params=params))
+
+    async def aarrow(self, sql: str, *, params: Params = None) -> Any:
+        """`DurableObject.arrow` in a worker (a pyarrow.Table)."""
+        return await self._read(lambda: self._sync.arrow(sql, params=params))
+
+    async def adf(self, sql: str, *, params: Params = None) -> Any:
+        """`DurableObject.df` in a worker (a pandas.DataFrame)."""
+        return await self._read(lambda: self._sync.df(sql, params=params))
+
+    async def _read(self, fn: Callable[[], T]) -> T:
+        return await _await(self._call(fn, io=False))
 
     async def atables(self) -> list[str]:
         """`DurableObject.tables` in a worker."""

@@ -234,3 +234,29 @@ def test_network_table_functions_are_refused_before_anything_resolves_them(
         server.shutdown()
         server.server_close()
     assert _Recorder.hits == []
+
+
+def test_async_face_takes_params_and_gives_structured_results(tmp_path: Path) -> None:
+    import asyncio
+
+    async def main() -> None:
+        async with await durable_obj.aopen(f"{tmp_path}/a", owner="t") as obj:
+            await obj.aexecute("CREATE TABLE kv (k String, v UInt8) ENGINE = MergeTree ORDER BY k")
+            await obj.aexecute(
+                "INSERT INTO kv VALUES ({k:String}, {v:UInt8})", params={"k": HOSTILE, "v": 7}
+            )
+            await obj.aflush()
+            q = "SELECT k, v FROM kv WHERE v = {v:UInt8}"
+            assert await obj.arows(q, params={"v": 7}) == [(HOSTILE, 7)]
+            assert await obj.adicts(q, params={"v": 7}) == [{"k": HOSTILE, "v": 7}]
+            assert (await obj.aarrow(q, params={"v": 7})).num_rows == 1
+            assert len(await obj.adf(q, params={"v": 7})) == 1
+            assert (await obj.aquery_bytes(q, "RowBinary", params={"v": 7})).endswith(b"\x07")
+            assert (
+                await obj.aquery(
+                    "SELECT count() FROM kv WHERE k = {k:String}", params={"k": HOSTILE}
+                )
+                == "1\n"
+            )
+
+    asyncio.run(main())
