@@ -31,10 +31,13 @@ import atexit
 import contextlib
 import importlib
 import json
+import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -94,15 +97,53 @@ def _shutdown() -> None:
 
 _STARTING: list[threading.Thread] = []
 _START_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
+log = logging.getLogger("durable_obj")
 
 
 def _chdb() -> Any:
-    try:
-        # The raw extension, not chdb.state.sqlitelike: the wrapper imports
-        # pyarrow (~0.1 s of every cold open) for features we never use.
-        return importlib.import_module("chdb._chdb")
-    except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
-        raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
+    """The raw extension, not chdb.state.sqlitelike: the wrapper imports
+    pyarrow (~0.1 s of every cold open) for features we never use.
+
+    Imported with TZ=UTC: ClickHouse runs mutations (`ALTER ... UPDATE`,
+    `DELETE`) in the engine's default zone, not the session's, and fixes
+    that zone from TZ when the library loads. Loaded here, it is UTC in
+    every durable_obj process, so a mutation that reads a DateTime without a
+    zone replays to the same value in every process, whatever its TZ (the
+    process's own TZ is put back at once)."""
+    loaded = sys.modules.get("chdb._chdb")
+    if loaded is not None:
+        return loaded
+    with _IMPORT_LOCK:
+        saved = os.environ.get("TZ")
+        os.environ["TZ"] = "UTC"
+        try:
+            return importlib.import_module("chdb._chdb")
+        except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
+            raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
+        finally:
+            if saved is None:
+                del os.environ["TZ"]
+            else:
+                os.environ["TZ"] = saved
+            time.tzset()
+
+
+def _check_zone(anchor: Any) -> None:
+    """Warn once when chdb was loaded before durable_obj could pin the
+    engine's zone (`_chdb`): mutations then read zone-less DateTimes in the
+    process's zone, and replay elsewhere may differ."""
+    zone = _decoded(anchor.query("SELECT serverTimezone()", "TSV")).strip()
+    if zone != "UTC":
+        log.warning(
+            "chdb was imported before durable_obj started its engine, so the engine's zone "
+            "is this process's (%s), not UTC: an ALTER ... UPDATE or DELETE that reads a "
+            "DateTime without a zone (toDateTime('2026-01-01 00:00:00'), a string compared "
+            "with a DateTime column) runs in %s here and may replay to other values in another "
+            "zone. Import durable_obj (and open an object) before chdb, or run with TZ=UTC.",
+            zone,
+            zone,
+        )
 
 
 def _start() -> None:
@@ -127,6 +168,7 @@ def _start() -> None:
             "run: pip install -U chdb-core"
         )
     _VERSION = _decoded(anchor.query("SELECT chdb()", "TSV")).strip()
+    _check_zone(anchor)
     _SERVER.update(anchor=anchor, conn_str=conn_str)
 
 
