@@ -131,6 +131,11 @@ class Scope:
         self._calls(tokens, replacements)
         return splice(sql, replacements) if replacements else sql
 
+    def shown(self, text: str) -> str:
+        """An answer's `text` with the internal database named as the logical
+        one (`SHOW CREATE` prints the definition under the name it runs in)."""
+        return text.replace(self.internal, _shown_name(self.logical))
+
     def _names(self, tokens: list[Token], out: list[tuple[int, int, str]]) -> None:
         for i, tok in enumerate(tokens):
             if tok.kind == "quoted" and "\\" in tok.text:

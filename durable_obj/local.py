@@ -40,6 +40,10 @@ _KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
 _QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
 
 
+def _is_show(sql: str) -> bool:
+    return next((t.word for t in tokenize_head(sql) if t.kind == "ident"), "") == "show"
+
+
 class LocalCopy:
     """The engine and scratch folder of one object, and its session: the
     time zone every statement runs and replays in, and the pinner."""
@@ -127,7 +131,8 @@ class LocalCopy:
     def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
         """Run one read-only statement (`checked_read`), its output as text."""
         local, redact = self.checked_read(engine, sql, db)
-        return engine.text(local, fmt, redact=redact)
+        text = engine.text(local, fmt, redact=redact)
+        return engine.scope.shown(text) if _is_show(local) else text
 
     def _refuse_outside_calls(self, engine: Engine, sql: str) -> None:
         """Refuse a call of a table function that reads outside the object

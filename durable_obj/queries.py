@@ -90,5 +90,11 @@ class Queries(Surface):
             engine = self._require_open()
             local, redact = self._local.checked_read(engine, self._local.bind(sql, params), self.db)
             text = engine.rows_text(local, ROWS_FORMAT, redact=redact)
+            if engine.database in text:  # SHOW CREATE: under the logical name
+                names, rows = decode_rows(text, self._local.timezone)
+                return names, [
+                    tuple(engine.scope.shown(v) if isinstance(v, str) else v for v in r)
+                    for r in rows
+                ]
             zone = self._local.timezone
         return decode_rows(text, zone)

@@ -260,3 +260,15 @@ def test_async_face_takes_params_and_gives_structured_results(tmp_path: Path) ->
             )
 
     asyncio.run(main())
+
+
+def test_show_create_names_the_logical_database(tmp_path: Path) -> None:
+    with durable_obj.open(f"{tmp_path}/s", owner="t", db="my-app") as obj:
+        obj.execute("CREATE TABLE t (id UInt8) ENGINE = MergeTree ORDER BY id")
+        obj.execute("CREATE VIEW v AS SELECT id FROM t")
+        shown = obj.query("SHOW CREATE TABLE t", "TSVRaw") + obj.query(
+            "SHOW CREATE VIEW v", "TSVRaw"
+        )
+        ((as_row,),) = obj.rows("SHOW CREATE VIEW v")
+    assert "__durable_obj_" not in shown + as_row
+    assert "CREATE TABLE `my-app`.t" in shown and "FROM `my-app`.t" in as_row
