@@ -14,7 +14,7 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import session, storage_options
+from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.errors import BackendError
 
 #: How a store says that the bucket (container) of a namespace does not exist.
@@ -111,17 +111,23 @@ def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) 
     metavar="FMT",
     help="Print the engine's raw output in this format (CSV, TSV, JSONEachRow, ...).",
 )
+@query_params
 @storage_options
 def sql_cmd(
-    object_url: str, query: str, fmt_name: str | None, storage_options: dict[str, Any]
+    object_url: str,
+    query: str,
+    fmt_name: str | None,
+    params: dict[str, str],
+    storage_options: dict[str, Any],
 ) -> None:
     """Run one read-only query on the last flushed state.
 
-    Takes no lease. To change data use `durable-obj exec`."""
+    Takes no lease. To change data use `durable-obj exec`. Values for
+    `{name:Type}` placeholders go in with `-p name=value`."""
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, storage_options=storage_options)
     with ns.open(oid, read_only=True) as obj:
-        result = obj.query(query, fmt_name or "JSONCompact")
+        result = obj.query(query, fmt_name or "JSONCompact", params=params or None)
     sess = session()
     if fmt_name:
         sess.echo(str(result), nl=False)

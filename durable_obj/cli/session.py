@@ -105,3 +105,29 @@ def to_options(what: str) -> Callable[[F], F]:
         )(f)
 
     return decorate
+
+
+def _params_callback(_ctx: click.Context, _param: click.Parameter, value: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for n, item in enumerate(value or (), start=1):
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"#{n} is not NAME=VALUE (e.g. --param n=5)")
+        out[name.strip()] = text
+    return out
+
+
+def query_params(f: F) -> F:
+    """The repeatable `-p/--param NAME=VALUE` option: values for the
+    statement's `{NAME:Type}` placeholders, each read by the engine as
+    that Type (text, never SQL)."""
+    return click.option(
+        "--param",
+        "-p",
+        "params",
+        multiple=True,
+        metavar="NAME=VALUE",
+        callback=_params_callback,
+        help="A value for the placeholder {NAME:Type} in the statement, read as that Type "
+        "(repeatable; '[1,2]' for an Array, '2026-12-01' for a Date).",
+    )(f)

@@ -11,8 +11,9 @@ import click
 from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure, cli_words, exit_code
-from durable_obj.cli.session import session, storage_options
+from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.errors import DurableError, NotFound
+from durable_obj.params import placeholders
 
 log = logging.getLogger("durable_obj")
 
@@ -46,6 +47,7 @@ def _discard(obj: DurableObject) -> None:
     is_flag=True,
     help="Log a statement that would replay differently as written (replicas may diverge).",
 )
+@query_params
 @storage_options
 def exec_cmd(
     object_url: str,
@@ -54,6 +56,7 @@ def exec_cmd(
     force: bool,
     create: bool,
     allow_nondeterministic: bool,
+    params: dict[str, str],
     storage_options: dict[str, Any],
 ) -> None:
     """Run changes (INSERT, ALTER, CREATE, ...) and commit them durably.
@@ -61,8 +64,14 @@ def exec_cmd(
     Opens the object as its writer, runs each STATEMENT in order (one
     statement per argument), commits them together as one WAL segment, and
     closes. All or nothing: if a statement fails, nothing of this run is
-    committed. For a read-only query use `durable-obj sql`.
+    committed. For a read-only query use `durable-obj sql`. `-p name=value`
+    gives a value to the placeholder `{name:Type}` of every statement that
+    has one (a statement without it is run as written).
     """
+    used = {p.name for statement in statements for p in placeholders(statement)}
+    if set(params) - used:
+        unused = ", ".join(sorted(set(params) - used))
+        raise Failure("invalid_argument", f"--param {unused}: no statement has that placeholder", 2)
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, owner=owner or default_owner(), storage_options=storage_options)
     if not create:
@@ -77,7 +86,13 @@ def exec_cmd(
     try:
         for n, statement in enumerate(statements, start=1):
             try:
-                obj.execute(statement, allow_nondeterministic=allow_nondeterministic)
+                names = {p.name for p in placeholders(statement)}
+                mine = {k: v for k, v in params.items() if k in names}
+                obj.execute(
+                    statement,
+                    params=mine or None,
+                    allow_nondeterministic=allow_nondeterministic,
+                )
             except DurableError as exc:
                 where = f"statement {n} of {total}: " if total > 1 else ""
                 raise Failure(

@@ -356,6 +356,32 @@ def test_exec_on_a_held_lease_says_force(ns: Path, obj_url: str) -> None:
     assert ok("sql", obj_url, "SELECT count() FROM m", "--format", "TSV").stdout == "4\n"
 
 
+def test_params_bind_values_in_sql_and_exec(ns: Path, obj_url: str) -> None:
+    hostile = "x'); DROP TABLE m; --"
+    ok(
+        "exec",
+        obj_url,
+        "INSERT INTO m VALUES ({k:UInt32}, {v:String})",
+        "-p",
+        "k=7",
+        "-p",
+        f"v={hostile}",
+    )
+    out = ok(
+        "sql", obj_url, "SELECT v FROM m WHERE k = {k:UInt32}", "-p", "k=7", "--format", "TSVRaw"
+    ).stdout
+    assert out == hostile + "\n"
+    # the segment holds the statement that ran, with the values as literals
+    wal = sorted((ns / "o" / "wal").iterdir())[-1].read_text()
+    assert "{k:UInt32}" not in wal and "DROP TABLE m; --" in wal
+    message = fails(
+        "invalid_argument", "exec", obj_url, "INSERT INTO m VALUES (8, 'h')", "-p", "k=8"
+    )
+    assert "--param k" in message
+    assert "NAME=VALUE" in fails("invalid_argument", "sql", obj_url, "SELECT 1", "-p", "novalue")
+    assert ok("sql", obj_url, "SELECT count() FROM m", "--format", "TSV").stdout == "4\n"
+
+
 # -- checkpoint -----------------------------------------------------------------------
 def test_checkpoint(ns: Path, obj_url: str) -> None:
     before = head_doc(ns / "o")
