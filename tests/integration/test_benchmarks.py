@@ -59,3 +59,54 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
         assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
     # The table was printed, and says it is no measurement.
     assert "--smoke: a check that every figure group runs" in proc.stdout
+
+
+#: One metric of each figure group of bench_multi.py, per store (prefixes).
+MULTI_ROWS = ("3 objs open+write+flush+close: 1 proc vs 3", "RSS per object: 1 proc vs 3 procs")
+MULTI_OWN = (
+    "RSS growth per object, 3 objs",
+    "5 objs open at once: open all",
+    "execute+flush, 1 thr x 1 obj: flushes/s",
+    "execute+flush, 2 thr x 2 objs: flushes/s",
+    "pool.object(id) miss",
+    "pool.object(id) hit",
+)
+
+
+def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    """benchmarks/bench_multi.py --smoke (many objects in one process against
+    one process per object), both stores, S3 through the latency proxy."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_multi.py"),
+            "--smoke",
+            "--latency-ms",
+            "1",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    (written,) = tmp_path.glob("multi-*.json")
+    doc = json.loads(written.read_text())
+    for store in ("local", "s3"):
+        rows = [row for row in doc["rows"] if row["store"] == store]
+        own = [row for row in doc["own_rows"] if row["store"] == store]
+        for metric in MULTI_ROWS:
+            assert any(row["metric"].startswith(metric) for row in rows), (store, metric)
+        for metric in MULTI_OWN:
+            assert any(row["metric"].startswith(metric) for row in own), (store, metric)
+        for row in rows:
+            assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
+        for row in own:
+            assert math.isfinite(row["ours"]), row
+        # every pool miss opened an object of the seed's rows, every hit found it cached
+        pool = doc["samples"][store]["pool"]
+        assert len(pool["miss_ms"]) == 2 and len(pool["hit_ms"]) == 5
+    assert "--smoke: a check that every figure group runs" in proc.stdout

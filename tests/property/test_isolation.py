@@ -227,6 +227,17 @@ def test_writes_through_every_table_route_are_refused(pair: Pair, shape: str, ta
     attempt(pair, "execute", shape.replace("{T}", table))
 
 
+@pytest.mark.parametrize("table", TABLES)
+@pytest.mark.parametrize("shape", WRITES)
+def test_allow_nondeterministic_never_lifts_isolation(pair: Pair, shape: str, table: str) -> None:
+    """With the replay check off, what it refused as Nondeterministic (a read
+    through a table function or engine) is still refused, as isolation."""
+    sql = pair.fill(shape.replace("{T}", table))
+    with pytest.raises(errors.ClassificationRefused):
+        pair.attacker.execute(sql, allow_nondeterministic=True)
+    assert pair.snapshot() == pair.before
+
+
 @pytest.mark.parametrize("expr", EXPRESSIONS)
 def test_functions_naming_another_object_are_refused(pair: Pair, expr: str) -> None:
     attempt(pair, "query", f"SELECT {expr}")
