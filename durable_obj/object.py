@@ -42,7 +42,7 @@ import threading
 import time
 import uuid
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj import lease as leases
 from durable_obj import unclosed
@@ -52,7 +52,7 @@ from durable_obj.errors import (
     LeaseFenced,
 )
 from durable_obj.export import check_format, export_tables
-from durable_obj.heartbeat import Heartbeat
+from durable_obj.heartbeat import BUSY, Heartbeat
 from durable_obj.local import LocalCopy
 from durable_obj.opening import Opener, Refresh
 from durable_obj.options import Options
@@ -380,45 +380,54 @@ class DurableObject(Queries):
         if hb is not None:
             hb.stop()
 
-    def _beat(self) -> bool:
+    def _beat(self) -> bool | Literal["busy"]:
         """One renewal (or a due auto-flush). If renewals fail until the lease
         we believe in runs out, fence ourselves: from then on another writer
         may take over. False: beat no more. (A test drives it directly to
         stall the heartbeat deterministically.)"""
         return self._on_heartbeat(renew=True)
 
-    def _tick(self) -> bool:
+    def _tick(self) -> bool | Literal["busy"]:
         """Between beats: flush a buffer whose oldest statement reached
         auto_flush_age, so an idle writer's statements do not wait for the
         next execute()."""
         return self._on_heartbeat(renew=False)
 
-    def _on_heartbeat(self, *, renew: bool) -> bool:
-        with self._lock:
-            if self._state != _OPEN or self._w.fenced:
+    def _on_heartbeat(self, *, renew: bool) -> bool | Literal["busy"]:
+        # Never wait for the lock on a shared worker: a caller holding it
+        # (a long flush, checkpoint or query) is asked again a moment later.
+        if not self._lock.acquire(blocking=False):
+            return BUSY
+        try:
+            return self._heartbeat_locked(renew=renew)
+        finally:
+            self._lock.release()
+
+    def _heartbeat_locked(self, *, renew: bool) -> bool:
+        if self._state != _OPEN or self._w.fenced:
+            return False
+        try:
+            if self._auto_flush_due():
+                self._flush_locked()  # its commit renews the lease too
+                self._maybe_fold()
+            elif renew:
+                self._w.commit()
+        except LeaseFenced as exc:
+            self._fenced_by(exc)
+            return False
+        except DurableError as exc:
+            if leases.must_self_fence(self._w.expires_at, time.time()):
+                self._w.fenced = True
+                self._fence_note = "it could not renew the lease before it ran out"
+                log.warning(
+                    "%s: could not renew the lease before it expired (%s); "
+                    "this writer fenced itself",
+                    self.url,
+                    type(exc).__name__,
+                )
                 return False
-            try:
-                if self._auto_flush_due():
-                    self._flush_locked()  # its commit renews the lease too
-                    self._maybe_fold()
-                elif renew:
-                    self._w.commit()
-            except LeaseFenced as exc:
-                self._fenced_by(exc)
-                return False
-            except DurableError as exc:
-                if leases.must_self_fence(self._w.expires_at, time.time()):
-                    self._w.fenced = True
-                    self._fence_note = "it could not renew the lease before it ran out"
-                    log.warning(
-                        "%s: could not renew the lease before it expired (%s); "
-                        "this writer fenced itself",
-                        self.url,
-                        type(exc).__name__,
-                    )
-                    return False
-                log.info("%s: lease renewal failed, will retry: %s", self.url, exc)
-            return True
+            log.info("%s: lease renewal failed, will retry: %s", self.url, exc)
+        return True
 
     # -- close ---------------------------------------------------------------
     def close(self, *, discard: bool = False) -> None:

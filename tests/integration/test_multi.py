@@ -136,6 +136,49 @@ def test_a_stuck_store_blocks_no_other_object() -> None:
         assert again.query("SELECT k, v FROM t") == '1,"a"\n'
 
 
+def test_busy_objects_never_starve_another_objects_renewals() -> None:
+    """More objects than the heartbeat has workers sit with their locks held
+    (a long call in another thread): their beats answer busy instead of
+    waiting, and a free object's lease is still renewed on time; once the
+    locks are free, the busy ones renew too."""
+    ns = durable_obj.Namespace(f"memory://m-{uuid.uuid4().hex}", owner="w", lease_ttl=3.0)
+    busy = [ns.open(f"busy-{i}") for i in range(heartbeat.WORKERS + 4)]
+    free = ns.open("free")
+    held, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        for obj in busy:
+            obj._lock.acquire()
+        held.set()
+        done.wait()
+        for obj in busy:
+            obj._lock.release()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(60)
+        renewed_from = free._w.expires_at
+        expiries = [o._w.expires_at for o in busy]
+        deadline = time.monotonic() + 30
+        while free._w.expires_at == renewed_from and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert free._w.expires_at > renewed_from  # renewed while every busy lock was held
+        assert [o._w.expires_at for o in busy] == expiries  # no busy object beat meanwhile
+    finally:
+        done.set()
+        holder.join()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(
+        o._w.expires_at == e for o, e in zip(busy, expiries, strict=True)
+    ):
+        time.sleep(0.05)
+    assert all(o._w.expires_at > e for o, e in zip(busy, expiries, strict=True))
+    assert not free.fenced and not any(o.fenced for o in busy)
+    for obj in (*busy, free):
+        obj.close()
+
+
 def test_closing_crashing_or_fencing_one_object_leaves_the_others(tmp_path: Path) -> None:
     """An object closed, abandoned (a crash) or fenced takes its database
     with it (at close) and nothing of any other object."""
