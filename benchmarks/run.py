@@ -9,6 +9,7 @@
     python benchmarks/run.py --stores s3 --only wal   # one figure group
     python benchmarks/run.py --only list --latency-ms 20   # Namespace.list() of 1,000 objects
     python benchmarks/run.py --only async    # the event loop's tick gap (bench_async.py)
+    python benchmarks/run.py --only multi    # many objects in one process (bench_multi.py)
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -342,7 +343,8 @@ def main() -> None:
         "--only",
         default="writes,bases,segments,wal,list",
         help="comma list of figure groups: writes, bases, segments, wal, list (default: all); "
-        "async (benchmarks/bench_async.py, durable_obj alone, local folder) only when named",
+        "async (benchmarks/bench_async.py, durable_obj alone, local folder) and multi "
+        "(benchmarks/bench_multi.py, many objects in one process) only when named",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -352,7 +354,7 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    unknown = args.only - {"writes", "bases", "segments", "wal", "list", "async"}
+    unknown = args.only - {"writes", "bases", "segments", "wal", "list", "async", "multi"}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
     if args.smoke:
@@ -385,12 +387,22 @@ def main() -> None:
         f"bases of {LARGE:,}+ rows: {args.large_repeat} checkpoint(s) and open(s) each",
     ]
     started = time.perf_counter()
-    if "async" in args.only:  # its own table, in a fresh process
-        flags = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
-        bench_async = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_async.py")
-        subprocess.run([sys.executable, bench_async, *flags, "--results", args.results], check=True)
-        if not args.only - {"async"}:
-            return
+    # async and multi: each its own table, from its own script in a fresh process
+    size = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
+    here = os.path.dirname(os.path.abspath(__file__))
+    if "async" in args.only:
+        bench_async = os.path.join(here, "bench_async.py")
+        subprocess.run([sys.executable, bench_async, *size, "--results", args.results], check=True)
+    if "multi" in args.only:
+        multi = [*size, "--stores", args.stores, "--results", args.results]
+        multi += ["--latency-ms", str(args.latency_ms)] if args.latency_ms else []
+        if args.endpoint:
+            multi += ["--endpoint", args.endpoint, "--key", args.key, "--secret", args.secret]
+            multi += ["--bucket", args.bucket]
+        bench_multi = os.path.join(here, "bench_multi.py")
+        subprocess.run([sys.executable, bench_multi, *multi], check=True)
+    if not args.only - {"async", "multi"}:
+        return
     raw = True
     if "local" in stores:
         with tempfile.TemporaryDirectory(prefix="bench-local-") as root:
