@@ -5,13 +5,16 @@ then search by filter, by namespace and by vector: p50 / p99).
 
     python benchmarks/bench_langgraph.py            # 50 steps, 10k items, a local folder
     python benchmarks/bench_langgraph.py --steps 200 --doc-kb 64
-    python benchmarks/bench_langgraph.py --only saver --latency-ms 20   # + the saver on S3
+    python benchmarks/bench_langgraph.py --s3      # + the saver on S3 at +0 and +20 ms
+    python benchmarks/bench_langgraph.py --only saver --latency-ms 20   # the saver on S3, +20 ms
+    python benchmarks/bench_langgraph.py --smoke   # tiny: proves it runs, measures nothing
     python benchmarks/bench_langgraph.py --only store --items 10000
 
 With --s3 or --latency-ms the saver also runs on SeaweedFS on 127.0.0.1
-(started as benchmarks/run.py does), through benchmarks/s3proxy.py adding
---latency-ms to every request, with the default per-put flush and with
-flush="batch" (every 10 puts); SqliteSaver stays on a local file.
+(started as benchmarks/run.py does), once per latency (--s3: with no added
+latency, then through benchmarks/s3proxy.py adding 20 ms to every request),
+with the default per-put flush and with flush="batch" (every 10 puts);
+SqliteSaver stays on a local file.
 
 The graph's state has a large document that is written once and never
 changes, a counter and a short log that change every step: the case where
@@ -168,33 +171,36 @@ def run(steps: int, doc_kb: int, root: Path) -> dict[str, Any]:
     return out
 
 
-def run_s3(steps: int, doc_kb: int, latency_ms: float) -> dict[str, Any]:
-    """The saver on SeaweedFS (through the latency proxy when latency_ms > 0),
-    flushed per put and batched."""
+def run_s3(steps: int, doc_kb: int, latencies_ms: list[float]) -> dict[str, Any]:
+    """The saver on one SeaweedFS, at each added latency in turn (through the
+    latency proxy when > 0), flushed per put and batched."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from _common import seaweed
     from s3proxy import LatencyProxy
 
     out: dict[str, Any] = {}
     with seaweed() as server:
-        proxy = LatencyProxy(server.endpoint, latency_ms / 1e3).start() if latency_ms else None
-        endpoint = proxy.endpoint if proxy is not None else server.endpoint
-        storage = {
-            "key": server.key,
-            "secret": server.secret,
-            "endpoint_url": endpoint,
-            "client_kwargs": {"region_name": "us-east-1"},
-        }
-        try:
-            for name, kw in (
-                ("every", {}),
-                ("batch", {"flush": "batch", "batch_puts": 10, "batch_seconds": None}),
-            ):
-                url = f"s3://{server.bucket}/bench-lg-{uuid.uuid4().hex[:8]}/agent"
-                out[name] = durable_saver(url, storage, steps, doc_kb, **kw)
-        finally:
-            if proxy is not None:
-                proxy.stop()
+        for latency_ms in latencies_ms:
+            proxy = LatencyProxy(server.endpoint, latency_ms / 1e3).start() if latency_ms else None
+            endpoint = proxy.endpoint if proxy is not None else server.endpoint
+            storage = {
+                "key": server.key,
+                "secret": server.secret,
+                "endpoint_url": endpoint,
+                "client_kwargs": {"region_name": "us-east-1"},
+            }
+            at: dict[str, Any] = {}
+            try:
+                for name, kw in (
+                    ("every", {}),
+                    ("batch", {"flush": "batch", "batch_puts": 10, "batch_seconds": None}),
+                ):
+                    url = f"s3://{server.bucket}/bench-lg-{uuid.uuid4().hex[:8]}/agent"
+                    at[name] = durable_saver(url, storage, steps, doc_kb, **kw)
+            finally:
+                if proxy is not None:
+                    proxy.stop()
+            out[f"{latency_ms:g}"] = at
     return out
 
 
@@ -312,10 +318,10 @@ def print_saver(res: dict[str, Any], args: argparse.Namespace) -> None:
         print(f"{k:34}{d[k]:>14.2f}{s[k]:>14.2f}")
     print("durable_obj puts are flushed (durable in the store) before they return;")
     print("sqlite commits to a local file.")
-    if "s3" in res:
-        lat = f", +{args.latency_ms:g} ms per request" if args.latency_ms else ""
+    for latency, at in res.get("s3", {}).items():
+        lat = f", +{latency} ms per request" if float(latency) else ""
         print(f"\nDurableSaver on SeaweedFS (127.0.0.1{lat}), ms; sqlite: the local file above")
-        e, b = res["s3"]["every"], res["s3"]["batch"]
+        e, b = at["every"], at["batch"]
         print(f"{'':34}{'flush=every':>14}{'flush=batch/10':>16}{'sqlite':>10}")
         for k in ("put_p50_ms", "put_p99_ms", "get_tuple_p50_ms", "get_tuple_p99_ms"):
             print(f"{k:34}{e[k]:>14.2f}{b[k]:>16.2f}{s[k]:>10.2f}")
@@ -353,10 +359,17 @@ def main() -> None:
     parser.add_argument("--only", default="saver,store", help="comma list: saver, store")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--doc-kb", type=int, default=16, help="size of the unchanging channel")
-    parser.add_argument("--s3", action="store_true", help="also run the saver on SeaweedFS")
     parser.add_argument(
-        "--latency-ms", type=float, default=0.0, help="added per S3 request (implies --s3)"
+        "--s3", action="store_true", help="also run the saver on SeaweedFS, at +0 and +20 ms"
     )
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        action="append",
+        help="added per S3 request, repeatable (implies --s3; default with --s3: 0 and 20)",
+    )
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: runs, measures nothing")
+    parser.add_argument("--results", help="also write the raw figures to this folder as JSON")
     parser.add_argument("--items", type=int, default=10_000, help="store items")
     parser.add_argument("--timed-puts", type=int, default=200, help="single puts timed")
     parser.add_argument("--searches", type=int, default=50, help="searches per form")
@@ -369,14 +382,24 @@ def main() -> None:
     )
     args = parser.parse_args()
     only = {x.strip() for x in args.only.split(",") if x.strip()}
+    if args.smoke:
+        args.steps, args.doc_kb, args.items = 3, 1, 60
+        args.timed_puts, args.searches = 5, 2
+    latencies = args.latency_ms or ([0.0, 20.0] if args.s3 else [])
     res: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="bench-langgraph-", dir=args.root) as tmp:
         if "saver" in only:
             res["saver"] = run(args.steps, args.doc_kb, Path(tmp))
-            if args.s3 or args.latency_ms:
-                res["saver"]["s3"] = run_s3(args.steps, args.doc_kb, args.latency_ms)
+            if latencies:
+                res["saver"]["s3"] = run_s3(args.steps, args.doc_kb, latencies)
         if "store" in only:
             res["store"] = run_store(Path(tmp), args.items, args.timed_puts, args.searches)
+    if args.results:
+        folder = Path(args.results)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"langgraph-{int(time.time())}.json"
+        path.write_text(json.dumps({"args": vars(args), "results": res}, indent=1, default=str))
+        print(f"wrote {path}")
     if args.json:
         print(json.dumps(res, indent=2))
         return

@@ -10,6 +10,7 @@
     python benchmarks/run.py --only list --latency-ms 20   # Namespace.list() of 1,000 objects
     python benchmarks/run.py --only async    # the event loop's tick gap (bench_async.py)
     python benchmarks/run.py --only multi    # many objects in one process (bench_multi.py)
+    python benchmarks/run.py --only langgraph   # saver and store vs SQLite (bench_langgraph.py)
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -343,8 +344,9 @@ def main() -> None:
         "--only",
         default="writes,bases,segments,wal,list",
         help="comma list of figure groups: writes, bases, segments, wal, list (default: all); "
-        "async (benchmarks/bench_async.py, durable_obj alone, local folder) and multi "
-        "(benchmarks/bench_multi.py, many objects in one process) only when named",
+        "async (benchmarks/bench_async.py, durable_obj alone, local folder), multi "
+        "(benchmarks/bench_multi.py, many objects in one process) and langgraph "
+        "(benchmarks/bench_langgraph.py, against the SQLite saver and store) only when named",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -354,7 +356,8 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    unknown = args.only - {"writes", "bases", "segments", "wal", "list", "async", "multi"}
+    own = {"async", "multi", "langgraph"}  # each its own script and table
+    unknown = args.only - {"writes", "bases", "segments", "wal", "list", *own}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
     if args.smoke:
@@ -401,7 +404,13 @@ def main() -> None:
             multi += ["--bucket", args.bucket]
         bench_multi = os.path.join(here, "bench_multi.py")
         subprocess.run([sys.executable, bench_multi, *multi], check=True)
-    if not args.only - {"async", "multi"}:
+    if "langgraph" in args.only:
+        graph = ["--smoke"] if args.smoke else []
+        if "s3" in stores and not args.endpoint:  # SeaweedFS at +0 ms, then +20 (or +N)
+            graph += ["--latency-ms", "0", "--latency-ms", str(args.latency_ms or 20.0)]
+        bench_graph = os.path.join(here, "bench_langgraph.py")
+        subprocess.run([sys.executable, bench_graph, *graph, "--results", args.results], check=True)
+    if not args.only - own:
         return
     raw = True
     if "local" in stores:

@@ -110,3 +110,38 @@ def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
         pool = doc["samples"][store]["pool"]
         assert len(pool["miss_ms"]) == 2 and len(pool["hit_ms"]) == 5
     assert "--smoke: a check that every figure group runs" in proc.stdout
+
+
+def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    """benchmarks/bench_langgraph.py --smoke: the saver on a folder and on
+    SeaweedFS at +0 and +1 ms, the store against InMemoryStore and SqliteStore."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "benchmarks" / "bench_langgraph.py"),
+            "--smoke",
+            "--latency-ms",
+            "0",
+            "--latency-ms",
+            "1",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    (written,) = tmp_path.glob("langgraph-*.json")
+    res = json.loads(written.read_text())["results"]
+    saver = res["saver"]
+    assert saver["durable_obj"]["checkpoints"] == saver["sqlite"]["checkpoints"] > 0
+    assert set(saver["s3"]) == {"0", "1"}
+    for at in saver["s3"].values():
+        for policy in ("every", "batch"):
+            assert math.isfinite(at[policy]["put_p50_ms"]), at
+    store = res["store"]
+    hits = {name: store[name]["hits"]["filter $eq"] for name in store}
+    assert len(set(hits.values())) == 1 and next(iter(hits.values())) > 0, hits
