@@ -1,0 +1,38 @@
+"""The examples run as a user runs them: a fresh interpreter, their default
+local folder (in a temporary working directory), exit status 0, and the
+outcome they promise printed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _run(tmp_path: Path, script: str, *args: str) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / script), *args],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+@pytest.mark.slow
+def test_langgraph_agent_pauses_in_one_process_and_finishes_in_another(tmp_path: Path) -> None:
+    out = _run(tmp_path, "langgraph_agent.py")
+    assert "paused, waiting for a human" in out
+    assert 'resumed and finished: ["triaged:high (high before: 0)", "human said yes", "filed"]' in (
+        out
+    )
+    # the state lives in the object both processes opened, under ./durable-data
+    (head,) = (tmp_path / "durable-data").glob("triage-*/head.json")
+    assert head.stat().st_size > 0
