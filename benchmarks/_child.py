@@ -248,8 +248,52 @@ def phase_list() -> dict[str, Any]:
     return {"list_s": elapsed, "objects": len(infos), "described": described}
 
 
+def phase_floor() -> dict[str, Any]:
+    """The floor of a durable publish on this disk, as phase_write's flushes
+    publish: per flush, write and fsync a file of that flush's segment bytes
+    (the same statements, one JSON line each) and a file of `head_bytes`,
+    rename the second over a fixed name, and fsync the directory. Plain
+    Python, no library."""
+    import os
+
+    folder = os.path.join(STORE["root"], SPEC["oid"])
+    os.makedirs(folder)
+    head = b"h" * SPEC["head_bytes"]
+
+    def publish(segment: bytes, k: int) -> None:
+        for name, data in ((f"seg-{k}", segment), ("head.tmp", head)):
+            fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        os.replace(os.path.join(folder, "head.tmp"), os.path.join(folder, "head.json"))
+        dirfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
+
+    out: dict[str, Any] = {}
+    n, k = 100_000, 0
+    for size in (1, 10, 100):
+        times = []
+        for _ in range(SPEC["flushes"] * (1 if size == 100 else 3)):
+            lines = []
+            for _ in range(size):
+                n += 1
+                lines.append(json.dumps({"sql": row_sql(n)}) + "\n")
+            segment = "".join(lines).encode()
+            k += 1
+            times.append(timed(lambda s=segment, k=k: publish(s, k)))
+        out[f"flush_{size}_ms"] = times
+    return out
+
+
 PHASES = {
     "write": phase_write,
+    "floor": phase_floor,
     "raw": phase_raw,
     "load": phase_load,
     "append": phase_append,

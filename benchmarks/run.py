@@ -167,6 +167,12 @@ class Bench:
             if raw:
                 got = run_child({"impl": "raw", "phase": "raw", **n})
                 self.keep("execute_ms", "raw", got["execute_ms"])
+            if lean:  # the floor: the same publishes in plain Python, fsync'd
+                head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
+                spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
+                got = run_child({**spec, "store": self.store, "head_bytes": head_bytes})
+                for size in (1, 10, 100):
+                    self.keep(f"floor_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
         self.progress("execute + flush", start)
         note = ""
         if raw:
@@ -178,6 +184,20 @@ class Bench:
             key = f"flush_{size}_ms"
             self.row(f"flush, {size} buffered", "ms", key, goal=1.0)
         if lean:
+            for size in (1, 10, 100):
+                floor = median(self.samples[f"floor_flush_{size}_ms"]["floor"])
+                ours = median(self.samples[f"flush_{size}_ms"][IMPLS[0]])
+                self.report.add(
+                    Row(
+                        self.label,
+                        f"flush, {size} buffered, over its fsync floor",
+                        "ms",
+                        ours,
+                        floor,
+                        goal=1.3,
+                        note="right column: the floor (2 files fsync'd, rename, dir fsync)",
+                    )
+                )
             for size in (1, 10, 100):
                 key = f"lean_flush_{size}_ms"
                 self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
