@@ -29,7 +29,12 @@ checkpoint) holds one thread, never the others' turns.
 Cancellation. Cancelling the task that awaits a call cancels the call only
 if it has not started: it then never runs (an `aflush` cancelled in the
 queue left the buffer intact). A call that has started runs to completion
-in its worker thread, and only the awaiting task gets `CancelledError`. The
+in its worker thread, and only the awaiting task gets `CancelledError`.
+Which of the two is decided inside `task.cancel()` itself (so also by
+`asyncio.timeout`, `wait_for` and a cancelled `gather`), atomically with
+the worker's claim of the call: a call not yet claimed by a worker when
+`task.cancel()` returns never runs, even if the call ahead of it finishes
+before the loop's next turn. The
 commit path publishes a head by one compare-and-swap, so there is never a
 half-committed head: a cancelled `aflush` either committed every buffered
 statement or left the buffer intact. `await obj.flush_outcome()` says which
@@ -45,6 +50,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import logging
 import os
 import threading
@@ -128,10 +134,65 @@ class _Lane:
         _shared_pool(io).submit(self._run_next)
 
 
+class _Waiter(asyncio.Future[T]):
+    """What a task awaits for one lane call: an asyncio future that mirrors
+    the call's `concurrent.futures.Future`, like `asyncio.wrap_future`, but
+    whose `cancel()` cancels the call itself, synchronously.
+
+    That is what makes "cancelled in the queue never runs" exact. The call's
+    future is the lane's compare-and-set: `cancel()` succeeds only while it
+    is pending, and the worker claims it with `set_running_or_notify_cancel()`
+    under the same lock, so exactly one of the two wins. `Task.cancel()` calls
+    `cancel()` on the future the task waits on before it returns; with
+    `wrap_future` the cancel reached the call only from a callback on the
+    loop's next turn, by which time a worker freed by the call ahead could
+    have claimed it, and it ran while its task got `CancelledError`.
+    """
+
+    def __init__(self, call: concurrent.futures.Future[T]) -> None:
+        super().__init__(loop=asyncio.get_running_loop())
+        self._call = call
+        call.add_done_callback(self._call_done)
+
+    def cancel(self, msg: Any | None = None) -> bool:
+        # On the loop, inside Task.cancel(): the call never runs if it has
+        # not been claimed yet; if it has, it runs to completion (the module
+        # docstring's contract) and only this future, the task's, is cancelled.
+        self._call.cancel()
+        return super().cancel(msg)
+
+    def _call_done(self, call: concurrent.futures.Future[T]) -> None:
+        """The call finished or was cancelled (a worker thread, or the loop)."""
+        loop = self.get_loop()
+        if loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):  # it closed meanwhile: nobody awaits it
+            loop.call_soon_threadsafe(self._copy, call)
+
+    def _copy(self, call: concurrent.futures.Future[T]) -> None:
+        if self.done():  # cancelled: the task was told already
+            return
+        if call.cancelled():
+            super().cancel()
+            return
+        exc = call.exception()
+        if exc is None:
+            self.set_result(call.result())
+        elif type(exc) is concurrent.futures.CancelledError:
+            self.set_exception(asyncio.CancelledError(*exc.args))
+        elif isinstance(exc, StopIteration):  # a future cannot hold one
+            err = RuntimeError(f"a call raised {type(exc).__name__}")
+            err.__cause__ = exc
+            self.set_exception(err)
+        else:
+            self.set_exception(exc)
+
+
 async def _await(fut: concurrent.futures.Future[T]) -> T:
-    """Await a lane call. Cancelling the awaiting task cancels a call still
-    queued; one that started keeps running (see the module docstring)."""
-    return await asyncio.wrap_future(fut)
+    """Await a lane call. Cancelling the awaiting task cancels a call not
+    yet claimed by a worker, at the moment of `task.cancel()`: it never
+    runs. One already claimed runs to completion (see the module docstring)."""
+    return await _Waiter(fut)
 
 
 @dataclass(frozen=True)
@@ -370,7 +431,8 @@ async def aopen(
         async with await durable_obj.aopen(url, owner="svc-1") as obj: ...
 
     Cancelled while it opens, the open still finishes in its thread and the
-    object is then closed there (its lease released), never left leased.
+    object is then closed there (its lease released), never left leased;
+    cancelled before a worker took it, it never opens.
     """
 
     def run() -> DurableObject:
@@ -386,7 +448,7 @@ async def aopen(
 
     fut = _shared_pool().submit(run)
     try:
-        return AsyncDurableObject(await asyncio.wrap_future(fut))
+        return AsyncDurableObject(await _await(fut))
     except asyncio.CancelledError:
         fut.add_done_callback(_close_orphan)
         raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -267,6 +268,56 @@ def test_cancelled_aflush_committed_or_left_the_buffer(ns_url: str) -> None:
     assert seen["not_run"] >= 1  # the queued ones, at least
     assert stored_count(url) == committed
     assert committed % 3 == 0
+
+
+def test_cancelled_in_the_queue_never_runs_even_if_its_turn_comes_at_once(
+    ns_url: str,
+) -> None:
+    """The call ahead finishes right after task.cancel(), before the loop
+    turns again: the cancelled calls still never run (the choice is made
+    inside task.cancel(), not on the loop's next turn), the call after them
+    does, and the started call that was cancelled finishes. Deterministic:
+    the loop thread itself blocks until the lane has passed them all."""
+
+    async def main() -> None:
+        async with await aopen(f"{ns_url}/agent", owner="t") as obj:
+            await obj.aexecute(DDL)
+            await obj.aflush()
+            await obj.aexecute("INSERT INTO m VALUES ('a', 1), ('b', 2)")
+            seq, pending = obj.sync.seq, obj.sync.pending
+            gate, started = threading.Event(), threading.Event()
+            ran: list[str] = []
+
+            def blocker() -> None:
+                started.set()
+                gate.wait(30)
+                ran.append("blocker")
+
+            head = asyncio.ensure_future(obj.arun(blocker, io=False))
+            flush = asyncio.ensure_future(obj.aflush())
+            probe = asyncio.ensure_future(obj.arun(lambda: ran.append("probe"), io=False))
+            after = asyncio.ensure_future(obj.arun(lambda: ran.append("after"), io=False))
+            await asyncio.sleep(0)  # all four are in the lane, in this order
+            assert started.wait(30)  # the head is running, the rest queued
+            assert head.cancel() and flush.cancel() and probe.cancel()
+            gate.set()
+            # No await: the loop cannot turn until the lane has passed the
+            # cancelled calls and run the one after them.
+            deadline = time.monotonic() + 30
+            while "after" not in ran:
+                assert time.monotonic() < deadline, "the lane never reached 'after'"
+                time.sleep(0.001)
+            for task in (head, flush, probe):
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+            await after
+            assert ran == ["blocker", "after"]  # started: finished; queued: never ran
+            assert await obj.flush_outcome() == FlushOutcome(ran=False)
+            assert obj.sync.pending == pending and obj.sync.seq == seq  # buffer intact
+            assert await obj.aflush() is not None
+            assert count(obj.sync) == 2
+
+    run(main)
 
 
 def test_loop_keeps_running_during_a_long_call(ns_url: str) -> None:

@@ -260,12 +260,19 @@ def test_async_twins_are_calls_of_the_objects_lane(tmp_path: Path) -> None:
         loop_thread = threading.get_ident()
         aobj = await durable_obj.aopen(url)
         saver = DurableSaver(aobj, serde=serde)
-        gate = threading.Event()
-        blocker = asyncio.create_task(aobj.arun(lambda: gate.wait(30), io=False))
-        await asyncio.sleep(0.05)  # the lane is busy with the blocker
+        gate, blocking = threading.Event(), threading.Event()
+
+        def block() -> bool:
+            blocking.set()
+            return gate.wait(30)
+
+        blocker = asyncio.create_task(aobj.arun(block, io=False))
         queued = asyncio.create_task(saver.aput(generate_config("never"), *_fresh()))
         after = asyncio.create_task(saver.aput(generate_config("after"), *_fresh()))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0)  # the three calls are in the lane, in this order
+        await asyncio.to_thread(blocking.wait, 30)  # the blocker runs: both puts queued
+        # Decided inside cancel(): the put never runs, although the blocker
+        # ends at once and its worker takes the next call before the loop turns.
         queued.cancel()
         gate.set()
         await blocker
