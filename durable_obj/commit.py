@@ -431,14 +431,15 @@ class HeadWriter:
     ) -> ObjectRef:
         """Publish the archive at `path` (BACKUP by `engine_version`) as the
         base `key`, minted for the next seq, and commit it with an empty WAL.
-        On failure the head is as it was."""
+        The file is given away: a store on its filesystem moves it into
+        place. On failure the head is as it was."""
         head = self.head
         assert head is not None
         size, sha256 = file_digest(path)
         ref = ObjectRef(key=key, size=size, sha256=sha256)
         self.publish(
             ref,
-            lambda key: self.store.create_file(key, path, progress),
+            lambda key: self.store.adopt_file(key, path, sha256, progress),
             scratch=scratch,
             unsettled=" The statements stay buffered; retry checkpoint().",
         )

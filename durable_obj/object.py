@@ -352,7 +352,8 @@ class DurableObject(Queries):
             self._fenced_by(exc)
             raise
         finally:
-            os.unlink(local)
+            with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
+                os.unlink(local)
         self._buf.committed(key, caller_told=caller_told)
         log.info(
             "%s: checkpoint %s, %d bytes, %.3f s",

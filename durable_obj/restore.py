@@ -145,7 +145,8 @@ class Fetches:
     def _fetch_base(self, ref: ObjectRef, progress: Callback | None) -> str:
         path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
-        if not self._store.download(object_key(self._oid, ref.key), part, progress):
+        # only read (by RESTORE), then removed: a folder store may link it
+        if not self._store.fetch_file(object_key(self._oid, ref.key), part, progress):
             raise Corrupt(
                 f"{self._url}: missing base: the base {ref.key} named by the head is gone; "
                 "the object cannot be restored without it and was not opened. Nothing was "

@@ -92,6 +92,16 @@ class Store(abc.ABC):
         """Stream the file at `path` to `key` only if absent, in bounded memory.
         None: it already existed."""
 
+    def adopt_file(
+        self, key: str, path: str, sha256: str, callback: Callback | None = None
+    ) -> Version | None:
+        """`create_file` of a file the caller gives away (a BACKUP archive in
+        its scratch), whose SHA-256 it already computed. A store on the same
+        filesystem may move the file into place instead of copying it, and
+        take `sha256` as the content's; the caller must not use `path` again
+        (it may or may not still exist). By default: a copy, as create_file."""
+        return self.create_file(key, path, callback)
+
     @abc.abstractmethod
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         """Replace `key` only if its current version is `version`.
@@ -101,6 +111,13 @@ class Store(abc.ABC):
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         """Stream `key` to the file `path` in bounded memory; the file appears
         only once complete. False if the key does not exist."""
+
+    def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        """`download` for a caller that only reads `path` and then removes it
+        (a base that RESTORE reads): a store on the same filesystem may link
+        the stored file there instead of copying it, so `path` must never be
+        written to. By default: a copy, as download."""
+        return self.download(key, path, callback)
 
     @abc.abstractmethod
     def list_keys(self, prefix: str = "") -> list[Entry]:

@@ -360,6 +360,61 @@ class FileStore(Store):
                 callback.set_size(os.fstat(src.fileno()).st_size)
             return self._create(key, _chunks(src, callback))
 
+    def adopt_file(
+        self, key: str, path: str, sha256: str, callback: Callback | None = None
+    ) -> Version | None:
+        """On the same filesystem, the file itself becomes the key: fsynced,
+        renamed beside the key and linked into place (no copy, no second
+        hash). Anywhere else, a copy as create_file."""
+        try:
+            src = os.open(path, _READ)
+        except OSError as exc:
+            raise self._fail("reading the local file for", key, exc) from exc
+        try:
+            size = os.fstat(src).st_size
+            moved, version = self._move_in(key, path, src, sha256)
+        finally:
+            os.close(src)
+        if not moved:
+            return self.create_file(key, path, callback)
+        if callback is not None:
+            callback.set_size(size)
+            callback.relative_update(size)
+        return version
+
+    def _move_in(self, key: str, path: str, src: int, sha256: str) -> tuple[bool, Version | None]:
+        """Move the file open as `src` (at `path`) to `key` if absent:
+        (True, its version), (True, None) if the key existed (the file is
+        gone all the same), or (False, None) on another filesystem, where
+        nothing was done."""
+        try:
+            with self._folder(key, create=True) as (dfd, name):
+                assert dfd is not None
+                info = os.fstat(src)
+                if not stat.S_ISREG(info.st_mode) or info.st_dev != os.fstat(dfd).st_dev:
+                    return False, None
+                nonce = _stamp(src)
+                if self._fsync:
+                    os.fsync(src)
+                staged = f"{name}.{uuid.uuid4().hex}.staging"
+                try:
+                    os.rename(path, staged, dst_dir_fd=dfd)
+                except OSError as exc:
+                    if exc.errno == errno.EXDEV:  # one device, two mounts
+                        return False, None
+                    raise
+                try:
+                    os.link(staged, name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+                except FileExistsError:
+                    return True, None
+                finally:
+                    os.unlink(staged, dir_fd=dfd)
+                if self._fsync:
+                    os.fsync(dfd)
+                return True, Version(f"{nonce}:{sha256}")
+        except OSError as exc:
+            raise self._fail("creating", key, exc) from exc
+
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         try:
             with self._folder(key, create=True) as (dfd, name):
@@ -385,6 +440,50 @@ class FileStore(Store):
         except OSError as exc:
             raise self._fail("replacing", key, exc) from exc
         return new
+
+    def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        """On the same filesystem, a hard link of the stored file at `path`
+        (the caller only reads it); anywhere else, a copy as download."""
+        try:
+            with self._folder(key, create=False) as (dfd, name):
+                if dfd is None:
+                    return False
+                try:
+                    fd = self._step(dfd, name, key, _READ)
+                except FileNotFoundError:
+                    return False
+                try:
+                    if not self._regular(fd, key):
+                        return False
+                    info = os.fstat(fd)
+                    if info.st_dev == os.stat(os.path.dirname(path) or ".").st_dev:
+                        linked = self._link_out(dfd, name, fd, path)
+                        if linked and callback is not None:
+                            callback.set_size(info.st_size)
+                            callback.relative_update(info.st_size)
+                        if linked:
+                            return True
+                finally:
+                    os.close(fd)
+        except OSError as exc:
+            raise self._fail("reading", key, exc) from exc
+        return self.download(key, path, callback)
+
+    @staticmethod
+    def _link_out(dfd: int, name: str, fd: int, path: str) -> bool:
+        """Link `name` (open as `fd`) at `path`; False (nothing left at
+        `path`) where links are refused or the name no longer is that file."""
+        try:
+            os.link(name, path, src_dir_fd=dfd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOTSUP):
+                return False
+            raise
+        mine, theirs = os.stat(path, follow_symlinks=False), os.fstat(fd)
+        if (mine.st_dev, mine.st_ino) != (theirs.st_dev, theirs.st_ino):
+            os.unlink(path)
+            return False
+        return True
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         tmp = f"{path}.{uuid.uuid4().hex}.part"

@@ -176,6 +176,32 @@ class StoreTests:
             store.create_file("ckpt/none.tar", os.path.join(str(tmp_path), "absent.bin"))
         assert store.get("ckpt/none.tar") is None
 
+    def test_adopt_and_fetch_file(self, store: Store, tmp_path: Any) -> None:
+        # A file given away (adopt_file) lands whole, exactly once; one only
+        # read (fetch_file) has the stored bytes; whether either was moved or
+        # linked rather than copied is the store's business, not the bytes'.
+        data = os.urandom(256 * 1024 + 7)
+        sha = hashlib.sha256(data).hexdigest()
+        src = os.path.join(str(tmp_path), "given.tar")
+        with open(src, "wb") as handle:
+            handle.write(data)
+        assert store.adopt_file("ckpt/adopted.tar", src, sha) is not None
+        again = os.path.join(str(tmp_path), "again.tar")
+        with open(again, "wb") as handle:
+            handle.write(b"someone else's")
+        assert store.adopt_file("ckpt/adopted.tar", again, sha) is None
+        blob = store.get("ckpt/adopted.tar")
+        assert blob is not None and blob.data == data
+        dst = os.path.join(str(tmp_path), "read.tar")
+        assert store.fetch_file("ckpt/adopted.tar", dst)
+        with open(dst, "rb") as handle:
+            assert handle.read() == data
+        os.unlink(dst)  # what the reader does; the key stays
+        blob = store.get("ckpt/adopted.tar")
+        assert blob is not None and blob.data == data
+        assert store.fetch_file("ckpt/absent.tar", dst) is False
+        assert not os.path.exists(dst)
+
     def test_download_missing(self, store: Store, tmp_path: Any) -> None:
         dst = os.path.join(str(tmp_path), "x")
         assert store.download("missing", dst) is False

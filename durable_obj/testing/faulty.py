@@ -152,11 +152,22 @@ class FaultyStore(Store):
     def create_file(self, key: str, path: str, callback: Callback | None = None) -> Version | None:
         return self._call("create_file", key, lambda: self.inner.create_file(key, path, callback))
 
+    def adopt_file(
+        self, key: str, path: str, sha256: str, callback: Callback | None = None
+    ) -> Version | None:
+        # the same faults as create_file: the same store call, taking the file
+        return self._call(
+            "create_file", key, lambda: self.inner.adopt_file(key, path, sha256, callback)
+        )
+
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         return self._call("replace", key, lambda: self.inner.replace(key, data, version))
 
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         return self._call("download", key, lambda: self.inner.download(key, path, callback))
+
+    def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
+        return self._call("download", key, lambda: self.inner.fetch_file(key, path, callback))
 
     def list_keys(self, prefix: str = "") -> list[Entry]:
         return self._call("list_keys", prefix, lambda: self.inner.list_keys(prefix))

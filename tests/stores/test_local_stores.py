@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import uuid
 from pathlib import Path
 from typing import Any
@@ -67,6 +68,57 @@ class TestFileStore(SharedStoreTests):
         v2 = store.replace("h", b"b" * 10, v1)
         assert v2 is not None and v2 != v1
         assert store.replace("h", b"c" * 10, v1) is None
+
+    def test_adopt_moves_a_file_of_the_same_filesystem(self, store: Store, tmp_path: Path) -> None:
+        src = tmp_path / "backup.tar"
+        src.write_bytes(b"archive" * 1000)
+        inode = src.stat().st_ino
+        sha = hashlib.sha256(src.read_bytes()).hexdigest()
+        version = store.adopt_file("o/checkpoints/1-1-a.tar", str(src), sha)
+        assert version is not None
+        stored = tmp_path / "root" / "o" / "checkpoints" / "1-1-a.tar"
+        assert stored.stat().st_ino == inode and not src.exists()  # moved, not copied
+        blob = store.get("o/checkpoints/1-1-a.tar")
+        assert blob is not None and blob.version == version  # the token get() computes
+        assert not [p for p in stored.parent.iterdir() if p.name != stored.name]  # no staging
+
+    def test_fetch_links_and_the_reader_cannot_hurt_the_key(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        assert store.create("o/checkpoints/1-1-a.tar", b"base" * 100) is not None
+        dst = tmp_path / "scratch.tar"
+        assert store.fetch_file("o/checkpoints/1-1-a.tar", str(dst))
+        stored = tmp_path / "root" / "o" / "checkpoints" / "1-1-a.tar"
+        assert dst.stat().st_ino == stored.stat().st_ino  # a link, not a copy
+        dst.unlink()
+        assert stored.read_bytes() == b"base" * 100
+
+    def test_adopt_and_fetch_copy_across_filesystems(
+        self, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import errno
+        import os
+
+        def no_cross_device(*args: Any, **kwargs: Any) -> None:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(os, "rename", no_cross_device)  # one device, two mounts
+        src = tmp_path / "backup.tar"
+        src.write_bytes(b"archive")
+        sha = hashlib.sha256(b"archive").hexdigest()
+        assert store.adopt_file("o/checkpoints/x.tar", str(src), sha) is not None
+        monkeypatch.undo()
+        assert src.read_bytes() == b"archive"  # copied: the file is still there
+        stored = tmp_path / "root" / "o" / "checkpoints" / "x.tar"
+        assert stored.read_bytes() == b"archive" and stored.stat().st_ino != src.stat().st_ino
+        assert store.create("o/checkpoints/y.tar", b"base") is not None
+        monkeypatch.setattr(os, "link", no_cross_device)
+        dst = tmp_path / "copy.tar"
+        assert store.fetch_file("o/checkpoints/y.tar", str(dst))
+        monkeypatch.undo()
+        assert dst.read_bytes() == b"base"
+        stored = tmp_path / "root" / "o" / "checkpoints" / "y.tar"
+        assert dst.stat().st_ino != stored.stat().st_ino  # a copy
 
 
 class TestFileStoreOddRoot(SharedStoreTests):
