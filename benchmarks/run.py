@@ -7,6 +7,7 @@
     python benchmarks/run.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
     python benchmarks/run.py --stores local  # skip S3
     python benchmarks/run.py --stores s3 --only wal   # one figure group
+    python benchmarks/run.py --only bases --million   # + the 1M-row scale point (slow)
     python benchmarks/run.py --only list --latency-ms 20   # Namespace.list() of 1,000 objects
     python benchmarks/run.py --only async    # the event loop's tick gap (bench_async.py)
     python benchmarks/run.py --only multi    # many objects in one process (bench_multi.py)
@@ -69,6 +70,8 @@ from _common import (
 from s3proxy import LatencyProxy
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
+GOAL_MILLION_OPEN_S = {"local": 0.5, "s3": 1.5}
 GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
 GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request
 LIST_SEGMENTS = 9  # WAL segments per listed object: 11 keys with its head and base
@@ -232,8 +235,19 @@ class Bench:
                 f"peak RSS, opening {rows:,} rows",
                 "MiB",
                 f"rss_open_{rows}",
-                goal=1.1 if goal else None,
+                goal=1.1 if goal or rows == MILLION else None,
             )
+            if rows == MILLION:
+                self.report.own.append(
+                    OwnRow(
+                        self.label,
+                        f"cold open, base of {rows:,} rows",
+                        "s",
+                        median(self.samples[f"open_{rows}"][IMPLS[0]]),
+                        GOAL_MILLION_OPEN_S.get(self.label),
+                        note="the scale point's absolute goal",
+                    )
+                )
 
     def segments(self) -> None:
         """--segments segments x 10 statements on top of the middle base."""
@@ -351,6 +365,11 @@ def main() -> None:
         "--rows", type=lambda s: [int(x) for x in s.split(",")], help="e.g. 1000,10000"
     )
     parser.add_argument(
+        "--million",
+        action="store_true",
+        help=f"add the {MILLION:,}-row scale point to --rows (chdb.durable: minutes per sample)",
+    )
+    parser.add_argument(
         "--large-repeat", type=int, default=1, help=f"repeats at >= {LARGE:,} rows (default 1)"
     )
     parser.add_argument("--segments", type=int, help="segments on a base (default 64)")
@@ -392,6 +411,8 @@ def main() -> None:
         args.list_objects = args.list_objects or 5
     args.repeat = args.repeat or (2 if args.quick else 3)
     args.rows = args.rows or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000])
+    if args.million and MILLION not in args.rows:
+        args.rows.append(MILLION)
     args.segments = args.segments or (16 if args.quick else 64)
     args.wal_segments = args.wal_segments or (101 if args.quick else 1001)
     args.executes = args.executes or (100 if args.quick else 200)
