@@ -364,13 +364,17 @@ class DurableStore(BaseStore):
             return False
         gone = sorted((ns_key(ns), k) for (ns, k), op in puts.items() if op.value is None)
         live = {ident: op for ident, op in puts.items() if op.value is not None}
-        created: dict[tuple[str, str], int] = {}
+        # A put over a live item keeps its created_at, and the vectors of the
+        # paths it does not embed again (index=False, other paths), as
+        # LangGraph's InMemoryStore and PostgresStore do: they upsert the
+        # vectors per (item, path) and drop them only with the item.
+        existing: dict[tuple[str, str], tuple[int, dict[str, list[float]]]] = {}
         if live:
             keys = [(ns_key(ns), k) for ns, k in sorted(live)]
-            created = {
-                (r[0], r[1]): int(r[2])
+            existing = {
+                (r[0], r[1]): (int(r[2]), dict(zip(r[3], r[4], strict=True)))
                 for r in self._h.rows(
-                    f"SELECT ns_key, key, created_at FROM {self._t} FINAL "
+                    f"SELECT ns_key, key, created_at, paths, vectors FROM {self._t} FINAL "
                     f"WHERE {keys_in(keys)} AND {where_live(now)}"
                 )
             }
@@ -378,8 +382,9 @@ class DurableStore(BaseStore):
             self._h.execute(f"DELETE FROM {self._t} WHERE {keys_in(gone)}")
         rows = []
         for (ns, key), op in sorted(live.items()):
-            made = created.get((ns_key(ns), key), now)
-            rows.append(sql.item_row(ns, key, op, made, now, vectors.get((ns, key), [])))
+            made, kept = existing.get((ns_key(ns), key), (now, {}))
+            kept = {**kept, **dict(vectors.get((ns, key), []))}
+            rows.append(sql.item_row(ns, key, op, made, now, list(kept.items())))
         if rows:
             self._h.execute(f"INSERT INTO {self._t} VALUES " + ", ".join(rows))
         return True

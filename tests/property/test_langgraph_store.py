@@ -12,6 +12,10 @@ wins). The full match set a search's page is checked against is therefore
 asked in the reference's batch itself, right after the search, so it sees
 the same state as the search whatever the batch also writes.
 
+A put replaces an item's value but keeps the vectors of the paths it does
+not embed again (index=False): InMemoryStore, like PostgresStore, upserts
+vectors per (item, path) and drops them only with the item.
+
 One InMemoryStore artifact is normalized away: its defaultdict keeps a
 namespace that a get or delete merely touched, or whose items were all
 deleted, and lists it; a namespace here exists while it holds an item (as
@@ -23,7 +27,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 from langgraph.store.base import (
     GetOp,
@@ -156,7 +160,26 @@ def _check_search(op: SearchOp, full: list[Any], got: list[Any], want: list[Any]
         }
 
 
+_V = {"text": "apple", "n": 0, "tag": "x", "nested": {"k": 0}}
+_W = {"text": "zz", "n": 1, "tag": "y", "nested": {"k": 1}}
+
+
 @given(batches=batches)
+# A search in the batch that deletes the item still finds it.
+@example(
+    batches=[
+        [PutOp(("a",), "k1", _V)],
+        [PutOp(("a",), "k1", None), SearchOp(("a",), None, 10, 0, "apple")],
+    ]
+)
+# An unindexed put over an embedded item keeps the old vector.
+@example(
+    batches=[
+        [PutOp(("a",), "k1", _V)],
+        [PutOp(("a",), "k1", _W, index=False)],
+        [SearchOp(("a",), None, 10, 0, "zz"), SearchOp(("a",), None, 10, 0, None)],
+    ]
+)
 def test_same_results_as_inmemorystore(batches: list[list[Any]]) -> None:
     ref = Reference(index=INDEX)
     with DurableStore(f"memory://lgstore-{uuid.uuid4().hex}/s", index=INDEX) as store:
