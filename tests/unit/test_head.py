@@ -63,6 +63,23 @@ def test_every_write_changes_the_bytes() -> None:
     assert head.to_bytes() != head.to_bytes()
 
 
+def test_serializing_leaves_the_head_alone_and_writes_text_as_it_is() -> None:
+    doc = valid_doc()
+    doc["durable_obj"] = {"description": "agent é \u2028 \U0001f600", "other": 1}
+    doc["future"] = {"big": 2**70, "f": 0.1}
+    head = Head.parse(encode(doc))
+    before = head.model_dump()
+    body = head.to_bytes()
+    assert head.model_dump() == before  # the nonce went into the bytes only
+    assert "agent é".encode() in body  # UTF-8, not \u escapes
+    assert b'": ' not in body and b'", "' not in body  # compact
+    out = json.loads(body)
+    assert out["durable_obj"]["description"] == doc["durable_obj"]["description"]
+    assert out["durable_obj"]["other"] == 1 and len(out["durable_obj"]["nonce"]) == 32
+    assert out["future"] == doc["future"]
+    assert Head.parse(body).model_dump() == {**before, "durable_obj": out["durable_obj"]}
+
+
 def test_release_keeps_generation_and_extras() -> None:
     from durable_obj import lease as leases
 
