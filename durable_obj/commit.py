@@ -40,7 +40,8 @@ from durable_obj.errors import (
     NotFound,
     StoreAmbiguous,
 )
-from durable_obj.head import Head, Lease, ObjectRef
+from durable_obj.head import RETENTION, Head, Lease, ObjectRef, stamp
+from durable_obj.history import encode_archive
 from durable_obj.protocol import (
     BACKUP_FORMAT,
     COMMIT_BACKOFF_BASE,
@@ -49,6 +50,7 @@ from durable_obj.protocol import (
     DEFAULT_LEASE_TTL,
     DEFAULT_TIMEZONE,
     head_key,
+    mint_history_key,
     mint_wal_key,
     object_key,
 )
@@ -125,8 +127,12 @@ class HeadWriter:
         clock: Clock = time,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         commit_deadline: float = DEFAULT_COMMIT_DEADLINE,
+        retention: float = 0.0,
     ) -> None:
         self.store = store
+        #: Time travel window (seconds): > 0 archives a manifest before a
+        #: checkpoint supersedes it, and is recorded in the heads we write.
+        self.retention = retention
         self.oid = oid
         self.url = f"{store.url.rstrip('/')}/{oid}"
         self.holder = holder
@@ -196,6 +202,7 @@ class HeadWriter:
         )
         head.set_timezone(timezone)
         head.set_description(description)
+        head.set_extension(RETENTION, self.retention)
         return self.create(head)
 
     def take(
@@ -221,6 +228,7 @@ class HeadWriter:
             # Replay of a head without one runs in UTC; say so from now on.
             desired.set_timezone(DEFAULT_TIMEZONE)
         desired.engine.version = engine_version
+        desired.set_extension(RETENTION, self.retention)
 
         def judge(current: Head | None, version: Version | None) -> _Verdict:
             # Unchanged since we read it: our write did not land. Else: lost.
@@ -403,7 +411,9 @@ class HeadWriter:
         manifest = head.manifest
         seq = manifest.seq + 1
         size, sha256 = bytes_digest(payload)
-        ref = ObjectRef(key=mint_wal_key(head.lease.generation, seq), size=size, sha256=sha256)
+        ref = self._stamped(
+            ObjectRef(key=mint_wal_key(head.lease.generation, seq), size=size, sha256=sha256)
+        )
         self.publish(
             ref,
             lambda key: self.store.create(key, payload),
@@ -436,13 +446,14 @@ class HeadWriter:
         head = self.head
         assert head is not None
         size, sha256 = file_digest(path)
-        ref = ObjectRef(key=key, size=size, sha256=sha256)
+        ref = self._stamped(ObjectRef(key=key, size=size, sha256=sha256))
         self.publish(
             ref,
             lambda key: self.store.adopt_file(key, path, sha256, progress),
             scratch=scratch,
             unsettled=" The statements stay buffered; retry checkpoint().",
         )
+        self.archive(scratch=scratch)
         saved = head.model_copy(deep=True)
         head.manifest.base = ref
         head.manifest.wal = []
@@ -458,6 +469,37 @@ class HeadWriter:
             self.head = saved
             raise
         return ref
+
+    def _stamped(self, ref: ObjectRef) -> ObjectRef:
+        """`ref` with when and by whom it is committed (`history.py` reads it)."""
+        if self.holder is None:
+            return ref
+        return stamp(ref, committed_at=self.clock.time(), owner=self.holder.owner)
+
+    def archive(self, *, scratch: str | None) -> None:
+        """Before a new base supersedes the manifest we hold, write that
+        manifest as an immutable history file (retention > 0 only). It is
+        state we proved committed, so if the head commit that follows fails,
+        the file is a harmless duplicate of the head's chain (`history.py`).
+        A failure here fails the checkpoint with the head unchanged, rather
+        than silently losing past states from the window."""
+        head = self.head
+        assert head is not None
+        manifest = head.manifest
+        if self.retention <= 0 or (manifest.base is None and not manifest.wal):
+            return
+        owner = None if self.holder is None else self.holder.owner
+        body = encode_archive(manifest, archived_at=self.clock.time(), owner=owner)
+        size, sha256 = bytes_digest(body)
+        ref = ObjectRef(
+            key=mint_history_key(head.lease.generation, manifest.seq), size=size, sha256=sha256
+        )
+        self.publish(
+            ref,
+            lambda key: self.store.create(key, body),
+            scratch=scratch,
+            unsettled=" The statements stay buffered; retry checkpoint().",
+        )
 
     # -- immutable keys ---------------------------------------------------------------
     def publish(

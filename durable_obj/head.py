@@ -13,7 +13,11 @@ spelled here only: `nonce`, a per-write value that guarantees every write
 changes the bytes (an S3 ETag is a content hash, so an identical rewrite would
 keep the old ETag and let a stale token win); `timezone`, the object's session
 time zone (`Head.timezone`); `forked_from`, where a fork came from;
-`description`, a short text set when the object was created.
+`description`, a short text set when the object was created; `retention`,
+the time-travel window (seconds) the last writer kept. A WAL or base ref
+durable_obj commits carries its own `durable_obj` field: `committed_at`
+(epoch seconds, the writer's clock when it made the commit) and `owner`
+(`stamp`, `stamp_of`); chdb.durable keeps unknown ref fields too.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ NONCE = "nonce"
 TIMEZONE = "timezone"
 FORKED_FROM = "forked_from"
 DESCRIPTION = "description"
+RETENTION = "retention"
+COMMITTED_AT = "committed_at"
+OWNER = "owner"
 
 
 class _Model(BaseModel):
@@ -66,6 +73,26 @@ class ObjectRef(_Model):
     key: Key
     size: SafeInt
     sha256: Sha256
+
+
+def stamp(ref: ObjectRef, *, committed_at: float, owner: str) -> ObjectRef:
+    """`ref` with durable_obj's commit fields (when, by whom) as an extension."""
+    extra = dict(ref.model_extra or {})
+    extra[EXTENSION] = {COMMITTED_AT: committed_at, OWNER: owner}
+    return ObjectRef.model_validate(
+        {"key": ref.key, "size": ref.size, "sha256": ref.sha256, **extra}
+    )
+
+
+def stamp_of(ref: ObjectRef) -> tuple[float | None, str | None]:
+    """(committed_at, owner) a ref carries; None for what is absent or of the
+    wrong type (a ref chdb.durable wrote carries neither)."""
+    ext = (ref.model_extra or {}).get(EXTENSION)
+    if not isinstance(ext, dict):
+        return None, None
+    when, owner = ext.get(COMMITTED_AT), ext.get(OWNER)
+    at = float(when) if isinstance(when, int | float) and not isinstance(when, bool) else None
+    return at, (owner if isinstance(owner, str) else None)
 
 
 class Lease(_Model):
@@ -224,6 +251,15 @@ class Head(_Model):
         """Record `text` as the object's description (None: record none)."""
         if text is not None:
             self.set_extension(DESCRIPTION, text)
+
+    @property
+    def retention(self) -> float | None:
+        """The retention window (seconds) the last durable_obj writer recorded;
+        None when none is recorded (or what is there is not a number)."""
+        value = self.extension().get(RETENTION)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+        return None
 
 
 def _describe(exc: ValidationError) -> str:

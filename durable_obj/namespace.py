@@ -12,13 +12,14 @@ import builtins
 import contextlib
 import os
 from collections.abc import Iterable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from durable_obj import ops
+from durable_obj import history, ops
 from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
-from durable_obj.head import FORKED_FROM, Head, Lease, ObjectRef
+from durable_obj.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
 from durable_obj.object import DurableObject, Result
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import mint_checkpoint_key, object_key, valid_oid
@@ -55,6 +56,24 @@ def check_oid(oid: str) -> str:
             "no backslash, no control character, and not '.' or '..'"
         )
     return oid
+
+
+def check_at(at: object, *, read_only: bool) -> None:
+    """`at=` is a seq or an aware datetime, and only for a read-only open."""
+    if at is None:
+        return
+    if not read_only:
+        raise InvalidArgument(
+            "at= opens a past state, which is read-only: pass read_only=True (or fork it "
+            "with fork(..., at=) to write from there). Nothing was opened."
+        )
+    if isinstance(at, bool) or not isinstance(at, int | datetime):
+        raise InvalidArgument(
+            f"at= is a seq (int) or a timezone-aware datetime, not {type(at).__name__}; "
+            "nothing was opened"
+        )
+    if isinstance(at, int) and at < 1:
+        raise InvalidArgument(f"at={at}: the first commit is seq 1; nothing was opened")
 
 
 def split_destination(dst: str) -> tuple[str | None, str]:
@@ -99,7 +118,7 @@ class Namespace:
     description (of a new object: an existing object's head decides); fold_segments, fold_bytes,
     close_fold_segments (when the WAL is folded into a checkpoint);
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
-    "refuse").
+    "refuse"); retention (the time-travel window, seconds).
     """
 
     def __init__(
@@ -129,13 +148,15 @@ class Namespace:
         force: bool = False,
         create: bool = True,
         description: str | None = None,
+        at: int | datetime | None = None,
     ) -> DurableObject:
         """Open the object `oid`; a writer open creates it if absent, unless
         `create=False` (then a missing object is `NotFound`, nothing written).
         `description`: a short text for the object if this open creates it
         (this namespace's `description` option otherwise), shown by `list()`.
-        See `durable_obj.open` for every argument."""
+        See `durable_obj.open` for every argument, `at` included."""
         check_oid(oid)
+        check_at(at, read_only=read_only)
         options = self._options
         if description is not None:
             given = options.model_dump(exclude_unset=True)
@@ -147,9 +168,18 @@ class Namespace:
             read_only=read_only,
             options=options,
             progress=self._progress,
+            at=at,
         )
         obj._open(force, create)
         return obj
+
+    def history(self, oid: str, *, now: float | None = None) -> history.History:
+        """Every known restorable point of `oid` (seq, kind, key, generation,
+        owner, commit time) and which are restorable in its retention window
+        (the one its head records; else this namespace's `retention`). Reads
+        only: the head, one listing, the history files."""
+        check_oid(oid)
+        return ops.history(self.store, oid, default=self._options.retention, now=now)
 
     # -- operations ------------------------------------------------------------
     def list(self, *, stored: bool = True) -> builtins.list[ops.ObjectInfo]:
@@ -164,12 +194,26 @@ class Namespace:
         return ops.describe(self.store, check_oid(oid))
 
     def gc(
-        self, oid: str, *, grace: float = ops.DEFAULT_GC_GRACE, dry_run: bool = False
+        self,
+        oid: str,
+        *,
+        grace: float = ops.DEFAULT_GC_GRACE,
+        dry_run: bool = False,
+        retention: float | None = None,
     ) -> ops.GcReport:
-        """Delete superseded bases, folded segments and orphans of failed
-        commits that no head can still need; safe beside a live writer.
-        See `durable_obj.ops` for the exact rule."""
-        return ops.gc(self.store, check_oid(oid), grace=grace, dry_run=dry_run)
+        """Delete superseded bases, folded segments, orphans of failed
+        commits and history that no head and no restorable point inside the
+        retention window can still need; safe beside a live writer.
+        `retention` None: the window the head records, else this namespace's
+        `retention` option. See `durable_obj.ops` for the exact rule."""
+        return ops.gc(
+            self.store,
+            check_oid(oid),
+            grace=grace,
+            dry_run=dry_run,
+            retention=retention,
+            default=self._options.retention,
+        )
 
     def verify(self, oid: str, *, restore: bool = False) -> ops.VerifyReport:
         """Download and check every key the head references; with `restore`,
@@ -223,9 +267,12 @@ class Namespace:
         dst: str,
         *,
         dst_storage_options: dict[str, Any] | None = None,
+        at: int | datetime | None = None,
     ) -> ops.ObjectInfo:
         """A new object `dst` whose base is the current state of `src` (its
-        base with the WAL folded in). `src` is only read.
+        base with the WAL folded in), or its state at a past point `at` (a
+        seq, or an aware datetime: see `durable_obj.open`): the undo. `src`
+        is only read.
 
         `dst` is an object id beside `src` in this namespace, or an object
         URL on any store (`s3://bucket/ns/copy`, `/abs/path/ns/copy`,
@@ -242,10 +289,11 @@ class Namespace:
         `CommitAmbiguous`.
         """
         check_oid(src)
+        check_at(at, read_only=True)
         store, oid = self._destination(dst, dst_storage_options)
         ops.ensure_absent(store, oid)
         writer = HeadWriter(store, oid, commit_deadline=self._options.commit_deadline)
-        with self.open(src, read_only=True) as obj:
+        with self.open(src, read_only=True, at=at) as obj:
             path = obj.snapshot()
             size, sha256 = file_digest(path)
             ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
@@ -268,6 +316,7 @@ class Namespace:
         if source.description is not None:
             head.set_description(source.description)
         head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
+        head.set_extension(RETENTION, self._options.retention)
         if not writer.create(head):
             with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
                 store.delete(object_key(oid, ref.key))
@@ -336,6 +385,7 @@ def fork(
     storage_options: dict[str, Any] | None = None,
     dst_storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
+    at: int | datetime | None = None,
     **options: Any,
 ) -> ops.ObjectInfo:
     """Fork the object at `src_url` into a new object at `dst_url`, on the
@@ -348,6 +398,8 @@ def fork(
     `dst_storage_options` the destination's (default: `storage_options` when
     both URLs have the same protocol, else none). `progress`: an fsspec
     Callback that sees the source's download and the copy's upload.
+    `at`: fork the state at a past point (a seq, or an aware datetime)
+    instead of the current one, as `durable_obj.open(..., at=)` reads it.
     Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...).
 
     An existing destination is refused (`InvalidArgument`, naming it) and
@@ -356,7 +408,7 @@ def fork(
     """
     namespace, oid = split_object_url(src_url)
     ns = Namespace(namespace, storage_options=storage_options, progress=progress, **options)
-    return ns.fork(check_oid(oid), dst_url, dst_storage_options=dst_storage_options)
+    return ns.fork(check_oid(oid), dst_url, dst_storage_options=dst_storage_options, at=at)
 
 
 def open(
@@ -368,6 +420,7 @@ def open(
     create: bool = True,
     storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
+    at: int | datetime | None = None,
     **options: Any,
 ) -> DurableObject:
     """Open the durable object at `url` (its last path segment is the id).
@@ -389,6 +442,14 @@ def open(
         chdb.durable V1 does and "open or create" per agent id needs); pass
         create=False when the id must already exist (a mistyped id is then
         NotFound instead of a new empty object).
+    at: time travel (read_only=True only): the state exactly as a reader saw
+        it right after a past commit: an int is that commit's seq, a
+        timezone-aware datetime the last commit at or before it (a naive
+        datetime is refused: it names a different instant on each machine).
+        `Namespace.history()` / `durable-obj history` list the points. A
+        point outside the retention window, or already collected, is
+        NotFound naming the oldest restorable point; the view never moves
+        (refresh() is refused). Verified like every open (size + SHA-256).
     storage_options: for the store's fsspec filesystem (endpoint_url, key,
         secret, token, connection_string, ...); an unknown key is refused.
     progress: an fsspec Callback for large uploads and downloads.
@@ -418,10 +479,14 @@ def open(
     auto_flush_age=None: ... when the oldest buffered statement is this many
         seconds old (checked on execute and by a timer on the heartbeat
         thread, so an idle writer flushes too).
+    retention=604800.0 (7 days): seconds of past states kept restorable with
+        at=; a writer records it in the head, each checkpoint first archives
+        the manifest it supersedes (history/), and gc keeps every base and
+        segment a point inside the window needs. 0: no history (V1's gc).
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)
     ns = Namespace(
         namespace, owner=owner, storage_options=storage_options, progress=progress, **options
     )
-    return ns.open(oid, read_only=read_only, force=force, create=create)
+    return ns.open(oid, read_only=read_only, force=force, create=create, at=at)

@@ -41,6 +41,7 @@ import os
 import threading
 import time
 import uuid
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -49,6 +50,7 @@ from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
 from durable_obj.errors import (
     DurableError,
+    InvalidArgument,
     LeaseFenced,
 )
 from durable_obj.export import check_format, export_tables
@@ -83,8 +85,11 @@ class DurableObject(Queries):
         read_only: bool,
         options: Options,
         progress: Callback | None = None,
+        at: int | datetime | None = None,
     ) -> None:
         self._oid = oid
+        #: A past point this read-only view is fixed at (time travel), or None.
+        self._at = at
         self._opts = options
         self._read_only = read_only
         self._progress = progress
@@ -98,6 +103,7 @@ class DurableObject(Queries):
             clock=time,
             lease_ttl=options.lease_ttl,
             commit_deadline=options.commit_deadline,
+            retention=options.retention,
         )
         #: The engine, the scratch folder, the session time zone and pinner.
         self._local = LocalCopy(
@@ -149,6 +155,7 @@ class DurableObject(Queries):
                     force=force,
                     create=create,
                     progress=self._progress,
+                    at=self._at,
                 ).run()
             except BaseException:
                 self._abort_open()
@@ -195,6 +202,11 @@ class DurableObject(Queries):
             if not self._read_only:
                 self._require_writable()
                 return False
+            if self._at is not None:
+                raise InvalidArgument(
+                    f"{self.url} was opened at a past point (at={self._at!r}, seq {self.seq}); "
+                    "that view never moves. Open it again without at= for the current state."
+                )
             step = Refresh(self._w, self._local, self._opts, progress=self._progress)
             if not step.fetch():
                 return False

@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 import warnings
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from typing import TYPE_CHECKING
 
+from durable_obj import history, restore
 from durable_obj import lease as leases
-from durable_obj import restore
+from durable_obj.commit import Stored
 from durable_obj.engine import prestart
 from durable_obj.errors import LeaseHeld, NotFound
 from durable_obj.protocol import HEAD_KEY
@@ -28,7 +30,7 @@ from durable_obj.protocol import HEAD_KEY
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
-    from durable_obj.commit import HeadWriter, Stored
+    from durable_obj.commit import HeadWriter
     from durable_obj.engine import Engine
     from durable_obj.head import ObjectRef
     from durable_obj.local import LocalCopy
@@ -60,10 +62,12 @@ class Opener:
         force: bool,
         create: bool = True,
         progress: Callback | None = None,
+        at: int | datetime | None = None,
     ) -> None:
         self.writer = writer
         self.local = local
         self.options = options
+        self.at = at
         self.read_only = read_only
         self.force = force
         self.create = create
@@ -94,6 +98,8 @@ class Opener:
         got = writer.read()
         if got is not None:
             restore.check_protocol(got.head, url=writer.url, read_only=read_only)
+            if self.at is not None:
+                got = self._past(got)
             if not read_only and not force:
                 assert writer.holder is not None
                 leases.check_free(
@@ -156,6 +162,28 @@ class Opener:
             # a writer, so we never return one whose lease was already taken.
             writer.commit()
         return True
+
+    def _past(self, got: Stored) -> Stored:
+        """The head as it would have been read right after the commit `at`
+        names (a read-only open only): the same verified open path restores
+        it. `NotFound` names the oldest restorable point."""
+        at = self.at
+        assert self.read_only and at is not None
+        past = history.read(
+            self.writer.store,
+            self.writer.oid,
+            now=self.writer.clock.time(),
+            default=self.options.retention,  # when the head records no window
+            head=got.head,
+        )
+        point = past.resolve(at)
+        log.info(
+            "%s: opening at seq %d (%s)",
+            self.writer.url,
+            point.seq,
+            history.when(point.committed_at),
+        )
+        return Stored(history.manifest_at(got.head, point), got.version)
 
     def _take_lease(self, engine: Engine, got: Stored) -> None:
         writer = self.writer

@@ -14,7 +14,13 @@ Garbage collection deletes only what no head can still need:
 * only when that base was uploaded more than `grace` seconds ago, so a
   reader that read an older head (and still needs the older base or
   segments) has had `grace` seconds to finish. The default, one hour, is far
-  above any lease TTL or open.
+  above any lease TTL or open;
+* never a base or segment that a point restorable inside the retention
+  window needs, nor the history file that names it (`durable_obj.history`).
+  The window gc keeps is `retention + grace` wide, so a point that just left
+  the window stays for `grace` seconds, for a reader already opening it. A
+  history file whose chain lies wholly before that window is collected. With
+  retention 0 this keeps exactly what the two rules above keep.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from durable_obj import history as histories
 from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest, verify, verify_bytes
 from durable_obj.errors import BackendError, Corrupt, InvalidArgument, NotFound, StoreAmbiguous
@@ -35,6 +42,8 @@ from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
     CHECKPOINT_DIR,
     DEFAULT_COMMIT_DEADLINE,
+    DEFAULT_RETENTION,
+    HISTORY_DIR,
     WAL_DIR,
     head_key,
     object_key,
@@ -176,15 +185,51 @@ def list_objects(
     ]
 
 
+def history(
+    store: Store,
+    oid: str,
+    *,
+    retention: float | None = None,
+    default: float = DEFAULT_RETENTION,
+    now: float | None = None,
+) -> histories.History:
+    """The restorable points of `oid` (`durable_obj.history`): the window is
+    `retention`, else the one the head records, else `default`. Reads only."""
+    if retention is not None and retention < 0:
+        raise InvalidArgument("retention must be >= 0 seconds")
+    return histories.read(
+        store, oid, now=time.time() if now is None else now, retention=retention, default=default
+    )
+
+
 def gc(
-    store: Store, oid: str, *, grace: float = DEFAULT_GC_GRACE, dry_run: bool = False
+    store: Store,
+    oid: str,
+    *,
+    grace: float = DEFAULT_GC_GRACE,
+    dry_run: bool = False,
+    retention: float | None = None,
+    default: float = DEFAULT_RETENTION,
+    now: float | None = None,
 ) -> GcReport:
-    """Delete what no current or recent head references (module docstring)."""
+    """Delete what no current or recent head references, and what no point
+    restorable in the window needs (module docstring). The window is
+    `retention`, else the one the head records, else `default`."""
     if grace < 0:
         raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
+    if retention is not None and retention < 0:
+        raise InvalidArgument("retention must be >= 0 seconds; nothing was deleted")
     head = read_head(store, oid)
+    now = time.time() if now is None else now
+    if retention is None:
+        retention = head.retention if head.retention is not None else default
+    # Read after the head: a history file written since is of a chain the
+    # head still names (kept below), and is not in this listing anyway.
+    past = histories.read(store, oid, now=now, retention=retention + grace, head=head)
     entries = store.list_keys(oid)
-    referenced = {object_key(oid, r.key) for r in live_refs(head)}
+    needed = {object_key(oid, key) for key in past.needed_keys()}
+    needed_files = past.needed_files()
+    referenced = {object_key(oid, r.key) for r in live_refs(head)} | needed
     base = head.manifest.base
     base_key = None if base is None else object_key(oid, base.key)
     base_entry = next((e for e in entries if e.key == base_key), None)
@@ -192,21 +237,29 @@ def gc(
     settled = (
         base_entry is not None
         and base_entry.modified is not None
-        and time.time() - base_entry.modified >= grace
+        and now - base_entry.modified >= grace
     )
     report = GcReport(oid, dry_run)
     for entry in entries:
         rel = entry.key[len(oid) + 1 :]
         folder, _, name = rel.partition("/")
         seq = seq_of(name)
-        deletable = (
-            folder in (WAL_DIR, CHECKPOINT_DIR)
-            and entry.key not in referenced
-            and seq is not None
-            and base_seq is not None
-            and seq < base_seq
-            and settled
-        )
+        if folder == HISTORY_DIR and seq is not None:
+            # An archive: collectable once its chain lies wholly before the window.
+            deletable = (
+                entry.key not in needed_files
+                and (entry.modified is None or now - entry.modified >= grace)
+                and any(entry.key == key for key, _ in past.files)
+            )
+        else:
+            deletable = (
+                folder in (WAL_DIR, CHECKPOINT_DIR)
+                and entry.key not in referenced
+                and seq is not None
+                and base_seq is not None
+                and seq < base_seq
+                and settled
+            )
         if not deletable:
             report.kept += 1
             report.kept_bytes += entry.size

@@ -21,6 +21,7 @@ from durable_obj.protocol import (
     DEFAULT_COMMIT_DEADLINE,
     DEFAULT_DATABASE,
     DEFAULT_LEASE_TTL,
+    DEFAULT_RETENTION,
     DEFAULT_TIMEZONE,
     HEARTBEAT_TTL_FRACTION,
 )
@@ -69,6 +70,10 @@ class Options(BaseModel):
     #: "pin": evaluate non-deterministic values once and log literals;
     #: "refuse": never rewrite a statement, refuse it instead.
     nondeterminism: Literal["pin", "refuse"] = "pin"
+    #: Time travel: seconds of past states kept restorable (open at=, fork
+    #: at=); a writer records it in the head, and gc keeps what it needs.
+    #: 0: keep no history (superseded bases and segments go as before).
+    retention: Seconds = Field(default=DEFAULT_RETENTION, ge=0, le=2**53 - 1, allow_inf_nan=False)
 
     @field_validator("description")
     @classmethod

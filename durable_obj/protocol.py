@@ -8,12 +8,15 @@ The key layout is spelled here and nowhere else::
     <object-id>/head.json
     <object-id>/checkpoints/<generation>-<seq>-<unique>.tar
     <object-id>/wal/<generation>-<seq>-<unique>.jsonl
+    <object-id>/history/<generation>-<seq>-<unique>.json   (durable_obj only)
 
 A head names its base and segments relative to the object (`wal/...`);
 `object_key` makes that a key of the namespace. Every WAL and checkpoint key is
 minted unique (`mint_wal_key`, `mint_checkpoint_key`), so a conditional create
 of one never collides with another writer's, and `seq_of` reads the sequence
-number back (garbage collection orders keys by it).
+number back (garbage collection orders keys by it). A history file
+(`mint_history_key`, `durable_obj.history`) archives a manifest a checkpoint
+superseded; its seq is that manifest's. chdb.durable never reads `history/`.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ CHECKPOINT_DIR: Final = "checkpoints"
 #: extension in the key, so interop holds (tests/integration/test_interop.py).
 CHECKPOINT_SUFFIX: Final = ".tar"
 WAL_SUFFIX: Final = ".jsonl"
+HISTORY_DIR: Final = "history"
+HISTORY_SUFFIX: Final = ".json"
+#: Default retention window of past states, in seconds (7 days): long enough
+#: to ask "what did the agent know last Tuesday", short enough that gc still
+#: bounds storage. 0 keeps no history (the V1 behaviour).
+DEFAULT_RETENTION: Final = 7 * 24 * 3600.0
 
 DEFAULT_DATABASE: Final = "default"
 #: Session time zone of a new object, and of a head that records none.
@@ -90,6 +99,12 @@ def mint_wal_key(generation: int, seq: int) -> str:
 def mint_checkpoint_key(generation: int, seq: int) -> str:
     """A fresh, unique key for the base a writer (or a fork) publishes at `seq`."""
     return _mint(CHECKPOINT_DIR, generation, seq, CHECKPOINT_SUFFIX)
+
+
+def mint_history_key(generation: int, seq: int) -> str:
+    """A fresh, unique key for the archive of the manifest at `seq` that a
+    checkpoint is about to supersede."""
+    return _mint(HISTORY_DIR, generation, seq, HISTORY_SUFFIX)
 
 
 def _mint(folder: str, generation: int, seq: int, suffix: str) -> str:
