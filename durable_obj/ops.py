@@ -396,37 +396,40 @@ class GcWaiting:
     collectable_at: float | None
 
 
-def gc_waiting(store: Store, oid: str, *, grace: float = DEFAULT_GC_GRACE) -> GcWaiting:
-    """The keys `gc(grace=0)` would delete that `gc(grace=grace)` keeps, and
-    when they become collectable. Reads only; the same rule as `gc`."""
+def gc_waiting(
+    store: Store,
+    oid: str,
+    *,
+    grace: float = DEFAULT_GC_GRACE,
+    retention: float | None = None,
+    default: float = DEFAULT_RETENTION,
+) -> GcWaiting:
+    """The keys `gc(grace=0)` would delete that `gc(grace=grace)` keeps (both
+    with the same window), and when the current base is `grace` seconds old.
+    Reads only; the same rules as `gc`: computed as the difference of the two
+    dry runs, so keys the window's `grace` margin keeps are among them (they
+    become collectable as their points age out of it, which may be later)."""
     if grace < 0:
         raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
+    now = time.time()
     head = read_head(store, oid)
-    entries = store.list_keys(oid)
     base = head.manifest.base
     if base is None:
         return GcWaiting(oid, [], 0, None)
-    referenced = {object_key(oid, r.key) for r in live_refs(head)}
-    base_key = object_key(oid, base.key)
-    base_entry = next((e for e in entries if e.key == base_key), None)
-    base_seq = seq_of(base.key.rsplit("/", 1)[-1])
+    entries = store.list_keys(oid)
+    base_entry = next((e for e in entries if e.key == object_key(oid, base.key)), None)
     modified = None if base_entry is None else base_entry.modified
     collectable_at = None if modified is None else modified + grace
-    if base_entry is None or (collectable_at is not None and time.time() >= collectable_at):
-        return GcWaiting(oid, [], 0, collectable_at)  # settled (or no base): nothing waits
-    waiting = []
-    for entry in entries:
-        folder, _, name = entry.key[len(oid) + 1 :].partition("/")
-        seq = seq_of(name)
-        if (
-            folder in (WAL_DIR, CHECKPOINT_DIR)
-            and entry.key not in referenced
-            and seq is not None
-            and base_seq is not None
-            and seq < base_seq
-        ):
-            waiting.append(entry)
-    return GcWaiting(oid, [e.key for e in waiting], sum(e.size for e in waiting), collectable_at)
+    if base_entry is None:
+        return GcWaiting(oid, [], 0, collectable_at)
+    runs = [
+        gc(store, oid, grace=g, dry_run=True, retention=retention, default=default, now=now)
+        for g in (grace, 0.0)
+    ]
+    kept, ungraced = set(runs[0].deleted), runs[1]
+    sizes = {e.key: e.size for e in entries}
+    waiting = [k for k in ungraced.deleted if k not in kept]
+    return GcWaiting(oid, waiting, sum(sizes.get(k, 0) for k in waiting), collectable_at)
 
 
 def missing_namespace(store: Store) -> str | None:

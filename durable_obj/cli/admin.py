@@ -10,6 +10,7 @@ from durable_obj import Namespace, ops
 from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
+from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import session, storage_options, to_options
 from durable_obj.cli.write import default_owner
@@ -61,21 +62,31 @@ def checkpoint_cmd(
     help="Keep everything until the current base is this old.",
 )
 @click.option("--list", "list_keys", is_flag=True, help="Also print each (would-be) deleted key.")
+@click.option(
+    "--retention",
+    type=click.FloatRange(min=0),
+    default=None,
+    metavar="SECONDS",
+    help="The time-travel window to keep (default: the one the head records, else 7 days; "
+    "0: keep no past states).",
+)
 @storage_options
 def gc_cmd(
     object_url: str,
     dry_run: bool,
     grace: float,
     list_keys: bool,
+    retention: float | None,
     storage_options: dict[str, Any],
 ) -> None:
-    """Delete superseded bases, folded segments and orphans no head can need.
+    """Delete superseded bases, folded segments, orphans and history that no
+    head and no point restorable in the retention window can need.
 
     Says how many superseded keys only the grace period still keeps (a
     reader of an older head may need them), and when they become collectable."""
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, storage_options=storage_options)
-    report = ns.gc(oid, grace=grace, dry_run=dry_run)
+    report = ns.gc(oid, grace=grace, dry_run=dry_run, retention=retention)
     sess = session()
     if list_keys:
         for key in report.deleted:
@@ -85,7 +96,7 @@ def gc_cmd(
         f"{verb} {len(report.deleted)} key(s), {fmt.human_size(report.deleted_bytes)}; "
         f"kept {report.kept} key(s), {fmt.human_size(report.kept_bytes)}"
     )
-    waiting = fmt.grace_text(ops.gc_waiting(ns.store, oid, grace=grace), grace)
+    waiting = fmt.grace_text(ops.gc_waiting(ns.store, oid, grace=grace, retention=retention), grace)
     if waiting is not None:
         sess.echo(waiting)
 
@@ -94,16 +105,23 @@ def gc_cmd(
 @click.argument("src_url")
 @click.argument("dst")
 @to_options("DST")
+@at_option
 @storage_options
 def fork_cmd(
-    src_url: str, dst: str, to_options: dict[str, Any], storage_options: dict[str, Any]
+    src_url: str,
+    dst: str,
+    to_options: dict[str, Any],
+    at: str | None,
+    storage_options: dict[str, Any],
 ) -> None:
-    """Create DST, starting from SRC_URL's current state (SRC is only read).
+    """Create DST, starting from SRC_URL's current state, or with --at from a
+    past one: the undo (SRC is only read).
 
     DST is an id beside SRC_URL, or an object URL on any store (s3://bucket/ns/id,
     /abs/path/ns/id, ./ns/id for a relative path). An existing DST is refused and
     left unchanged."""
     namespace, oid = parse_object_url(src_url)
+    past = parse_at(at)
     dst_namespace = split_destination(dst)[0]
     if dst_namespace is None and to_options:
         raise Failure(
@@ -114,10 +132,11 @@ def fork_cmd(
         )
     with progress_bar("fork") as bar:
         ns = Namespace(namespace, storage_options=storage_options, progress=bar)
-        info = ns.fork(oid, dst, dst_storage_options=to_options or None)
+        info = ns.fork(oid, dst, dst_storage_options=to_options or None, at=past)
     where = ns.url if dst_namespace is None else dst_namespace
     sess = session()
-    sess.echo(f"forked {oid} into {info.oid if dst_namespace is None else dst}")
+    whence = "" if past is None else f" at seq {info.head.extension()['forked_from']['seq']}"
+    sess.echo(f"forked {oid}{whence} into {info.oid if dst_namespace is None else dst}")
     sess.echo(fmt.info_text(info, where))
 
 

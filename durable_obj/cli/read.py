@@ -13,6 +13,7 @@ from durable_obj import Namespace, ops
 from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
+from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.errors import BackendError
@@ -112,21 +113,25 @@ def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) 
     help="Print the engine's raw output in this format (CSV, TSV, JSONEachRow, ...).",
 )
 @query_params
+@at_option
 @storage_options
 def sql_cmd(
     object_url: str,
     query: str,
     fmt_name: str | None,
     params: dict[str, str],
+    at: str | None,
     storage_options: dict[str, Any],
 ) -> None:
-    """Run one read-only query on the last flushed state.
+    """Run one read-only query on the last flushed state (or, with --at, on a
+    past one: see `durable-obj history`).
 
     Takes no lease. To change data use `durable-obj exec`. Values for
     `{name:Type}` placeholders go in with `-p name=value`."""
     namespace, oid = parse_object_url(object_url)
+    past = parse_at(at)
     ns = Namespace(namespace, storage_options=storage_options)
-    with ns.open(oid, read_only=True) as obj:
+    with ns.open(oid, read_only=True, at=past) as obj:
         result = obj.query(query, fmt_name or "JSONCompact", params=params or None)
     sess = session()
     if fmt_name:

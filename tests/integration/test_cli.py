@@ -412,30 +412,39 @@ def test_checkpoint_errors(ns: Path, obj_url: str) -> None:
 # -- gc -------------------------------------------------------------------------------
 def test_gc(ns: Path, obj_url: str) -> None:
     ok("checkpoint", obj_url)
-    # The first base and the segment are now superseded; a grace period keeps them.
+    # The first base and the segment are now superseded, and the checkpoint
+    # archived their manifest (history/); a grace period keeps all three.
+    # --retention 0: no time-travel window (tests/integration/test_history.py).
     stored = {p for p in (ns / "o").rglob("*") if p.is_file()}
-    out = ok("gc", obj_url).stdout.splitlines()
-    assert out[0].startswith("deleted 0 key(s), 0 B; kept 4 key(s)")
+    assert len(list((ns / "o" / "history").iterdir())) == 1
+    out = ok("gc", obj_url, "--retention", "0").stdout.splitlines()
+    assert out[0].startswith("deleted 0 key(s), 0 B; kept 5 key(s)")
     # ... and says so: which keys wait, for how long
-    assert out[1].startswith("2 of the kept key(s) (")
+    assert out[1].startswith("3 of the kept key(s) (")
     assert "wait out the 3600 s grace period (--grace): collectable from " in out[1]
     assert re.search(r"\(in (59m|1h 0m)\)", out[1]), out[1]
     assert (
-        ok("gc", obj_url, "--dry-run", "--grace", "7200")
+        ok("gc", obj_url, "--dry-run", "--grace", "7200", "--retention", "0")
         .stdout.splitlines()[1]
-        .startswith("2 of the kept key(s) (")
+        .startswith("3 of the kept key(s) (")
     )
-    out = ok("gc", obj_url, "--grace", "0", "--dry-run", "--list").stdout.splitlines()
-    assert out[-1].startswith("would delete 2 key(s), ")
+    # the default window (the one the head records: 7 days) keeps them all
+    out = ok("gc", obj_url, "--grace", "0", "--dry-run").stdout.splitlines()
+    assert out[-1].startswith("would delete 0 key(s), ")
+    out = ok(
+        "gc", obj_url, "--grace", "0", "--dry-run", "--list", "--retention", "0"
+    ).stdout.splitlines()
+    assert out[-1].startswith("would delete 3 key(s), ")
     doomed = {ns / key for key in out[:-1]}
-    assert len(doomed) == 2 and doomed <= stored
+    assert len(doomed) == 3 and doomed <= stored
     assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored
-    out = ok("gc", obj_url, "--grace", "0").stdout
-    assert out.startswith("deleted 2 key(s), ") and "kept 2 key(s)" in out
+    out = ok("gc", obj_url, "--grace", "0", "--retention", "0").stdout
+    assert out.startswith("deleted 3 key(s), ") and "kept 2 key(s)" in out
     assert "grace" not in out  # nothing waits any more
     assert {p for p in (ns / "o").rglob("*") if p.is_file()} == stored - doomed
     ok("verify", obj_url, "--restore")
     fails("invalid_argument", "gc", obj_url, "--grace", "-1")
+    fails("invalid_argument", "gc", obj_url, "--retention", "-1")
     fails("not_found", "gc", str(ns / "nope"), "--grace", "0")
 
 

@@ -19,7 +19,9 @@ DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
 
 
 def test_long_running_writer_stays_bounded_and_gc_reclaims(ns_url: str) -> None:
-    ns = durable_obj.Namespace(ns_url, owner="w")
+    # retention=0: no time travel, the V1 rule (tests/integration/test_history.py
+    # covers what a window keeps)
+    ns = durable_obj.Namespace(ns_url, owner="w", retention=0)
     segments_seen = []
     with ns.open("o") as obj:
         obj.execute(DDL)

@@ -58,7 +58,7 @@ def test_gc_waiting_is_what_only_the_grace_keeps() -> None:
     import durable_obj
 
     url = f"memory://cli-ops-gc-{uuid.uuid4().hex}"
-    with durable_obj.open(f"{url}/o") as obj:
+    with durable_obj.open(f"{url}/o", retention=0) as obj:  # grace alone, no window
         obj.execute("CREATE TABLE t (k UInt8) ENGINE = MergeTree ORDER BY k")
         obj.checkpoint()
         obj.execute("INSERT INTO t VALUES (1)")
