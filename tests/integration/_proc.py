@@ -355,8 +355,11 @@ class Worker(_Child):
         owner: str | None = None,
         read_only: bool = False,
         force: bool = False,
+        at: int | None = None,
         **options: Any,
     ) -> dict[str, Any]:
+        """`at`: a past seq (durable_obj only: time travel)."""
+        extra = {} if at is None else {"at": at}
         info: dict[str, Any] = self.call(
             "open",
             url=url,
@@ -365,6 +368,7 @@ class Worker(_Child):
             read_only=read_only,
             force=force,
             options=options,
+            **extra,
         )
         return info
 

@@ -247,7 +247,8 @@ def serve(p: Params) -> None:
         op = req["op"]
         if op == "open":
             ns = lib.Namespace(req["url"], owner=req.get("owner"), **req.get("options", {}))
-            obj = ns.open(req["oid"], read_only=req["read_only"], force=req["force"])
+            at = {"at": req["at"]} if "at" in req else {}  # time travel: durable_obj only
+            obj = ns.open(req["oid"], read_only=req["read_only"], force=req["force"], **at)
             return info()
         if op == "execute":
             obj.execute(req["sql"])

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+from durable_obj import ops
+from durable_obj.stores import open_store
 from tests.integration import _proc
 
 pytestmark = pytest.mark.slow
@@ -255,6 +257,77 @@ def test_chdb_durable_writes_durable_obj_reads_and_writes(
         w.close()
         assert w.exit() == 0
     assert head_of(tmp_path, oid)["lease"]["generation"] == generation + 2
+
+
+def test_chdb_durable_opens_reads_and_writes_an_object_with_history(tmp_path: Path) -> None:
+    """An object durable_obj wrote with time travel on (stamped refs, history
+    archives) opens, reads and writes in chdb.durable, which keeps the stamps
+    of the refs it carries over; durable_obj then still opens every past
+    point, chdb.durable's unstamped segment by the store's modified time."""
+    oid = "with-history"
+    ours_url, theirs_url = str(tmp_path), f"local:{tmp_path}"
+    at: dict[int, list[str]] = {}
+    with _proc.Worker("durable_obj") as w:
+        w.open(ours_url, oid, owner="do-writer", db="app", fold_segments=0)
+        run_all(w, SCHEMA + batch("a", 1))
+        w.flush()
+        at[w.info()["seq"]] = fingerprint(w)
+        run_all(w, batch("b", 10))
+        w.checkpoint()  # archives the manifest it supersedes
+        at[w.info()["seq"]] = fingerprint(w)
+        run_all(w, batch("c", 20))
+        w.flush()
+        at[w.info()["seq"]] = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    head = head_of(tmp_path, oid)
+    stamped = head["manifest"]["wal"][0]["durable_obj"]
+    assert stamped["owner"] == "do-writer" and isinstance(stamped["committed_at"], float)
+    assert head["manifest"]["base"]["durable_obj"]["owner"] == "do-writer"
+    assert len(list((tmp_path / oid / "history").iterdir())) == 1
+
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, read_only=True)
+        assert fingerprint(w) == at[3]
+        w.close()
+        w.open(theirs_url, oid, owner="cd-writer")
+        assert w.warnings == []
+        run_all(w, batch("d", 30))
+        w.flush()
+        at[w.info()["seq"]] = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    head = head_of(tmp_path, oid)
+    assert head["manifest"]["seq"] == 4
+    first, theirs = head["manifest"]["wal"]
+    assert first["durable_obj"] == stamped  # chdb.durable kept our ref's fields
+    assert "durable_obj" not in theirs  # ... and stamps nothing of its own
+    past = ops.history(open_store(ours_url), oid)
+    assert [(p.seq, p.time_source) for p in past.points] == [
+        (1, "stamp"),  # from the archive
+        (2, "stamp"),
+        (3, "stamp"),
+        (4, "store"),  # the store's modified time of chdb.durable's segment
+    ] and [p.seq for p in past.restorable] == [1, 2, 3, 4]
+    assert past.points[-1].owner is None and past.points[-1].committed_at is not None
+
+    with _proc.Worker("durable_obj") as w:
+        for seq, expected in sorted(at.items()):
+            info = w.open(ours_url, oid, read_only=True, at=seq)
+            assert info["seq"] == seq
+            assert fingerprint(w) == expected, seq
+            w.close()
+        w.open(ours_url, oid, owner="do-writer")
+        run_all(w, batch("e", 40))
+        w.flush()
+        final = fingerprint(w)
+        w.close()
+        assert w.exit() == 0
+    with _proc.Worker("chdb.durable") as w:
+        w.open(theirs_url, oid, read_only=True)
+        assert fingerprint(w) == final
+        w.close()
+        assert w.exit() == 0
 
 
 def test_several_objects_in_one_process_interoperate(tmp_path: Path) -> None:

@@ -19,6 +19,16 @@ At every step: at most one writer instance commits under a generation, the
 generation never goes back, and a fenced (or self-fenced) writer never gets a
 commit in. A rival never takes an unexpired lease without force unless its
 clock is ahead by more than the clock-skew allowance.
+
+Time travel: the model also records the state after every acknowledged
+flush and checkpoint (and every state a reopen or a rival's commit makes
+known) by seq, with its commit time. `open_past` opens a recorded seq with
+at= (retention RETENTION, time moved by `time_passes` and the stalls) and
+must read exactly that state; a seq committed inside the window must be
+restorable, whatever the faults did to the history archives and whatever
+`gc` (inside the window; or with retention 0, which then forgets the past)
+collected before; a seq that is not restorable is NotFound, below the oldest
+restorable point; the union of head and archives maps every seq to one key.
 """
 
 from __future__ import annotations
@@ -61,6 +71,9 @@ DDL = "CREATE TABLE t (id UInt32, v UInt32) ENGINE = MergeTree ORDER BY id"
 HEAD = "o/head.json"
 TTL = 30.0
 SKEW = 5.0
+#: The time-travel window of the machine's object, in seconds: short enough
+#: that `time_passes` and the stalls move points out of it.
+RETENTION = 150.0
 
 #: Counted across the run and printed by tests/property/conftest.py.
 STATS = {
@@ -174,6 +187,8 @@ class DurableMachine(RuleBasedStateMachine):
         #: generation -> the one instance that wrote the head under it
         self.gen_owner: dict[int, str] = {}
         self.max_gen = 0
+        #: seq -> (the state right after that commit, its commit time if known)
+        self.past: dict[int, tuple[State, float | None]] = {}
 
     @initialize(
         seed=st.integers(0, 2**32 - 1),
@@ -184,12 +199,18 @@ class DurableMachine(RuleBasedStateMachine):
         self.store = FaultyStore(self.inner, seed=seed, rate=rate, faults=sorted(faults, key=str))
         self.store.enabled = False
         ns = durable_obj.Namespace(
-            self.store, owner="sm", commit_deadline=0.3, lease_ttl=TTL, clock_skew=SKEW
+            self.store,
+            owner="sm",
+            commit_deadline=0.3,
+            lease_ttl=TTL,
+            clock_skew=SKEW,
+            retention=RETENTION,
         )
         self.ns = ns
         self.obj = self._adopt(ns.open("o"))
         self.obj.execute(DDL)
         self.obj.flush()
+        self._record(self.obj.seq, {}, self.clock.now)
         self.store.enabled = True
 
     # -- helpers ------------------------------------------------------------
@@ -207,6 +228,14 @@ class DurableMachine(RuleBasedStateMachine):
     def _stored_head(self) -> Head | None:
         blob = self.inner.get(HEAD)
         return None if blob is None else Head.parse(blob.data)
+
+    def _record(self, seq: int, state: State, when: float | None) -> None:
+        """The state right after the commit at `seq`; a seq never changes meaning."""
+        known = self.past.get(seq)
+        if known is not None:
+            assert known[0] == state, f"seq {seq} was {known[0]}, now {state}"
+            when = known[1] if known[1] is not None else when
+        self.past[seq] = (dict(state), when)
 
     def _candidates(self) -> list[State]:
         out: list[State] = []
@@ -227,6 +256,7 @@ class DurableMachine(RuleBasedStateMachine):
         assert self.obj.pending == 0
         if not committed:
             return
+        self._record(self.obj.seq, self.model, self.clock.now)
         self.stalled = False
         mine = self.obj.head
         stored = self._stored_head()
@@ -325,6 +355,8 @@ class DurableMachine(RuleBasedStateMachine):
             self.after.extend(stmts)
         else:
             self.model = apply(self.model, stmts)
+            if stmts:  # an unstamped ref, as chdb.durable writes: no commit time
+                self._record(head.manifest.seq, self.model, None)
         self.fenced = True
         return True
 
@@ -455,12 +487,56 @@ class DurableMachine(RuleBasedStateMachine):
             _count("skew_takeovers")
 
     # -- rules: the world -------------------------------------------------------------
-    @rule()
-    def gc(self) -> None:
+    @rule(window=st.sampled_from([True, True, False]))
+    def gc(self, window: bool) -> None:
         """Garbage collection with no grace at all, between any two steps of
-        the writer: it must never take anything the writer or a reopen needs."""
+        the writer: it must never take anything the writer or a reopen needs,
+        nor (with the window) anything a point restorable inside it needs.
+        Without it (retention 0) the past before the head's base is forgotten."""
         STATS["steps"] += 1
-        _count("gc_deleted", len(ops.gc(self.inner, "o", grace=0).deleted))
+        retention = None if window else 0.0
+        report = ops.gc(self.inner, "o", grace=0, retention=retention, now=self.clock.now)
+        _count("gc_deleted", len(report.deleted))
+        if not window:
+            manifest = ops.read_head(self.inner, "o").manifest
+            if manifest.base is not None:
+                floor = manifest.seq - len(manifest.wal)
+                self.past = {s: v for s, v in self.past.items() if s >= floor}
+
+    @rule(dt=st.sampled_from([5.0, 60.0, 200.0]))
+    def time_passes(self, dt: float) -> None:
+        """The wall clock moves: points leave the window, leases may run out."""
+        STATS["steps"] += 1
+        self.clock.now += dt
+        if self.obj is not None and self.clock.now >= self.obj._w.expires_at:
+            self.stalled = True  # a beat that fails now may fence the writer
+
+    @precondition(lambda self: bool(self.past))
+    @rule(pick=st.integers(0, 10**6))
+    def open_past(self, pick: int) -> None:
+        """Open a recorded seq with at= (no faults: a reader of its own) and
+        read exactly the state recorded there."""
+        STATS["steps"] += 1
+        _count("open_past")
+        seqs = sorted(self.past)
+        seq = seqs[pick % len(seqs)]
+        state, when = self.past[seq]
+        past = ops.history(self.inner, "o", now=self.clock.now)
+        assert past.conflicts == [], past.conflicts
+        assert past.retention == RETENTION
+        restorable = {p.seq for p in past.restorable}
+        if when is not None and when >= self.clock.now - RETENTION:
+            assert seq in restorable, f"seq {seq} is inside the window, yet not restorable"
+        reader = durable_obj.Namespace(self.inner, retention=RETENTION)
+        if seq not in restorable:
+            assert past.oldest is not None and seq < past.oldest.seq
+            with pytest.raises(errors.NotFound, match="oldest restorable point"):
+                reader.open("o", read_only=True, at=seq)
+            _count("open_past_gone")
+            return
+        with reader.open("o", read_only=True, at=seq) as obj:
+            assert obj.seq == seq
+            assert table(obj) == sorted(state.items()), f"at seq {seq}"
 
     @precondition(lambda self: self.obj is not None)
     @rule()
@@ -523,6 +599,7 @@ class DurableMachine(RuleBasedStateMachine):
             f"(attempts {self.attempts}, rivals after them {self.after})"
         )
         self.model = dict(present)
+        self._record(obj.seq, self.model, None)
         self.stalled = False
         self.pending = []
         self.attempts = []
