@@ -145,3 +145,32 @@ def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> N
     store = res["store"]
     hits = {name: store[name]["hits"]["filter $eq"] for name in store}
     assert len(set(hits.values())) == 1 and next(iter(hits.values())) > 0, hits
+
+
+def test_bench_history_smoke_run(tmp_path: Path) -> None:
+    """benchmarks/bench_history.py --smoke: opening a past point (that only a
+    history archive names) beside opening the head, on a local folder."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_history.py"), "--smoke", "--json"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["smoke"] is True and doc["segments_back"] == 20
+    assert doc["at_seq"] < doc["head_seq"] and doc["history_files"] >= 2
+    for name in ("open_head_s", "open_at_s", "history_s", "ratio"):
+        assert math.isfinite(doc[name]) and doc[name] > 0, name
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_history.py"), "--smoke"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
