@@ -63,6 +63,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -430,6 +431,7 @@ async def aopen(
     force: bool = False,
     create: bool = True,
     storage_options: dict[str, Any] | None = None,
+    at: int | datetime | None = None,
     **options: Any,
 ) -> AsyncDurableObject:
     """`durable_obj.open` in a worker thread: the same arguments, options
@@ -450,6 +452,7 @@ async def aopen(
             force=force,
             create=create,
             storage_options=storage_options,
+            at=at,
             **options,
         )
 

@@ -377,3 +377,20 @@ def test_fenced_between_the_archive_and_the_head_commit() -> None:
     assert len(past.files) == 2
     assert {p.owner for p in past.points} == {"a", "b"}
     rec.check_all()
+
+
+def test_aopen_at_a_past_point(tmp_path: Any) -> None:
+    import asyncio
+
+    url = str(tmp_path / "ns" / "o")
+    ns = durable_obj.Namespace(str(tmp_path / "ns"))
+    rec = Recorder(ns)
+    seq = rec.insert()
+    rec.insert()
+    rec.obj.close()
+
+    async def main() -> str:
+        async with await durable_obj.aopen(url, read_only=True, at=seq) as obj:
+            return str(await obj.aquery("SELECT count() FROM t", "TSV"))
+
+    assert asyncio.run(main()) == "1\n"
