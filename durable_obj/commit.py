@@ -4,7 +4,8 @@ The head is the only key ever replaced, and it is written only here: `create`
 (a new object, a fork), `take` (a writer's lease CAS), `commit` (renew or
 release the lease, with a new segment or base or none), `release_any` (an
 administrator's), `release_after_failed_open` (one best-effort attempt).
-`publish` creates the immutable keys a head names.
+`publish` creates the immutable keys a head names (and the history file a
+checkpoint writes first, `history.py`).
 
 A write whose answer is lost (timeout, 5xx, lost connection, S3 409: the store
 raises `StoreAmbiguous`) or whose precondition failed is settled one way, in
@@ -41,7 +42,7 @@ from durable_obj.errors import (
     StoreAmbiguous,
 )
 from durable_obj.head import RETENTION, Head, Lease, ObjectRef, stamp
-from durable_obj.history import encode_archive
+from durable_obj.history import archive_of
 from durable_obj.protocol import (
     BACKUP_FORMAT,
     COMMIT_BACKOFF_BASE,
@@ -50,7 +51,6 @@ from durable_obj.protocol import (
     DEFAULT_LEASE_TTL,
     DEFAULT_TIMEZONE,
     head_key,
-    mint_history_key,
     mint_wal_key,
     object_key,
 )
@@ -130,9 +130,7 @@ class HeadWriter:
         retention: float = 0.0,
     ) -> None:
         self.store = store
-        #: Time travel window (seconds): > 0 archives a manifest before a
-        #: checkpoint supersedes it, and is recorded in the heads we write.
-        self.retention = retention
+        self.retention = retention  # time travel: recorded in our heads; > 0 archives
         self.oid = oid
         self.url = f"{store.url.rstrip('/')}/{oid}"
         self.holder = holder
@@ -411,9 +409,7 @@ class HeadWriter:
         manifest = head.manifest
         seq = manifest.seq + 1
         size, sha256 = bytes_digest(payload)
-        ref = self._stamped(
-            ObjectRef(key=mint_wal_key(head.lease.generation, seq), size=size, sha256=sha256)
-        )
+        ref = self._stamped(mint_wal_key(head.lease.generation, seq), size, sha256)
         self.publish(
             ref,
             lambda key: self.store.create(key, payload),
@@ -444,16 +440,24 @@ class HeadWriter:
         The file is given away: a store on its filesystem moves it into
         place. On failure the head is as it was."""
         head = self.head
-        assert head is not None
+        assert head is not None and self.holder is not None
         size, sha256 = file_digest(path)
-        ref = self._stamped(ObjectRef(key=key, size=size, sha256=sha256))
+        ref = self._stamped(key, size, sha256)
+        again = " The statements stay buffered; retry checkpoint()."
         self.publish(
             ref,
             lambda key: self.store.adopt_file(key, path, sha256, progress),
             scratch=scratch,
-            unsettled=" The statements stay buffered; retry checkpoint().",
+            unsettled=again,
         )
-        self.archive(scratch=scratch)
+        # Archive the manifest a new base supersedes (proven committed, so an
+        # orphan of a failed commit is harmless: history.py); retention > 0.
+        archived = archive_of(head, self.retention, self.clock.time(), self.holder.owner)
+        if archived is not None:
+            body = archived[1]
+            self.publish(
+                archived[0], lambda k: self.store.create(k, body), scratch=scratch, unsettled=again
+            )
         saved = head.model_copy(deep=True)
         head.manifest.base = ref
         head.manifest.wal = []
@@ -470,36 +474,11 @@ class HeadWriter:
             raise
         return ref
 
-    def _stamped(self, ref: ObjectRef) -> ObjectRef:
-        """`ref` with when and by whom it is committed (`history.py` reads it)."""
-        if self.holder is None:
-            return ref
+    def _stamped(self, key: str, size: int, sha256: str) -> ObjectRef:
+        """A ref that says when and by whom it is committed (`history.py`)."""
+        assert self.holder is not None
+        ref = ObjectRef(key=key, size=size, sha256=sha256)
         return stamp(ref, committed_at=self.clock.time(), owner=self.holder.owner)
-
-    def archive(self, *, scratch: str | None) -> None:
-        """Before a new base supersedes the manifest we hold, write that
-        manifest as an immutable history file (retention > 0 only). It is
-        state we proved committed, so if the head commit that follows fails,
-        the file is a harmless duplicate of the head's chain (`history.py`).
-        A failure here fails the checkpoint with the head unchanged, rather
-        than silently losing past states from the window."""
-        head = self.head
-        assert head is not None
-        manifest = head.manifest
-        if self.retention <= 0 or (manifest.base is None and not manifest.wal):
-            return
-        owner = None if self.holder is None else self.holder.owner
-        body = encode_archive(manifest, archived_at=self.clock.time(), owner=owner)
-        size, sha256 = bytes_digest(body)
-        ref = ObjectRef(
-            key=mint_history_key(head.lease.generation, manifest.seq), size=size, sha256=sha256
-        )
-        self.publish(
-            ref,
-            lambda key: self.store.create(key, body),
-            scratch=scratch,
-            unsettled=" The statements stay buffered; retry checkpoint().",
-        )
 
     # -- immutable keys ---------------------------------------------------------------
     def publish(

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
 
+from durable_obj.digest import bytes_digest
 from durable_obj.errors import Corrupt, InvalidArgument, NotFound
 from durable_obj.head import Head, Manifest, ObjectRef, stamp_of
 from durable_obj.protocol import (
@@ -47,6 +48,7 @@ from durable_obj.protocol import (
     HISTORY_DIR,
     MAX_HEAD_BYTES,
     head_key,
+    mint_history_key,
     object_key,
     seq_of,
 )
@@ -239,6 +241,21 @@ def encode_archive(manifest: Manifest, *, archived_at: float, owner: str | None)
         "manifest": manifest.model_dump(mode="json"),
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def archive_of(
+    head: Head, retention: float, now: float, owner: str | None
+) -> tuple[ObjectRef, bytes] | None:
+    """The history file (its ref under a fresh key, its bytes) that archives
+    `head`'s manifest before a checkpoint supersedes it; None when there is
+    nothing to keep (no window, or nothing committed yet)."""
+    manifest = head.manifest
+    if retention <= 0 or (manifest.base is None and not manifest.wal):
+        return None
+    body = encode_archive(manifest, archived_at=now, owner=owner)
+    size, sha256 = bytes_digest(body)
+    key = mint_history_key(head.lease.generation, manifest.seq)
+    return ObjectRef(key=key, size=size, sha256=sha256), body
 
 
 def parse_archive(data: bytes, key: str) -> Chain:

@@ -48,11 +48,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from durable_obj import lease as leases
 from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
-from durable_obj.errors import (
-    DurableError,
-    InvalidArgument,
-    LeaseFenced,
-)
+from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.export import check_format, export_tables
 from durable_obj.heartbeat import BUSY, Heartbeat
 from durable_obj.local import LocalCopy
