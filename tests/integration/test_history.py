@@ -394,3 +394,35 @@ def test_aopen_at_a_past_point(tmp_path: Any) -> None:
             return str(await obj.aquery("SELECT count() FROM t", "TSV"))
 
     assert asyncio.run(main()) == "1\n"
+
+
+def test_unreadable_archive_is_ignored_and_kept_and_missing_keys_are_not_found() -> None:
+    store = MemoryStore(f"h-{uuid.uuid4().hex}")
+    ns = durable_obj.Namespace(store, fold_segments=0)
+    rec = Recorder(ns)
+    rec.insert()  # seq 2
+    rec.insert()  # seq 3
+    rec.insert(checkpoint=True)  # seq 4; archives 1..3
+    rec.obj.close()
+    assert store.create("o/history/1-9-garbage0.json", b"{not json") is not None
+    past = ops.history(store, "o")
+    assert past.unreadable == ["o/history/1-9-garbage0.json"]
+    assert [p.seq for p in past.restorable] == [1, 2, 3, 4]
+    assert "o/history/1-9-garbage0.json" not in ops.gc(store, "o", grace=0, retention=0).deleted
+    assert store.get("o/history/1-9-garbage0.json") is not None
+    # a segment of the archived chain removed behind gc's back: from there on
+    # the chain is not restorable (NotFound), never a half-replayed state
+    rec2 = Recorder(durable_obj.Namespace(MemoryStore(f"h-{uuid.uuid4().hex}"), fold_segments=0))
+    rec2.insert()
+    rec2.insert()
+    rec2.insert(checkpoint=True)
+    rec2.obj.close()
+    store2 = rec2.ns.store
+    seg2 = next(p for p in ops.history(store2, "o").points if p.seq == 2)
+    store2.delete(f"o/{seg2.key}")
+    past2 = ops.history(store2, "o")
+    assert [p.seq for p in past2.restorable] == [1, 4]
+    assert not next(p for p in past2.points if p.seq == 3).available
+    with pytest.raises(errors.NotFound, match="already collected"):
+        rec2.ns.open("o", read_only=True, at=3)
+    rec2.check_all([1, 4])
