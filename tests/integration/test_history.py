@@ -426,3 +426,30 @@ def test_unreadable_archive_is_ignored_and_kept_and_missing_keys_are_not_found()
     with pytest.raises(errors.NotFound, match="already collected"):
         rec2.ns.open("o", read_only=True, at=3)
     rec2.check_all([1, 4])
+
+
+@pytest.mark.parametrize("fault", [Fault.CRASH_AFTER, Fault.CRASH_BEFORE])
+def test_crash_at_the_archive_itself(fault: Fault) -> None:
+    """The process dies as the archive is created (after it landed, or
+    before): nothing was committed, and history is still one key per seq."""
+    inner = MemoryStore(f"h-{uuid.uuid4().hex}")
+    store = Scripted(inner)
+    ns = durable_obj.Namespace(store, fold_segments=0)
+    rec = Recorder(ns)
+    rec.insert()
+    store.plan = [("create", "/history/", fault)]
+    with pytest.raises(SimulatedCrash):
+        rec.obj.checkpoint()
+    abandon(rec.obj)
+    archives = [e for e in inner.list_keys("o") if "/history/" in e.key]
+    assert len(archives) == (1 if fault is Fault.CRASH_AFTER else 0)
+    assert ops.read_head(inner, "o").manifest.seq == 2  # the base was never committed
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        rec.obj = ns.open("o", force=True)
+    rec.insert(checkpoint=True)
+    rec.insert()
+    rec.obj.close()
+    past = one_artifact_per_seq(inner)
+    assert len(past.files) == len(archives) + 1
+    rec.check_all()
