@@ -81,7 +81,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = tempfile.mkdtemp(prefix="bench-history-")
         url = os.path.join(tmp, "ns")
     try:
-        ns = durable_obj.Namespace(url, owner="bench", fold_segments=args.fold)
+        ns = durable_obj.Namespace(
+            url, owner="bench", fold_segments=args.fold, close_fold_segments=0
+        )
         oid = f"h-{uuid.uuid4().hex[:8]}"
         started = time.perf_counter()
         # enough before the target that its chain has a base, as a real one would
