@@ -29,22 +29,22 @@ GROUPS = {
 }
 
 
-def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+def bench(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run benchmarks/<script> with `args` in a fresh interpreter; it must exit 0."""
     proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "run.py"),
-            "--smoke",
-            "--results",
-            str(tmp_path),
-        ],
+        [sys.executable, str(REPO / "benchmarks" / script), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         check=False,
     )
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc
+
+
+def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    proc = bench("run.py", "--smoke", "--results", str(tmp_path), timeout=900)
     (written,) = tmp_path.glob("run-*.json")
     doc = json.loads(written.read_text())
     rows = doc["rows"]
@@ -76,23 +76,7 @@ MULTI_OWN = (
 def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     """benchmarks/bench_multi.py --smoke (many objects in one process against
     one process per object), both stores, S3 through the latency proxy."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "bench_multi.py"),
-            "--smoke",
-            "--latency-ms",
-            "1",
-            "--results",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    proc = bench("bench_multi.py", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
     (written,) = tmp_path.glob("multi-*.json")
     doc = json.loads(written.read_text())
     for store in ("local", "s3"):
@@ -115,25 +99,16 @@ def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
 def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     """benchmarks/bench_langgraph.py --smoke: the saver on a folder and on
     SeaweedFS at +0 and +1 ms, the store against InMemoryStore and SqliteStore."""
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "benchmarks" / "bench_langgraph.py"),
-            "--smoke",
-            "--latency-ms",
-            "0",
-            "--latency-ms",
-            "1",
-            "--results",
-            str(tmp_path),
-        ],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    bench(
+        "bench_langgraph.py",
+        "--smoke",
+        "--latency-ms",
+        "0",
+        "--latency-ms",
+        "1",
+        "--results",
+        str(tmp_path),
     )
-    assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     (written,) = tmp_path.glob("langgraph-*.json")
     res = json.loads(written.read_text())["results"]
     saver = res["saver"]
@@ -150,27 +125,11 @@ def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> N
 def test_bench_history_smoke_run(tmp_path: Path) -> None:
     """benchmarks/bench_history.py --smoke: opening a past point (that only a
     history archive names) beside opening the head, on a local folder."""
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench_history.py"), "--smoke", "--json"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = bench("bench_history.py", "--smoke", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["smoke"] is True and doc["segments_back"] == 20
     assert doc["at_seq"] < doc["head_seq"] and doc["history_files"] >= 2
     for name in ("open_head_s", "open_at_s", "history_s", "ratio"):
         assert math.isfinite(doc[name]) and doc[name] > 0, name
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / "bench_history.py"), "--smoke"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = bench("bench_history.py", "--smoke")
     assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
