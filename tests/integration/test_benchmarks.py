@@ -133,3 +133,19 @@ def test_bench_history_smoke_run(tmp_path: Path) -> None:
         assert math.isfinite(doc[name]) and doc[name] > 0, name
     proc = bench("bench_history.py", "--smoke")
     assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
+
+
+def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
+    """benchmarks/bench_obstore.py --smoke: both S3 clients on one SeaweedFS,
+    and the semantics a transport must keep, checked on both."""
+    proc = bench("bench_obstore.py", "--smoke", "--json")
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["smoke"] is True
+    assert all(said.startswith("refused (") for said in doc["checks"].values()), doc["checks"]
+    assert set(doc["puts"]) == {
+        f"{kind} {client}"
+        for kind in ("create", "replace")
+        for client in ("durable_obj", "obstore")
+    }
+    for figures in [*doc["puts"].values(), *doc["gets"].values()]:
+        assert all(math.isfinite(v) and v >= 0 for v in figures.values()), figures
