@@ -234,8 +234,15 @@ class LocalCopy:
 def _conditional_ddl(sql: str) -> tuple[bool, str, str] | None:
     """(is CREATE, database or '', name) of `CREATE <kind> IF NOT EXISTS
     [db.]name ...` or `DROP <kind> IF EXISTS [db.]name [SYNC]`; None for
-    anything else (OR REPLACE, several names, ON CLUSTER, ...)."""
-    tokens = tokenize(sql)
+    anything else (OR REPLACE, several names, ON CLUSTER, ...).
+
+    Only the head is lexed (up to a VALUES / SELECT / WITH / FORMAT at depth
+    0): every INSERT comes through here, and lexing a 3 KB VALUES row whole
+    cost 1.2 ms of each execute(). The verdict is the same as on every
+    token: what follows the name is judged only by its first token (CREATE)
+    or by being empty or SYNC (DROP), and a cut tail ends in one of those
+    four words, never empty, never SYNC."""
+    tokens = tokenize_head(sql)
     words = [t.word if t.kind == "ident" else "" for t in tokens]
     if not words or words[0] not in ("create", "drop"):
         return None
