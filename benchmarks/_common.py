@@ -236,3 +236,48 @@ def seaweed() -> Iterator[S3Server]:
             yield S3Server(endpoint, serverprocs.S3_KEY, serverprocs.S3_SECRET, serverprocs.BUCKET)
         finally:
             server.stop()
+
+
+@dataclass
+class S3Bench:
+    """The S3 side of a benchmark run: the server, what the libraries talk
+    to (the server, or the latency proxy before it), the store spec the
+    child processes take, and a note for the report."""
+
+    server: S3Server
+    target: S3Server
+    store: dict[str, Any]
+    note: str
+
+
+@contextlib.contextmanager
+def s3_bench(
+    endpoint: str | None, key: str, secret: str, bucket: str, latency_ms: float, prefix: str
+) -> Iterator[S3Bench]:
+    """An S3 server for a run (`endpoint`, or a SeaweedFS started here), behind
+    benchmarks/s3proxy.py adding `latency_ms` per request when > 0."""
+    import uuid
+
+    from s3proxy import LatencyProxy
+
+    with contextlib.ExitStack() as stack:
+        server = (
+            S3Server(endpoint, key, secret, bucket) if endpoint else stack.enter_context(seaweed())
+        )
+        target = server
+        if latency_ms:
+            proxy = LatencyProxy(server.endpoint, latency_ms / 1e3).start()
+            stack.callback(proxy.stop)
+            target = S3Server(proxy.endpoint, server.key, server.secret, server.bucket)
+        store = {
+            "kind": "s3",
+            "endpoint": target.endpoint,
+            "key": target.key,
+            "secret": target.secret,
+            "bucket": target.bucket,
+            "prefix": f"{prefix}-{uuid.uuid4().hex[:8]}",
+        }
+        where = endpoint or "SeaweedFS on 127.0.0.1"
+        extra = f", +{latency_ms:g} ms per request via a proxy" if latency_ms else ""
+        note = f"s3: {where}{extra}; both implementations on the same bucket"
+        yield S3Bench(server, target, store, note)

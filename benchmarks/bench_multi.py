@@ -62,8 +62,6 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import threading  # noqa: E402
-import uuid  # noqa: E402
-from collections.abc import Iterator  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 from typing import Any  # noqa: E402
@@ -77,14 +75,12 @@ from _common import (  # noqa: E402
     OwnRow,
     Report,
     Row,
-    S3Server,
     fmt,
     median,
     p99,
+    s3_bench,
     s3_env,
-    seaweed,
 )
-from s3proxy import LatencyProxy  # noqa: E402
 
 GROUPS = ("fleet", "many", "threads", "pool")
 GOAL_FLEET_RATIO = 0.1  # one process at least 10x faster in total than one per object
@@ -658,15 +654,6 @@ class Bench:
                 getattr(self, group)(ids)
 
 
-@contextlib.contextmanager
-def s3_server(args: argparse.Namespace) -> Iterator[S3Server]:
-    if args.endpoint:
-        yield S3Server(args.endpoint, args.key, args.secret, args.bucket)
-        return
-    with seaweed() as server:
-        yield server
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="30 / 200 objects, 4 s loops")
@@ -729,28 +716,13 @@ def main(argv: list[str] | None = None) -> None:
             store = {"kind": "local", "root": root}
             Bench("local", store, store, None, None, args, report).all()
     if "s3" in stores:
-        with s3_server(args) as server:
-            target, proxy = server, None
-            if args.latency_ms:
-                proxy = LatencyProxy(server.endpoint, args.latency_ms / 1e3).start()
-                target = S3Server(proxy.endpoint, server.key, server.secret, server.bucket)
-            store = {
-                "kind": "s3",
-                "endpoint": target.endpoint,
-                "key": target.key,
-                "secret": target.secret,
-                "bucket": target.bucket,
-                "prefix": f"multi-{uuid.uuid4().hex[:8]}",
-            }
-            where = "SeaweedFS on 127.0.0.1" if not args.endpoint else args.endpoint
-            extra = f", +{args.latency_ms:g} ms per request via a proxy" if proxy else ""
-            report.notes.append(f"s3: {where}{extra}; both implementations on the same bucket")
-            direct = {**store, "endpoint": server.endpoint}
-            try:
-                Bench("s3", store, direct, s3_env(target), s3_env(server), args, report).all()
-            finally:
-                if proxy is not None:
-                    proxy.stop()
+        with s3_bench(
+            args.endpoint, args.key, args.secret, args.bucket, args.latency_ms, "multi"
+        ) as s3:
+            report.notes.append(s3.note)
+            direct = {**s3.store, "endpoint": s3.server.endpoint}
+            env, direct_env = s3_env(s3.target), s3_env(s3.server)
+            Bench("s3", s3.store, direct, env, direct_env, args, report).all()
     report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
     if args.smoke:
         report.notes.append("--smoke: a check that every figure group runs; not a measurement")

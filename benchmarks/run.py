@@ -40,15 +40,12 @@ ones written, as chdb.durable never folds by itself.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -64,10 +61,9 @@ from _common import (
     median,
     p99,
     run_child,
+    s3_bench,
     s3_env,
-    seaweed,
 )
-from s3proxy import LatencyProxy
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
 MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
@@ -339,15 +335,6 @@ class Bench:
             self.listing()
 
 
-@contextlib.contextmanager
-def s3_server(args: argparse.Namespace) -> Iterator[S3Server]:
-    if args.endpoint:
-        yield S3Server(args.endpoint, args.key, args.secret, args.bucket)
-        return
-    with seaweed() as server:
-        yield server
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -459,28 +446,11 @@ def main() -> None:
             Bench("local", {"kind": "local", "root": root}, None, args, report).all(raw)
         raw = False
     if "s3" in stores:
-        with s3_server(args) as server:
-            target = server
-            proxy = None
-            if args.latency_ms:
-                proxy = LatencyProxy(server.endpoint, args.latency_ms / 1e3).start()
-                target = S3Server(proxy.endpoint, server.key, server.secret, server.bucket)
-            store = {
-                "kind": "s3",
-                "endpoint": target.endpoint,
-                "key": target.key,
-                "secret": target.secret,
-                "bucket": target.bucket,
-                "prefix": f"bench-{uuid.uuid4().hex[:8]}",
-            }
-            where = "SeaweedFS on 127.0.0.1" if not args.endpoint else args.endpoint
-            extra = f", +{args.latency_ms:g} ms per request via a proxy" if proxy else ""
-            report.notes.append(f"s3: {where}{extra}; both implementations on the same bucket")
-            try:
-                Bench("s3", store, s3_env(target), args, report, s3=server).all(raw)
-            finally:
-                if proxy is not None:
-                    proxy.stop()
+        with s3_bench(
+            args.endpoint, args.key, args.secret, args.bucket, args.latency_ms, "bench"
+        ) as s3:
+            report.notes.append(s3.note)
+            Bench("s3", s3.store, s3_env(s3.target), args, report, s3=s3.server).all(raw)
     report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
     if args.smoke:
         report.notes.append("--smoke: a check that every figure group runs; not a measurement")
