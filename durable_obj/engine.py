@@ -80,11 +80,17 @@ def engine_root() -> str:
         root = tempfile.mkdtemp(prefix=f"durable_obj-{os.getpid()}-")
         os.makedirs(os.path.join(root, "backups"))
         _ROOT.append(root)
-        atexit.register(_shutdown)
     return _ROOT[0]
 
 
 def _shutdown() -> None:
+    """At exit (registered below, at import, so it runs after every handler
+    registered later). A background engine start still running is waited
+    for first: a daemon thread inside chDB's start-up while the interpreter
+    tears down crashed the process (SIGSEGV after an open refused before
+    the engine was needed, e.g. `durable-obj mcp` on a held lease)."""
+    for thread in list(_STARTING):
+        thread.join(timeout=_START_EXIT_WAIT)
     for engine in list(_LIVE):
         engine.close()
     anchor = _SERVER.pop("anchor", None)
@@ -96,6 +102,9 @@ def _shutdown() -> None:
 
 
 _STARTING: list[threading.Thread] = []
+#: Seconds the exit handler waits for a background engine start.
+_START_EXIT_WAIT = 60.0
+atexit.register(_shutdown)
 _START_LOCK = threading.Lock()
 _IMPORT_LOCK = threading.Lock()
 log = logging.getLogger("durable_obj")

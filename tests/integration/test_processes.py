@@ -596,3 +596,40 @@ def test_process_exits_although_an_object_was_never_closed(tmp_path: Path, endin
     assert proc.returncode == (1 if fail else 0), proc.stderr
     if fail:
         assert "EngineError" in proc.stderr
+
+
+_EXIT_DURING_START = """
+import sys, threading, time
+from durable_obj import engine
+
+def slow_start():
+    time.sleep(0.5)  # an engine start still under way when the program ends
+    with open(sys.argv[1], "w") as done:
+        done.write("finished")
+
+thread = threading.Thread(target=slow_start, daemon=True)
+engine._STARTING.append(thread)
+thread.start()
+sys.exit(3)
+"""
+
+
+def test_exit_waits_for_a_background_engine_start(tmp_path: Path) -> None:
+    """An open refused before the engine was needed (lease_held) ends the
+    program while the background engine start may still run: the exit
+    handler waits for it instead of tearing the interpreter down under it
+    (that crashed `durable-obj mcp` on a held lease with SIGSEGV, about one
+    exit in ten)."""
+    import subprocess
+    import sys
+
+    marker = tmp_path / "started"
+    proc = subprocess.run(
+        [sys.executable, "-c", _EXIT_DURING_START, str(marker)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 3, proc.stderr
+    assert marker.read_text() == "finished"
