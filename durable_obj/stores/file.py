@@ -291,20 +291,34 @@ class FileStore(Store):
         reason = exc.strerror or type(exc).__name__
         return BackendError(f"{action} {key!r} in {self.url} failed: {reason}")
 
+    @contextmanager
+    def _reading(self, key: str) -> Iterator[tuple[int, str, int] | None]:
+        """(folder descriptor, name, file descriptor) of the regular file at
+        `key`, opened without following a link; None if there is none. The
+        descriptors are closed on the way out (OSError passes through)."""
+        with self._folder(key, create=False) as (dfd, name):
+            if dfd is None:
+                yield None
+                return
+            try:
+                fd = self._step(dfd, name, key, _READ)
+            except FileNotFoundError:
+                yield None
+                return
+            try:
+                yield (dfd, name, fd) if self._regular(fd, key) else None
+            finally:
+                os.close(fd)
+
     def get(self, key: str) -> Blob | None:
         try:
-            with self._folder(key, create=False) as (dfd, name):
-                if dfd is None:
+            with self._reading(key) as found:
+                if found is None:
                     return None
-                try:
-                    fd = self._step(dfd, name, key, _READ)
-                except FileNotFoundError:
-                    return None
-                with os.fdopen(fd, "rb") as handle:
-                    if not self._regular(fd, key):
-                        return None
-                    # One inode: the nonce and the bytes describe the same write.
-                    nonce = _nonce(fd)
+                fd = found[2]
+                # One inode: the nonce and the bytes describe the same write.
+                nonce = _nonce(fd)
+                with os.fdopen(fd, "rb", closefd=False) as handle:
                     data = handle.read()
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
@@ -445,26 +459,18 @@ class FileStore(Store):
         """On the same filesystem, a hard link of the stored file at `path`
         (the caller only reads it); anywhere else, a copy as download."""
         try:
-            with self._folder(key, create=False) as (dfd, name):
-                if dfd is None:
+            with self._reading(key) as found:
+                if found is None:
                     return False
-                try:
-                    fd = self._step(dfd, name, key, _READ)
-                except FileNotFoundError:
-                    return False
-                try:
-                    if not self._regular(fd, key):
-                        return False
-                    info = os.fstat(fd)
-                    if info.st_dev == os.stat(os.path.dirname(path) or ".").st_dev:
-                        linked = self._link_out(dfd, name, fd, path)
-                        if linked and callback is not None:
-                            callback.set_size(info.st_size)
-                            callback.relative_update(info.st_size)
-                        if linked:
-                            return True
-                finally:
-                    os.close(fd)
+                dfd, name, fd = found
+                info = os.fstat(fd)
+                if info.st_dev == os.stat(os.path.dirname(path) or ".").st_dev and (
+                    self._link_out(dfd, name, fd, path)
+                ):
+                    if callback is not None:
+                        callback.set_size(info.st_size)
+                        callback.relative_update(info.st_size)
+                    return True
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
         return self.download(key, path, callback)
@@ -488,21 +494,15 @@ class FileStore(Store):
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         tmp = f"{path}.{uuid.uuid4().hex}.part"
         try:
-            with self._folder(key, create=False) as (dfd, name):
-                if dfd is None:
+            with self._reading(key) as found:
+                if found is None:
                     return False
-                try:
-                    fd = self._step(dfd, name, key, _READ)
-                except FileNotFoundError:
-                    return False
-                with os.fdopen(fd, "rb") as src:
-                    if not self._regular(fd, key):
-                        return False
-                    with open(tmp, "wb") as dst:
-                        if callback is not None:
-                            callback.set_size(os.fstat(fd).st_size)
-                        for chunk in _chunks(src, callback):
-                            dst.write(chunk)
+                fd = found[2]
+                with os.fdopen(fd, "rb", closefd=False) as src, open(tmp, "wb") as dst:
+                    if callback is not None:
+                        callback.set_size(os.fstat(fd).st_size)
+                    for chunk in _chunks(src, callback):
+                        dst.write(chunk)
             os.replace(tmp, path)
         except BaseException as exc:
             if os.path.exists(tmp):
