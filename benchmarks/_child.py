@@ -13,12 +13,12 @@ import time
 
 T0 = time.perf_counter()  # before any library import: a cold open pays for them
 
-import datetime  # noqa: E402
 import json  # noqa: E402
-import random  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
+
+from _workload import WORDS, row_sql  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
@@ -30,16 +30,6 @@ DDL = (
     "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
 )
 
-EPOCH_2026 = datetime.datetime(2026, 1, 1)
-
-# fmt: off
-WORDS = (
-    "agent", "user", "memory", "checkout", "api", "retry", "timeout", "friday", "deploy",
-    "rollback", "invoice", "customer", "refund", "latency", "cache", "index", "shard",
-    "replica", "query", "plan", "budget", "alert", "pager", "incident", "review", "merge",
-    "branch", "release", "ticket", "owner", "region", "quota", "error", "warning", "limit",
-)
-# fmt: on
 
 #: Bulk rows from a hash of (row, position): deterministic (durable_obj's
 #: determinism gate accepts it in an INSERT ... SELECT, and every run writes
@@ -59,18 +49,6 @@ BULK = (
     .replace("{words}", ", ".join(f"'{w}'" for w in WORDS))
     .replace("{nwords}", str(len(WORDS)))
 )
-
-
-def row_sql(i: int) -> str:
-    """One single-row INSERT like an agent writes: 256-dim embedding, ~200-byte text."""
-    rng = random.Random(i)
-    emb = ",".join(f"{rng.uniform(-1, 1):.6f}" for _ in range(256))
-    text = " ".join(rng.choice(WORDS) for _ in range(30))[:200]
-    at = EPOCH_2026 + datetime.timedelta(milliseconds=rng.randrange(31_536_000_000))
-    return (
-        f"INSERT INTO memories VALUES ('m{i}', 1, '{text}', [{emb}], "
-        f"'{at.isoformat(sep=' ', timespec='milliseconds')}')"
-    )
 
 
 def namespace(**extra: Any) -> Any:

@@ -52,7 +52,6 @@ T0 = time.perf_counter()  # a child's cold start counts from here
 
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
-import datetime  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 import os  # noqa: E402
@@ -81,6 +80,7 @@ from _common import (  # noqa: E402
     s3_bench,
     s3_env,
 )
+from _workload import WORDS, row_sql  # noqa: E402
 
 GROUPS = ("fleet", "many", "threads", "pool")
 GOAL_FLEET_RATIO = 0.1  # one process at least 10x faster in total than one per object
@@ -97,12 +97,6 @@ DDL = (
     "content String CODEC(ZSTD(3)), embedding Array(Float32), "
     "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
 )
-# fmt: off
-WORDS = (
-    "agent", "user", "memory", "checkout", "api", "retry", "timeout", "friday", "deploy",
-    "rollback", "invoice", "customer", "refund", "latency", "cache", "index", "shard",
-)
-# fmt: on
 #: Bulk rows from a hash: deterministic and incompressible (as run.py's).
 BULK = (
     "INSERT INTO memories SELECT concat('b', toString(number)), 1, "
@@ -114,21 +108,6 @@ BULK = (
     "toIntervalMillisecond(cityHash64(number, 't') % 31536000000) "
     "FROM numbers({count})"
 )
-EPOCH = datetime.datetime(2026, 1, 1)
-
-
-def row_sql(i: int) -> str:
-    """One memory as an agent writes it: 256-dim embedding, ~200-byte text."""
-    rng = random.Random(i)
-    emb = ",".join(f"{rng.uniform(-1, 1):.6f}" for _ in range(256))
-    text = " ".join(rng.choice(WORDS) for _ in range(30))[:200]
-    at = EPOCH + datetime.timedelta(milliseconds=rng.randrange(31_536_000_000))
-    return (
-        f"INSERT INTO memories VALUES ('m{i}', 1, '{text}', [{emb}], "
-        f"'{at.isoformat(sep=' ', timespec='milliseconds')}')"
-    )
-
-
 # -- children: one measurement each, in a fresh process ---------------------------
 
 
