@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from durable_obj import lease as leases
-from durable_obj.digest import bytes_digest, file_digest, verify
+from durable_obj.digest import BackgroundDigest, bytes_digest, file_digest, verify
 from durable_obj.errors import (
     BackendError,
     CommitAmbiguous,
@@ -441,15 +441,23 @@ class HeadWriter:
         place. On failure the head is as it was."""
         head = self.head
         assert head is not None and self.holder is not None
-        size, sha256 = file_digest(path)
-        ref = self._stamped(key, size, sha256)
         again = " The statements stay buffered; retry checkpoint()."
-        self.publish(
-            ref,
-            lambda key: self.store.adopt_file(key, path, sha256, progress),
-            scratch=scratch,
-            unsettled=again,
-        )
+        # Hashed through a descriptor opened first, beside the store's fsync
+        # or upload of the same bytes (a file the store moved away still
+        # reads through it); the ref exists once both are done.
+        with open(path, "rb") as source:
+            digest = BackgroundDigest(source)
+            try:
+                self._create(
+                    key,
+                    lambda key: self.store.adopt_file(key, path, digest.sha256, progress),
+                    lambda: self._stamped(key, *digest.result()),
+                    scratch=scratch,
+                    unsettled=again,
+                )
+            finally:
+                digest.join()  # before the descriptor closes, whatever the store did
+            ref = self._stamped(key, *digest.result())
         # Archive the manifest a new base supersedes (proven committed, so an
         # orphan of a failed commit is harmless: history.py); retention > 0.
         archived = archive_of(head, self.retention, self.clock.time(), self.holder.owner)
@@ -492,19 +500,32 @@ class HeadWriter:
         """Create the uniquely named key `ref` with `create(namespace key)`;
         settle a lost answer by reading it back (same size and SHA-256 means
         it landed). `scratch`: where the read-back may download to."""
-        key = object_key(self.oid, ref.key)
+        self._create(ref.key, create, lambda: ref, scratch=scratch, unsettled=unsettled)
+
+    def _create(
+        self,
+        name: str,
+        create: Callable[[str], Version | None],
+        ref: Callable[[], ObjectRef],
+        *,
+        scratch: str | None,
+        unsettled: str,
+    ) -> None:
+        """`publish` of the key `name`, whose ref (size, SHA-256) is asked
+        for only when a lost answer must be settled."""
+        key = object_key(self.oid, name)
         try:
             version = create(key)
         except StoreAmbiguous as exc:
-            if not self._landed(key, ref, scratch):
+            if not self._landed(key, ref(), scratch):
                 raise CommitAmbiguous(
-                    f"{self.url}: uploading {ref.key} got no answer and it cannot be read "
+                    f"{self.url}: uploading {name} got no answer and it cannot be read "
                     f"back: the upload is indeterminate. Nothing was committed.{unsettled}"
                 ) from exc
             return
         if version is None:
             raise BackendError(
-                f"{self.url}: {ref.key} already exists, yet every key is minted unique; "
+                f"{self.url}: {name} already exists, yet every key is minted unique; "
                 "something else writes under this object's prefix. Nothing was committed."
             )
 

@@ -8,6 +8,8 @@ Files are hashed in a streaming pass, so a checkpoint never sits in memory.
 from __future__ import annotations
 
 import hashlib
+import threading
+from typing import BinaryIO
 
 from durable_obj.errors import Corrupt
 from durable_obj.head import ObjectRef
@@ -20,13 +22,51 @@ def bytes_digest(data: bytes) -> tuple[int, str]:
 
 
 def file_digest(path: str) -> tuple[int, str]:
+    with open(path, "rb") as handle:
+        return handle_digest(handle)
+
+
+def handle_digest(handle: BinaryIO) -> tuple[int, str]:
+    """Size and SHA-256 of what `handle` reads from where it stands."""
     digest = hashlib.sha256()
     size = 0
-    with open(path, "rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            size += len(chunk)
-            digest.update(chunk)
+    while chunk := handle.read(_CHUNK):
+        size += len(chunk)
+        digest.update(chunk)
     return size, digest.hexdigest()
+
+
+class BackgroundDigest:
+    """`handle_digest` on a thread, so that hashing a file overlaps other
+    work on the same bytes (a store's fsync or upload of it: both release
+    the GIL, as hashlib does on large chunks). `result()` waits for it."""
+
+    def __init__(self, handle: BinaryIO) -> None:
+        self._handle = handle
+        self._result: tuple[int, str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="durable_obj-digest", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = handle_digest(self._handle)
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for the thread; its error, if any, is result()'s to raise."""
+        self._thread.join()
+
+    def result(self) -> tuple[int, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def sha256(self) -> str:
+        return self.result()[1]
 
 
 def verify(size: int, sha256: str, ref: ObjectRef, what: str) -> None:

@@ -93,13 +93,18 @@ class Store(abc.ABC):
         None: it already existed."""
 
     def adopt_file(
-        self, key: str, path: str, sha256: str, callback: Callback | None = None
+        self,
+        key: str,
+        path: str,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
     ) -> Version | None:
         """`create_file` of a file the caller gives away (a BACKUP archive in
-        its scratch), whose SHA-256 it already computed. A store on the same
-        filesystem may move the file into place instead of copying it, and
-        take `sha256` as the content's; the caller must not use `path` again
-        (it may or may not still exist). By default: a copy, as create_file."""
+        its scratch), whose SHA-256 the caller computes meanwhile: `sha256()`
+        waits for it. A store on the same filesystem may move the file into
+        place instead of copying it, and take `sha256()` as the content's;
+        the caller must not use `path` again (it may or may not still exist).
+        By default: a copy, as create_file."""
         return self.create_file(key, path, callback)
 
     @abc.abstractmethod

@@ -50,7 +50,7 @@ import hashlib
 import os
 import stat
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote
@@ -375,7 +375,11 @@ class FileStore(Store):
             return self._create(key, _chunks(src, callback))
 
     def adopt_file(
-        self, key: str, path: str, sha256: str, callback: Callback | None = None
+        self,
+        key: str,
+        path: str,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
     ) -> Version | None:
         """On the same filesystem, the file itself becomes the key: fsynced,
         renamed beside the key and linked into place (no copy, no second
@@ -396,7 +400,9 @@ class FileStore(Store):
             callback.relative_update(size)
         return version
 
-    def _move_in(self, key: str, path: str, src: int, sha256: str) -> tuple[bool, Version | None]:
+    def _move_in(
+        self, key: str, path: str, src: int, sha256: Callable[[], str]
+    ) -> tuple[bool, Version | None]:
         """Move the file open as `src` (at `path`) to `key` if absent:
         (True, its version), (True, None) if the key existed (the file is
         gone all the same), or (False, None) on another filesystem, where
@@ -425,7 +431,7 @@ class FileStore(Store):
                     os.unlink(staged, dir_fd=dfd)
                 if self._fsync:
                     os.fsync(dfd)
-                return True, Version(f"{nonce}:{sha256}")
+                return True, Version(f"{nonce}:{sha256()}")
         except OSError as exc:
             raise self._fail("creating", key, exc) from exc
 

@@ -185,11 +185,11 @@ class StoreTests:
         src = os.path.join(str(tmp_path), "given.tar")
         with open(src, "wb") as handle:
             handle.write(data)
-        assert store.adopt_file("ckpt/adopted.tar", src, sha) is not None
+        assert store.adopt_file("ckpt/adopted.tar", src, lambda: sha) is not None
         again = os.path.join(str(tmp_path), "again.tar")
         with open(again, "wb") as handle:
             handle.write(b"someone else's")
-        assert store.adopt_file("ckpt/adopted.tar", again, sha) is None
+        assert store.adopt_file("ckpt/adopted.tar", again, lambda: sha) is None
         blob = store.get("ckpt/adopted.tar")
         assert blob is not None and blob.data == data
         dst = os.path.join(str(tmp_path), "read.tar")

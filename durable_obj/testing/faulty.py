@@ -153,7 +153,11 @@ class FaultyStore(Store):
         return self._call("create_file", key, lambda: self.inner.create_file(key, path, callback))
 
     def adopt_file(
-        self, key: str, path: str, sha256: str, callback: Callback | None = None
+        self,
+        key: str,
+        path: str,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
     ) -> Version | None:
         # the same faults as create_file: the same store call, taking the file
         return self._call(

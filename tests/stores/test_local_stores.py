@@ -74,7 +74,7 @@ class TestFileStore(SharedStoreTests):
         src.write_bytes(b"archive" * 1000)
         inode = src.stat().st_ino
         sha = hashlib.sha256(src.read_bytes()).hexdigest()
-        version = store.adopt_file("o/checkpoints/1-1-a.tar", str(src), sha)
+        version = store.adopt_file("o/checkpoints/1-1-a.tar", str(src), lambda: sha)
         assert version is not None
         stored = tmp_path / "root" / "o" / "checkpoints" / "1-1-a.tar"
         assert stored.stat().st_ino == inode and not src.exists()  # moved, not copied
@@ -106,7 +106,7 @@ class TestFileStore(SharedStoreTests):
         src = tmp_path / "backup.tar"
         src.write_bytes(b"archive")
         sha = hashlib.sha256(b"archive").hexdigest()
-        assert store.adopt_file("o/checkpoints/x.tar", str(src), sha) is not None
+        assert store.adopt_file("o/checkpoints/x.tar", str(src), lambda: sha) is not None
         monkeypatch.undo()
         assert src.read_bytes() == b"archive"  # copied: the file is still there
         stored = tmp_path / "root" / "o" / "checkpoints" / "x.tar"

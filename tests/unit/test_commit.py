@@ -9,8 +9,12 @@ loses it without applying anything.
 
 from __future__ import annotations
 
+import os
 import re
 import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -274,3 +278,41 @@ def test_flush_that_never_lands_is_commit_ambiguous_and_stays_buffered() -> None
     finally:
         store.enabled = False
         obj.close()
+
+
+class MovingStore(MemoryStore):
+    """Takes an adopted file as a folder store on its filesystem does: the
+    path is gone before the store asks for the file's SHA-256."""
+
+    def adopt_file(
+        self, key: str, path: str, sha256: Callable[[], str], callback: Any = None
+    ) -> Version | None:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        os.unlink(path)
+        version = self.create(key, data)
+        assert sha256() == bytes_digest(data)[1]
+        return version
+
+
+@pytest.mark.parametrize("fault", [None, LANDED])
+def test_commit_base_hashes_the_file_beside_the_store_taking_it(
+    tmp_path: Path, fault: Fault | None
+) -> None:
+    # The digest reads through a descriptor opened before the store moves
+    # the file away; a lost answer is settled against that digest.
+    inner = MovingStore(f"commit-{uuid.uuid4().hex}")
+    writer, _me = writer_object(inner)
+    if fault is not None:
+        writer.store = FaultyStore(inner, seed=0, rate=1.0, faults=[fault], ops=["create_file"])
+    data = os.urandom(9 * 1024 * 1024 + 5)  # several of the digest's chunks
+    path = tmp_path / "backup.tar"
+    path.write_bytes(data)
+    ref = writer.commit_base(
+        "checkpoints/1-1-abcdef12.tar", str(path), engine_version="26.1.1", scratch=str(tmp_path)
+    )
+    assert (ref.size, ref.sha256) == bytes_digest(data) and not path.exists()
+    head = stored(inner)
+    assert head.manifest.base is not None and head.manifest.base.sha256 == ref.sha256
+    blob = inner.get("o/checkpoints/1-1-abcdef12.tar")
+    assert blob is not None and blob.data == data
