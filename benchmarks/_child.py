@@ -269,9 +269,58 @@ def phase_floor() -> dict[str, Any]:
     return out
 
 
+def phase_ckpt_floor() -> dict[str, Any]:
+    """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
+    the engine's BACKUP of the same rows to a .tar alone, and (on S3) a bare
+    boto3 upload_file of that archive (its default multipart transfer)."""
+    import os
+    import tempfile
+
+    import chdb._chdb as engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-floor-") as path:
+        backups = os.path.join(path, "backups")
+        os.makedirs(backups)
+        conn = engine.connect(os.path.join(path, "data") + "?backups.allowed_path=" + backups)
+        conn.query("CREATE DATABASE bench")
+        conn.query("USE bench")
+        conn.query(DDL)
+        rows = SPEC["rows"]
+        for start in range(0, rows, 10_000):
+            conn.query(BULK.format(start=start, count=min(10_000, rows - start)))
+        out: dict[str, Any] = {"backup_ms": []}
+        archive = ""
+        for i in range(SPEC["repeat"]):
+            archive = os.path.join(backups, f"b{i}.tar")
+            sql = f"BACKUP DATABASE bench TO File('{archive}')"
+            out["backup_ms"].append(timed(lambda sql=sql: conn.query(sql, "CSV")))
+        conn.close()
+        if STORE.get("kind") == "s3":
+            import boto3
+
+            client = boto3.client(
+                "s3",
+                endpoint_url=STORE["endpoint"],
+                aws_access_key_id=STORE["key"],
+                aws_secret_access_key=STORE["secret"],
+                region_name="us-east-1",
+            )
+            out["upload_ms"] = [
+                timed(
+                    lambda i=i: client.upload_file(
+                        archive, STORE["bucket"], f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar"
+                    )
+                )
+                for i in range(SPEC["repeat"])
+            ]
+            client.close()
+    return out
+
+
 PHASES = {
     "write": phase_write,
     "floor": phase_floor,
+    "ckpt_floor": phase_ckpt_floor,
     "raw": phase_raw,
     "load": phase_load,
     "append": phase_append,

@@ -220,6 +220,8 @@ class Bench:
             self.row(
                 f"checkpoint, {rows:,} rows", "ms", f"checkpoint_{rows}", goal=0.1 if goal else None
             )
+            if rows >= GOAL_ROWS or rows == max(self.args.rows):  # the smoke run's too
+                self.checkpoint_floors(rows, repeat)
             self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
             self.row(
                 f"cold open, base of {rows:,} rows",
@@ -244,6 +246,31 @@ class Bench:
                         note="the scale point's absolute goal",
                     )
                 )
+
+    def checkpoint_floors(self, rows: int, repeat: int) -> None:
+        """Our checkpoint beside what bounds it: the engine's BACKUP of the
+        same rows alone, and on S3 a bare boto3 upload of that archive."""
+        start = time.perf_counter()
+        got = self.child("raw", "ckpt_floor", f"floor{rows}", rows=rows, repeat=repeat)
+        self.progress(f"{rows:,} rows: checkpoint floors", start)
+        ours = median(self.samples[f"checkpoint_{rows}"][IMPLS[0]])
+        floors = [("BACKUP alone", median(got["backup_ms"]), None)]
+        if "upload_ms" in got:
+            upload = median(got["upload_ms"])
+            floors.append(("boto3 upload", upload, 1.2))
+            floors.append(("BACKUP+upload", median(got["backup_ms"]) + upload, None))
+        for what, floor, goal in floors:
+            self.report.add(
+                Row(
+                    self.label,
+                    f"  over {what}",
+                    "ms",
+                    ours,
+                    floor,
+                    goal=goal if rows == GOAL_ROWS else None,
+                    note="right: the floor (plain chdb; boto3 upload_file of its archive)",
+                )
+            )
 
     def segments(self) -> None:
         """--segments segments x 10 statements on top of the middle base."""
