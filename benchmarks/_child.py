@@ -235,23 +235,34 @@ def phase_floor() -> dict[str, Any]:
     import os
 
     folder = os.path.join(STORE["root"], SPEC["oid"])
-    os.makedirs(folder)
+    # "wal": the V1 layout, the segment in wal/ below the head's folder, so
+    # two directories are fsync'd (the segment's before the head names it)
+    segments = os.path.join(folder, "wal") if SPEC.get("layout") == "wal" else folder
+    os.makedirs(segments)
     head = b"h" * SPEC["head_bytes"]
 
+    def fsync_dir(path: str) -> None:
+        dirfd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(dirfd)
+        finally:
+            os.close(dirfd)
+
     def publish(segment: bytes, k: int) -> None:
-        for name, data in ((f"seg-{k}", segment), ("head.tmp", head)):
-            fd = os.open(os.path.join(folder, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+        for path, data in (
+            (os.path.join(segments, f"seg-{k}"), segment),
+            (os.path.join(folder, "head.tmp"), head),
+        ):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
             try:
                 os.write(fd, data)
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            if segments != folder and data is segment:
+                fsync_dir(segments)
         os.replace(os.path.join(folder, "head.tmp"), os.path.join(folder, "head.json"))
-        dirfd = os.open(folder, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
+        fsync_dir(folder)
 
     out: dict[str, Any] = {}
     n, k = 100_000, 0

@@ -169,9 +169,18 @@ class Bench:
             if lean:  # the floor: the same publishes in plain Python, fsync'd
                 head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
                 spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
-                got = run_child({**spec, "store": self.store, "head_bytes": head_bytes})
-                for size in (1, 10, 100):
-                    self.keep(f"floor_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
+                for layout, prefix in (("flat", "floor"), ("wal", "floor_v1")):
+                    got = run_child(
+                        {
+                            **spec,
+                            "oid": f"{prefix}{rep}",
+                            "store": self.store,
+                            "head_bytes": head_bytes,
+                            "layout": layout,
+                        }
+                    )
+                    for size in (1, 10, 100):
+                        self.keep(f"{prefix}_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
         self.progress("execute + flush", start)
         note = ""
         if raw:
@@ -195,6 +204,19 @@ class Bench:
                         floor,
                         goal=1.3,
                         note="right column: the floor (2 files fsync'd, rename, dir fsync)",
+                    )
+                )
+            for size in (1, 10, 100):
+                floor = median(self.samples[f"floor_v1_flush_{size}_ms"]["floor"])
+                ours = median(self.samples[f"flush_{size}_ms"][IMPLS[0]])
+                self.report.add(
+                    Row(
+                        self.label,
+                        f"flush, {size} buffered, over the V1-layout floor",
+                        "ms",
+                        ours,
+                        floor,
+                        note="right: the same with the segment in wal/ (its dir fsync'd too)",
                     )
                 )
             for size in (1, 10, 100):
