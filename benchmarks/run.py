@@ -192,33 +192,23 @@ class Bench:
             key = f"flush_{size}_ms"
             self.row(f"flush, {size} buffered", "ms", key, goal=1.0)
         if lean:
-            for size in (1, 10, 100):
-                floor = median(self.samples[f"floor_flush_{size}_ms"]["floor"])
-                ours = median(self.samples[f"flush_{size}_ms"][IMPLS[0]])
-                self.report.add(
-                    Row(
-                        self.label,
-                        f"flush, {size} buffered, over its fsync floor",
-                        "ms",
-                        ours,
-                        floor,
-                        goal=1.3,
-                        note="right column: the floor (2 files fsync'd, rename, dir fsync)",
+            floors = (
+                ("floor", "its fsync floor", 1.3, "2 files fsync'd, rename, dir fsync"),
+                ("floor_v1", "the V1-layout floor", None, "the same, the segment in wal/ too"),
+            )
+            for prefix, what, goal, how in floors:
+                for size in (1, 10, 100):
+                    self.report.add(
+                        Row(
+                            self.label,
+                            f"flush, {size} buffered, over {what}",
+                            "ms",
+                            median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
+                            median(self.samples[f"{prefix}_flush_{size}_ms"]["floor"]),
+                            goal=goal,
+                            note=f"right: the floor ({how})",
+                        )
                     )
-                )
-            for size in (1, 10, 100):
-                floor = median(self.samples[f"floor_v1_flush_{size}_ms"]["floor"])
-                ours = median(self.samples[f"flush_{size}_ms"][IMPLS[0]])
-                self.report.add(
-                    Row(
-                        self.label,
-                        f"flush, {size} buffered, over the V1-layout floor",
-                        "ms",
-                        ours,
-                        floor,
-                        note="right: the same with the segment in wal/ (its dir fsync'd too)",
-                    )
-                )
             for size in (1, 10, 100):
                 key = f"lean_flush_{size}_ms"
                 self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
