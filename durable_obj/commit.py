@@ -8,7 +8,8 @@ administrator's), `release_after_failed_open` (one best-effort attempt).
 checkpoint writes first, `history.py`).
 
 A write whose answer is lost (timeout, 5xx, lost connection, S3 409: the store
-raises `StoreAmbiguous`) or whose precondition failed is settled one way, in
+raises `StoreAmbiguous`) or whose precondition failed (a race lost, or our own
+write met again by a client's resend) is settled one way, in
 `_write`: read the head back. The write counts only if the head read back is
 the one we wrote: the same lease (our instance, our generation, the expiry we
 wrote) and manifest (our unique key at our seq). Anything else goes by the
@@ -523,7 +524,10 @@ class HeadWriter:
                     f"back: the upload is indeterminate. Nothing was committed.{unsettled}"
                 ) from exc
             return
-        if version is None:
+        # "Already exists" of a key minted unique is our own write met again
+        # when the client resent the request after a dropped connection (the
+        # first one landed); anything else there is not ours.
+        if version is None and not self._landed(key, ref(), scratch):
             raise BackendError(
                 f"{self.url}: {name} already exists, yet every key is minted unique; "
                 "something else writes under this object's prefix. Nothing was committed."

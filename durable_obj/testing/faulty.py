@@ -5,6 +5,9 @@ Chosen by a seed, so a failing sequence replays exactly. Per call it may:
 * fail before the inner store is reached (`BackendError`: known not applied);
 * answer ambiguously before (`StoreAmbiguous`, not applied) or after the
   inner call succeeded (`StoreAmbiguous`, applied: the lost response);
+* apply a conditional write, then answer "precondition failed" (`None`): a
+  client that resent the request after a dropped connection (aiohttp resends
+  an idempotent PUT on a reused connection) meets its own write;
 * add latency;
 * stop the "process" there (`SimulatedCrash`, before or after the inner call):
   the caller must abandon the object without closing it, as a SIGKILL would.
@@ -46,6 +49,7 @@ class Fault(enum.Enum):
     ERROR = "error"  # BackendError before the call: not applied
     AMBIGUOUS_BEFORE = "ambiguous_before"  # StoreAmbiguous, not applied
     LOST_RESPONSE = "lost_response"  # applied, then StoreAmbiguous
+    RESENT = "resent"  # applied, then the resend's answer: precondition failed (None)
     LATENCY = "latency"
     CRASH_BEFORE = "crash_before"
     CRASH_AFTER = "crash_after"
@@ -54,6 +58,8 @@ class Fault(enum.Enum):
 #: Faults that make sense for a read (nothing to apply or lose).
 _READ_FAULTS = (Fault.ERROR, Fault.LATENCY, Fault.CRASH_BEFORE)
 WRITE_OPS = ("create", "create_file", "replace", "delete")
+#: Writes with a precondition, whose "failed" answer is None.
+CONDITIONAL_OPS = ("create", "create_file", "replace")
 
 
 class FaultyStore(Store):
@@ -122,6 +128,8 @@ class FaultyStore(Store):
         if self.latency and fault is None and self.enabled:
             time.sleep(self.latency)
         result = fn()
+        if fault is Fault.RESENT and op in CONDITIONAL_OPS:
+            return None  # type: ignore[return-value]  # T is Version | None for these ops
         if fault is Fault.LOST_RESPONSE:
             raise StoreAmbiguous(f"injected lost response after {op} {key!r} (applied)")
         if fault is Fault.CRASH_AFTER:

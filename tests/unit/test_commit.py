@@ -280,6 +280,45 @@ def test_flush_that_never_lands_is_commit_ambiguous_and_stays_buffered() -> None
         obj.close()
 
 
+@pytest.mark.parametrize("op", ["create", "create_file", "replace"])
+def test_a_resent_write_that_meets_its_own_landed_first_is_success(op: str) -> None:
+    """A client that resends a conditional PUT after a dropped connection
+    (aiohttp does, for PUT on a reused connection) gets "precondition
+    failed" for a write that landed: the segment, the base and the head are
+    read back and count as ours; nothing is reported lost or fenced."""
+    inner = memory()
+    store = faulty(inner, op, Fault.RESENT)
+    store.enabled = False
+    obj = durable_obj.Namespace(store, owner="me").open("o")
+    try:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1)")
+        store.enabled = True
+        assert obj.flush() is not None
+        obj.execute("INSERT INTO m VALUES (2)")
+        obj.checkpoint()
+        obj.execute("INSERT INTO m VALUES (3)")
+        assert obj.flush() is not None
+        assert store.injected and not obj.fenced
+    finally:
+        store.enabled = False
+        obj.close()
+    with durable_obj.Namespace(inner).open("o", read_only=True) as again:
+        assert again.rows("SELECT k FROM m ORDER BY k") == [(1,), (2,), (3,)]
+
+
+def test_a_segment_key_holding_other_bytes_is_refused_and_nothing_committed() -> None:
+    inner = memory()
+    writer, _me = writer_object(inner)
+    data = b'{"sql": "SELECT 1"}\n'
+    size, sha = bytes_digest(data)
+    ref = ObjectRef(key="wal/1-1-abcdef12.jsonl", size=size, sha256=sha)
+    assert inner.create("o/wal/1-1-abcdef12.jsonl", b'{"sql": "SELECT 2"}\n') is not None
+    with pytest.raises(errors.BackendError, match=r"already exists.*Nothing was committed"):
+        writer.publish(ref, lambda key: writer.store.create(key, data))
+    assert stored(inner).manifest.seq == 0
+
+
 class MovingStore(MemoryStore):
     """Takes an adopted file as a folder store on its filesystem does: the
     path is gone before the store asks for the file's SHA-256."""
