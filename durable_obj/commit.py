@@ -59,6 +59,7 @@ from durable_obj.protocol import (
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
+    from durable_obj.growing import GrowingFile
     from durable_obj.stores.base import Store, Version
 
 log = logging.getLogger("durable_obj")
@@ -430,35 +431,34 @@ class HeadWriter:
     def commit_base(
         self,
         key: str,
-        path: str,
+        archive: GrowingFile,
         *,
         engine_version: str,
         scratch: str | None,
         progress: Callback | None = None,
     ) -> ObjectRef:
-        """Publish the archive at `path` (BACKUP by `engine_version`) as the
-        base `key`, minted for the next seq, and commit it with an empty WAL.
-        The file is given away: a store on its filesystem moves it into
-        place. On failure the head is as it was."""
+        """Publish `archive` (BACKUP by `engine_version`, which may still be
+        writing it) as the base `key`, minted for the next seq, and commit it
+        with an empty WAL. The file is given away: a store on its filesystem
+        moves it into place once complete. On failure the head is as it was;
+        a failed BACKUP is `SourceFailed` and nothing was created."""
         head = self.head
         assert head is not None and self.holder is not None
         again = " The statements stay buffered; retry checkpoint()."
-        # Hashed through a descriptor opened first, beside the store's fsync
-        # or upload of the same bytes (a file the store moved away still
-        # reads through it); the ref exists once both are done.
-        with open(path, "rb") as source:
-            digest = BackgroundDigest(source)
-            try:
-                self._create(
-                    key,
-                    lambda key: self.store.adopt_file(key, path, digest.sha256, progress),
-                    lambda: self._stamped(key, *digest.result()),
-                    scratch=scratch,
-                    unsettled=again,
-                )
-            finally:
-                digest.join()  # before the descriptor closes, whatever the store did
-            ref = self._stamped(key, *digest.result())
+        # Hashed while BACKUP writes it and the store takes it (fsync,
+        # upload): the ref exists once all three are done (growing.py).
+        digest = BackgroundDigest(archive.chunks())
+        try:
+            self._create(
+                key,
+                lambda key: self.store.adopt_growing(key, archive, digest.sha256, progress),
+                lambda: self._stamped(key, *digest.result()),
+                scratch=scratch,
+                unsettled=again,
+            )
+        finally:
+            digest.join()  # before the archive's descriptor closes, whatever the store did
+        ref = self._stamped(key, *digest.result())
         # Archive the manifest a new base supersedes (proven committed, so an
         # orphan of a failed commit is harmless: history.py); retention > 0.
         archived = archive_of(head, self.retention, self.clock.time(), self.holder.owner)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections.abc import Iterable
 from typing import BinaryIO
 
 from durable_obj.errors import Corrupt
@@ -28,21 +29,26 @@ def file_digest(path: str) -> tuple[int, str]:
 
 def handle_digest(handle: BinaryIO) -> tuple[int, str]:
     """Size and SHA-256 of what `handle` reads from where it stands."""
+    return chunks_digest(iter(lambda: handle.read(_CHUNK), b""))
+
+
+def chunks_digest(chunks: Iterable[bytes]) -> tuple[int, str]:
     digest = hashlib.sha256()
     size = 0
-    while chunk := handle.read(_CHUNK):
+    for chunk in chunks:
         size += len(chunk)
         digest.update(chunk)
     return size, digest.hexdigest()
 
 
 class BackgroundDigest:
-    """`handle_digest` on a thread, so that hashing a file overlaps other
-    work on the same bytes (a store's fsync or upload of it: both release
-    the GIL, as hashlib does on large chunks). `result()` waits for it."""
+    """`chunks_digest` on a thread, so that hashing a file overlaps other
+    work on the same bytes (BACKUP still writing them, a store's fsync or
+    upload of them: all release the GIL, as hashlib does on large chunks).
+    `result()` waits for it."""
 
-    def __init__(self, handle: BinaryIO) -> None:
-        self._handle = handle
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
         self._result: tuple[int, str] | None = None
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="durable_obj-digest", daemon=True)
@@ -50,7 +56,7 @@ class BackgroundDigest:
 
     def _run(self) -> None:
         try:
-            self._result = handle_digest(self._handle)
+            self._result = chunks_digest(self._chunks)
         except BaseException as exc:  # re-raised in the caller's thread by result()
             self._error = exc
 

@@ -50,6 +50,7 @@ from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.export import check_format, export_tables
+from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.heartbeat import BUSY, Heartbeat
 from durable_obj.local import LocalCopy
 from durable_obj.opening import Opener, Refresh
@@ -351,15 +352,23 @@ class DurableObject(Queries):
         started = time.monotonic()
         key = mint_checkpoint_key(self.generation, self.seq + 1)
         local = os.path.join(work, os.path.basename(key))
-        engine.backup(self.db, local)
+        # BACKUP writes the archive on a thread while it is hashed and
+        # stored (growing.py); nothing of a failed BACKUP is committed.
+        archive = GrowingFile(local)
+        backup = archive.produce(lambda: engine.backup(self.db, local))
         try:
             ref = self._w.commit_base(
-                key, local, engine_version=engine.version, scratch=work, progress=self._progress
+                key, archive, engine_version=engine.version, scratch=work, progress=self._progress
             )
+        except SourceFailed as exc:
+            assert exc.__cause__ is not None
+            raise exc.__cause__ from None  # BACKUP's own error
         except LeaseFenced as exc:
             self._fenced_by(exc)
             raise
         finally:
+            backup.join()
+            archive.close()
             with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
                 os.unlink(local)
         self._buf.committed(key, caller_told=caller_told)

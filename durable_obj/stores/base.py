@@ -31,6 +31,8 @@ from durable_obj.errors import BackendError
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
+    from durable_obj.growing import GrowingFile
+
 A = TypeVar("A")
 R = TypeVar("R")
 
@@ -106,6 +108,21 @@ class Store(abc.ABC):
         the caller must not use `path` again (it may or may not still exist).
         By default: a copy, as create_file."""
         return self.create_file(key, path, callback)
+
+    def adopt_growing(
+        self,
+        key: str,
+        source: GrowingFile,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
+    ) -> Version | None:
+        """`adopt_file` of a file its producer (BACKUP) may still be writing,
+        front to back (`growing.py`). A store that uploads may send it as it
+        grows; it must create nothing if the producer fails (`SourceFailed`
+        from `source`'s reads). By default: wait until complete, then
+        adopt_file."""
+        source.wait()
+        return self.adopt_file(key, source.path, sha256, callback)
 
     @abc.abstractmethod
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:

@@ -62,6 +62,8 @@ from durable_obj.stores.shared import check_options
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
+    from durable_obj.growing import GrowingFile
+
 _CHUNK = 4 * 1024 * 1024
 #: Files this store (or chdb.durable's local backend) keeps beside keys.
 _PRIVATE_SUFFIXES = (".lock", ".staging", ".tmp", ".part")
@@ -373,6 +375,20 @@ class FileStore(Store):
             if callback is not None:
                 callback.set_size(os.fstat(src.fileno()).st_size)
             return self._create(key, _chunks(src, callback))
+
+    def adopt_growing(
+        self,
+        key: str,
+        source: GrowingFile,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
+    ) -> Version | None:
+        if self._fsync:
+            try:
+                source.sync_while_growing()
+            except OSError as exc:
+                raise self._fail("syncing the archive for", key, exc) from exc
+        return super().adopt_growing(key, source, sha256, callback)
 
     def adopt_file(
         self,

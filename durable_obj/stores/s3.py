@@ -24,9 +24,11 @@ import contextlib
 import importlib
 import logging
 import math
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
+from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.stores import s3reads
 from durable_obj.stores.base import (
     Blob,
@@ -333,14 +335,65 @@ class S3Store(CloudStore):
             if callback is not None:
                 callback.relative_update(size)
             return created
-        return await self._multipart_create(key, path, size, callback)
+        part_size = max(PART_SIZE, math.ceil(size / MAX_PARTS / (1 << 20)) << 20)
+        with open(path, "rb") as handle:
+
+            async def part(number: int) -> bytes:
+                return handle.read(part_size)
+
+            return await self._multipart_create(key, part, callback)
+
+    def adopt_growing(
+        self,
+        key: str,
+        source: GrowingFile,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
+    ) -> Version | None:
+        """Uploads the archive while BACKUP writes it: parts are sent as
+        they fill, and the upload completes (conditionally) only once the
+        archive is complete; a failed BACKUP aborts it."""
+        return self._run(self._adopt_growing, key, source, callback)
+
+    async def _adopt_growing(
+        self, key: str, source: GrowingFile, callback: Callback | None
+    ) -> Version | None:
+        loop = asyncio.get_running_loop()
+
+        async def read(offset: int, size: int) -> bytes:
+            return await loop.run_in_executor(None, source.read, offset, size)
+
+        first = await read(0, SINGLE_PUT_LIMIT + 1)
+        if len(first) <= SINGLE_PUT_LIMIT:
+            if callback is not None:
+                callback.set_size(len(first))
+            created = await self._put(key, first, {"IfNoneMatch": "*"})
+            if callback is not None:
+                callback.relative_update(len(first))
+            return created
+        del first
+        offset = 0
+
+        async def part(number: int) -> bytes:
+            # the size is unknown until BACKUP ends: parts grow with their
+            # number, so 10,000 of them reach ~0.5 TB
+            nonlocal offset
+            chunk = await read(offset, PART_SIZE << min(4, (number - 1) // 2000))
+            offset += len(chunk)
+            return chunk
+
+        created = await self._multipart_create(key, part, callback)
+        if callback is not None:
+            callback.set_size(offset)
+        return created
 
     async def _multipart_create(
-        self, key: str, path: str, size: int, callback: Callback | None
+        self, key: str, part: Callable[[int], Awaitable[bytes]], callback: Callback | None
     ) -> Version | None:
+        """Create `key` from the parts `part(1)`, `part(2)`, ... (empty: no
+        more), whose completion carries If-None-Match."""
         s3 = await self._s3()
         full = self._key(key)
-        part_size = max(PART_SIZE, math.ceil(size / MAX_PARTS / (1 << 20)) << 20)
         try:
             upload = await self._retry(
                 lambda: s3.create_multipart_upload(Bucket=self._bucket, Key=full)
@@ -368,19 +421,22 @@ class S3Store(CloudStore):
         completed = False
         try:
             try:
-                with open(path, "rb") as src:
-                    number = 0
-                    while chunk := src.read(part_size):
-                        number += 1
-                        pending.add(asyncio.ensure_future(send(number, chunk)))
-                        if len(pending) >= PART_CONCURRENCY:
-                            done, pending = await asyncio.wait(
-                                pending, return_when=asyncio.FIRST_COMPLETED
-                            )
-                            parts.extend(task.result() for task in done)
+                number = 1
+                while chunk := await part(number):
+                    if number > MAX_PARTS:
+                        raise BackendError(f"{key!r} needs more than {MAX_PARTS} parts")
+                    pending.add(asyncio.ensure_future(send(number, chunk)))
+                    number += 1
+                    if len(pending) >= PART_CONCURRENCY:
+                        done, pending = await asyncio.wait(
+                            pending, return_when=asyncio.FIRST_COMPLETED
+                        )
+                        parts.extend(task.result() for task in done)
                 if pending:
                     done, pending = await asyncio.wait(pending)
                     parts.extend(task.result() for task in done)
+            except SourceFailed:
+                raise  # BACKUP failed: the upload is aborted below
             except Exception as exc:
                 raise self._error("uploading", key, exc) from exc
             parts.sort(key=lambda p: int(p["PartNumber"]))

@@ -202,6 +202,57 @@ class StoreTests:
         assert store.fetch_file("ckpt/absent.tar", dst) is False
         assert not os.path.exists(dst)
 
+    @pytest.mark.parametrize("size", [64 * 1024 + 3, 17 * 1024 * 1024 + 5])
+    def test_adopt_growing_file(self, store: Store, tmp_path: Any, size: int) -> None:
+        # A file its producer still writes (a BACKUP archive) lands whole,
+        # once complete; past 16 MiB an S3 store sends it in parts as it grows.
+        from durable_obj.growing import GrowingFile
+
+        data = os.urandom(size)
+        sha = hashlib.sha256(data).hexdigest()
+        path = os.path.join(str(tmp_path), "growing.tar")
+        source = GrowingFile(path)
+        step = max(1, size // 7)
+
+        def write() -> None:
+            with open(path, "wb") as handle:
+                for at in range(0, size, step):
+                    handle.write(data[at : at + step])
+                    handle.flush()
+                    threading.Event().wait(0.01)
+
+        producer = source.produce(write)
+        try:
+            assert store.adopt_growing("ckpt/grown.tar", source, lambda: sha) is not None
+        finally:
+            producer.join()
+            source.close()
+        blob = store.get("ckpt/grown.tar")
+        assert blob is not None and len(blob.data) == size and blob.data == data
+
+    def test_adopt_growing_file_whose_producer_fails(self, store: Store, tmp_path: Any) -> None:
+        # A BACKUP that fails midway creates nothing, at any size.
+        from durable_obj.growing import GrowingFile, SourceFailed
+
+        path = os.path.join(str(tmp_path), "failing.tar")
+        source = GrowingFile(path)
+
+        def write() -> None:
+            with open(path, "wb") as handle:
+                handle.write(os.urandom(17 * 1024 * 1024 + 1))
+                handle.flush()
+            raise RuntimeError("the engine failed")
+
+        producer = source.produce(write)
+        try:
+            with pytest.raises(SourceFailed) as failed:
+                store.adopt_growing("ckpt/failed.tar", source, lambda: "0" * 64)
+        finally:
+            producer.join()
+            source.close()
+        assert isinstance(failed.value.__cause__, RuntimeError)
+        assert store.get("ckpt/failed.tar") is None
+
     def test_download_missing(self, store: Store, tmp_path: Any) -> None:
         dst = os.path.join(str(tmp_path), "x")
         assert store.download("missing", dst) is False

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 
     from fsspec.callbacks import Callback
 
+    from durable_obj.growing import GrowingFile
+
 T = TypeVar("T")
 
 
@@ -170,6 +172,19 @@ class FaultyStore(Store):
         # the same faults as create_file: the same store call, taking the file
         return self._call(
             "create_file", key, lambda: self.inner.adopt_file(key, path, sha256, callback)
+        )
+
+    def adopt_growing(
+        self,
+        key: str,
+        source: GrowingFile,
+        sha256: Callable[[], str],
+        callback: Callback | None = None,
+    ) -> Version | None:
+        # the same faults as create_file; a crash or error before the call
+        # leaves the archive to its producer, which the caller joins
+        return self._call(
+            "create_file", key, lambda: self.inner.adopt_growing(key, source, sha256, callback)
         )
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:

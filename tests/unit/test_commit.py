@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,7 @@ from durable_obj import errors, ops
 from durable_obj import lease as leases
 from durable_obj.commit import HeadWriter
 from durable_obj.digest import bytes_digest
+from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.head import Head, Lease, ObjectRef
 from durable_obj.stores.base import Store, Version
 from durable_obj.stores.memory import MemoryStore
@@ -334,24 +336,96 @@ class MovingStore(MemoryStore):
         return version
 
 
+def _growing(path: Path, data: bytes, fail: bool = False) -> tuple[GrowingFile, Any]:
+    """`data` written to `path` in pieces on a thread, as BACKUP writes."""
+    source = GrowingFile(str(path))
+
+    def write() -> None:
+        with open(path, "wb") as handle:
+            for at in range(0, len(data), 1 << 20):
+                handle.write(data[at : at + (1 << 20)])
+                handle.flush()
+                time.sleep(0.002)
+        if fail:
+            raise RuntimeError("BACKUP failed")
+
+    return source, source.produce(write)
+
+
 @pytest.mark.parametrize("fault", [None, LANDED])
-def test_commit_base_hashes_the_file_beside_the_store_taking_it(
+def test_commit_base_hashes_the_file_while_it_is_written_and_taken(
     tmp_path: Path, fault: Fault | None
 ) -> None:
-    # The digest reads through a descriptor opened before the store moves
-    # the file away; a lost answer is settled against that digest.
+    # The digest reads the archive while it is written, through a descriptor
+    # that outlives the store moving the file away; a lost answer is settled
+    # against that digest.
     inner = MovingStore(f"commit-{uuid.uuid4().hex}")
     writer, _me = writer_object(inner)
     if fault is not None:
         writer.store = FaultyStore(inner, seed=0, rate=1.0, faults=[fault], ops=["create_file"])
     data = os.urandom(9 * 1024 * 1024 + 5)  # several of the digest's chunks
     path = tmp_path / "backup.tar"
-    path.write_bytes(data)
-    ref = writer.commit_base(
-        "checkpoints/1-1-abcdef12.tar", str(path), engine_version="26.1.1", scratch=str(tmp_path)
-    )
+    source, producer = _growing(path, data)
+    try:
+        ref = writer.commit_base(
+            "checkpoints/1-1-abcdef12.tar", source, engine_version="26.1.1", scratch=str(tmp_path)
+        )
+    finally:
+        producer.join()
+        source.close()
     assert (ref.size, ref.sha256) == bytes_digest(data) and not path.exists()
     head = stored(inner)
     assert head.manifest.base is not None and head.manifest.base.sha256 == ref.sha256
     blob = inner.get("o/checkpoints/1-1-abcdef12.tar")
     assert blob is not None and blob.data == data
+
+
+def test_commit_base_of_a_failed_backup_creates_and_commits_nothing(tmp_path: Path) -> None:
+    inner = memory()
+    writer, _me = writer_object(inner)
+    source, producer = _growing(tmp_path / "backup.tar", os.urandom(3 << 20), fail=True)
+    try:
+        with pytest.raises(SourceFailed) as failed:
+            writer.commit_base(
+                "checkpoints/1-1-abcdef12.tar",
+                source,
+                engine_version="26.1.1",
+                scratch=str(tmp_path),
+            )
+    finally:
+        producer.join()
+        source.close()
+    assert isinstance(failed.value.__cause__, RuntimeError)
+    assert inner.get("o/checkpoints/1-1-abcdef12.tar") is None
+    assert stored(inner).manifest.seq == 0 and stored(inner).manifest.base is None
+
+
+def test_a_checkpoint_whose_backup_fails_raises_the_engines_error_and_keeps_all(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inner = memory()
+    obj = durable_obj.Namespace(inner, owner="me").open("o")
+    try:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1)")
+        engine = obj._local.engine
+        assert engine is not None
+        real = engine.backup
+
+        def half(db: str, path: str) -> None:
+            real(db, path)
+            with open(path, "r+b") as handle:
+                handle.truncate(100)
+            raise errors.EngineError("BACKUP failed halfway")
+
+        monkeypatch.setattr(engine, "backup", half)
+        with pytest.raises(errors.EngineError, match="halfway"):
+            obj.checkpoint()
+        assert obj.pending == 2 and [e.key for e in inner.list_keys("o/checkpoints/")] == []
+        monkeypatch.undo()
+        obj.checkpoint()
+        assert obj.pending == 0
+    finally:
+        obj.close()
+    with durable_obj.Namespace(inner).open("o", read_only=True) as again:
+        assert again.rows("SELECT k FROM m") == [(1,)]
