@@ -41,10 +41,6 @@ from tests import servers
 
 pytestmark = [
     pytest.mark.slow,
-    # Ray's own import and shutdown warnings are Ray's, not ours
-    pytest.mark.filterwarnings("ignore::DeprecationWarning:ray.*"),
-    pytest.mark.filterwarnings("ignore::ResourceWarning"),
-    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
 moto_s3 = servers.moto_s3
