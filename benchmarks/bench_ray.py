@@ -189,10 +189,6 @@ def main() -> None:
         report.notes.append("--smoke: a check that every figure runs; the figures mean nothing")
     oids = [f"agent-{i:02d}" for i in range(args.objects)]
     with tempfile.TemporaryDirectory(prefix="bench-ray-") as root:
-        local = in_process(root, oids, args.threads, args.seconds)
-        report.own.append(
-            OwnRow("local", f"{args.objects} objs, 1 process, no Ray", "req/s", local)
-        )
         ray.init(
             address="local",  # a node of its own, never a cluster found on the machine
             num_cpus=args.cpus,
@@ -201,7 +197,15 @@ def main() -> None:
             log_to_driver=False,
         )
         try:
+            # The baseline is measured again right before each Ray figure, and
+            # each ratio is against the baseline beside it: on a shared
+            # machine the load moves between figures.
+            baselines = []
             for shards in shard_counts:
+                local = in_process(
+                    os.path.join(root, f"local-{shards}"), oids, args.threads, args.seconds
+                )
+                baselines.append(local)
                 rate, one_call = through_ray(root, oids, args.threads, args.seconds, shards)
                 for how, value in (("execute+flush", rate), ("write()", one_call)):
                     report.own.append(
@@ -210,9 +214,21 @@ def main() -> None:
                             f"{args.objects} objs, Ray, {shards} actor(s), {how}",
                             "req/s",
                             value,
-                            note=f"{value / local:.2f}x the 1-process rate",
+                            note=f"{value / local:.2f}x the 1-process rate beside it",
                         )
                     )
+            report.samples["baselines_req_s"] = baselines
+            report.own.insert(
+                0,
+                OwnRow(
+                    "local",
+                    f"{args.objects} objs, 1 process, no Ray",
+                    "req/s",
+                    median(baselines),
+                    note="median of the runs beside each Ray figure: "
+                    + ", ".join(f"{b:.1f}" for b in baselines),
+                ),
+            )
             samples = recovery(root, args.kills)
             report.samples["recovery_s"] = samples
             report.own.append(
