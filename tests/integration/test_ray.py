@@ -102,8 +102,11 @@ class Cluster:
                 os.environ["PYTHONPATH"] = self._env
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster(loopback_only_env: None) -> Iterator[Cluster]:
+    """One cluster for the module (Ray allows one per driver); each test
+    uses actors of its own names, and the freeze test adds the node it may
+    freeze, so the others keep two live worker nodes whatever the order."""
     started = Cluster()
     try:
         yield started
@@ -240,6 +243,9 @@ def test_frozen_node_thawed_is_fenced_and_writes_nothing(cluster: Cluster, tmp_p
     from durable_obj.ray import Hosts, shard_of
     from tests.integration.ray_host import JournalingHost
 
+    # a third worker node: after the freeze two live ones remain
+    cluster.nodes.append(cluster.cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1"))
+    cluster.cluster.wait_for_nodes()
     url = str(tmp_path / "ns")
     hosts = Hosts(
         url,
