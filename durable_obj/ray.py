@@ -77,6 +77,7 @@ from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from durable_obj import DurableObject, Namespace, Pool, Result
 from durable_obj.errors import (
     CommitAmbiguous,
     DurableError,
@@ -87,10 +88,6 @@ from durable_obj.errors import (
     MissingDependency,
     Timeout,
 )
-from durable_obj.namespace import Namespace
-from durable_obj.object import DurableObject
-from durable_obj.pool import Pool
-from durable_obj.surface import Result
 
 log = logging.getLogger("durable_obj")
 
