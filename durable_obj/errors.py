@@ -1,9 +1,11 @@
 """Every error durable_obj raises, as one tree with a stable `category` string.
 
 The categories are the fourteen that chdb.durable V1 freezes, plus
-`nondeterministic` (a statement that would replay differently) and
+`nondeterministic` (a statement that would replay differently),
 `invalid_argument` (a bad URL, object id or option; raised before any storage
-is touched). A caller, or a conformance runner comparing bindings, switches on
+is touched) and `host_lost` (the process hosting an object for a caller,
+a Ray actor of `durable_obj.ray`, died with the caller's unflushed
+statements). A caller, or a conformance runner comparing bindings, switches on
 `category`; Python code can also catch the classes or the builtin mixed into
 some of them::
 
@@ -26,6 +28,7 @@ some of them::
     ├── CommitAmbiguous                  commit_ambiguous
     ├── LimitExceeded (ValueError)       limit_exceeded
     ├── Closed                           closed
+    ├── HostLost                         host_lost
     └── InvalidArgument (ValueError)     invalid_argument
         └── UnsupportedStore             invalid_argument
 
@@ -151,6 +154,15 @@ class Closed(DurableError):
     category = "closed"
 
 
+class HostLost(DurableError):
+    """The host of an object (a Ray actor, `durable_obj.ray`) died or was
+    replaced, and with it the statements this caller executed there since
+    its last flush: they were never committed. Nothing was run again; the
+    handle now reaches the new host: execute them again, then flush."""
+
+    category = "host_lost"
+
+
 class InvalidArgument(DurableError, ValueError):
     """A URL, object id or option is malformed; nothing was touched."""
 
@@ -179,6 +191,7 @@ CATEGORIES: dict[str, type[DurableError]] = {
     "closed": Closed,
     "nondeterministic": Nondeterministic,
     "invalid_argument": InvalidArgument,
+    "host_lost": HostLost,
 }
 
 __all__ = [
@@ -191,6 +204,7 @@ __all__ = [
     "DurableError",
     "EngineError",
     "EngineIncompatible",
+    "HostLost",
     "InvalidArgument",
     "LeaseError",
     "LeaseFenced",

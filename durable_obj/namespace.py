@@ -11,7 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -149,12 +149,22 @@ class Namespace:
         create: bool = True,
         description: str | None = None,
         at: int | datetime | None = None,
+        reclaim: Callable[[str], bool] | None = None,
     ) -> DurableObject:
         """Open the object `oid`; a writer open creates it if absent, unless
         `create=False` (then a missing object is `NotFound`, nothing written).
         `description`: a short text for the object if this open creates it
         (this namespace's `description` option otherwise), shown by `list()`.
-        See `durable_obj.open` for every argument, `at` included."""
+        See `durable_obj.open` for every argument, `at` included.
+
+        `reclaim`: for a host that is restarted by a supervisor (a Ray actor,
+        a systemd unit) under a fresh owner name per incarnation. Called with
+        the owner of a live lease held by someone else; True takes it at once,
+        as `force` does, without waiting for it to expire: only say True for
+        an earlier incarnation of this same host, which the supervisor has
+        declared dead. That holder is fenced at its next commit (the owner
+        changes, so the generation moves). Every other holder keeps the
+        normal `LeaseHeld` rule."""
         check_oid(oid)
         check_at(at, read_only=read_only)
         options = self._options
@@ -170,7 +180,7 @@ class Namespace:
             progress=self._progress,
             at=at,
         )
-        obj._open(force, create)
+        obj._open(force, create, reclaim)
         return obj
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:

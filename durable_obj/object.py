@@ -63,6 +63,8 @@ from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.surface import Result as Result
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fsspec.callbacks import Callback
 
     from durable_obj.stores.base import Store
@@ -136,7 +138,9 @@ class DurableObject(Queries):
                     self._local.teardown(background=False)
 
     # -- open ----------------------------------------------------------------
-    def _open(self, force: bool, create: bool = True) -> None:
+    def _open(
+        self, force: bool, create: bool = True, reclaim: Callable[[str], bool] | None = None
+    ) -> None:
         """Open the object; on any failure leave nothing behind but what it was."""
         with self._lock:
             if self._state != _NEW:
@@ -153,6 +157,7 @@ class DurableObject(Queries):
                     create=create,
                     progress=self._progress,
                     at=self._at,
+                    reclaim=reclaim,
                 ).run()
             except BaseException:
                 self._abort_open()

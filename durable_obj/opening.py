@@ -28,11 +28,13 @@ from durable_obj.errors import LeaseHeld, NotFound
 from durable_obj.protocol import HEAD_KEY
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fsspec.callbacks import Callback
 
     from durable_obj.commit import HeadWriter
     from durable_obj.engine import Engine
-    from durable_obj.head import ObjectRef
+    from durable_obj.head import Lease, ObjectRef
     from durable_obj.local import LocalCopy
     from durable_obj.options import Options
 
@@ -63,8 +65,12 @@ class Opener:
         create: bool = True,
         progress: Callback | None = None,
         at: int | datetime | None = None,
+        reclaim: Callable[[str], bool] | None = None,
     ) -> None:
         self.writer = writer
+        self.reclaim = reclaim
+        #: The live lease this open took back from an earlier self (`reclaim`).
+        self.reclaimed = False
         self.local = local
         self.options = options
         self.at = at
@@ -100,6 +106,8 @@ class Opener:
             restore.check_protocol(got.head, url=writer.url, read_only=read_only)
             if self.at is not None:
                 got = self._past(got)
+            if not read_only and not force and self._reclaims(got.head.lease):
+                force = self.reclaimed = True
             if not read_only and not force:
                 assert writer.holder is not None
                 leases.check_free(
@@ -150,7 +158,7 @@ class Opener:
                 if read_only:
                     writer.adopt(got)
                 else:
-                    self._take_lease(engine, got)
+                    self._take_lease(engine, got, force)
                 local.pin_head(got.head)
                 restore.restore(engine, got.head, fetches, url=writer.url)
             except BaseException:
@@ -185,18 +193,38 @@ class Opener:
         )
         return Stored(history.manifest_at(got.head, point), got.version)
 
-    def _take_lease(self, engine: Engine, got: Stored) -> None:
+    def _reclaims(self, lease: Lease) -> bool:
+        """May this open take `lease` at once, though it is live? Only when
+        the caller's `reclaim` says its owner is an earlier self (an earlier
+        incarnation of a restarted host): every other holder keeps the
+        normal `LeaseHeld` rule."""
+        if self.reclaim is None or lease.released or lease.owner is None:
+            return False
+        holder = self.writer.holder
+        assert holder is not None
+        if lease.instance == holder.instance or lease.owner == holder.owner:
+            return False  # our own instance; or a namesake, which may be alive
+        return bool(self.reclaim(lease.owner))
+
+    def _take_lease(self, engine: Engine, got: Stored, force: bool) -> None:
         writer = self.writer
         taken = writer.take(
             got,
-            force=self.force,
+            force=force,
             clock_skew=self.options.clock_skew,
             engine_version=engine.version,
         )
         if taken is None:
             raise HeadMoved()
         previous = got.head.lease
-        if taken.forced:
+        if taken.forced and self.reclaimed:
+            log.warning(
+                "%s: took the lease back at once from %r, an earlier incarnation of this "
+                "writer (reclaim); its next commit fails with lease_fenced",
+                writer.url,
+                previous.owner,
+            )
+        elif taken.forced:
             message = (
                 f"force takeover of {writer.url}: the lease of {previous.owner!r} had not "
                 "expired; whatever it executed but did not flush is lost, and its next "

@@ -87,7 +87,10 @@ class Pool:
     kept open at most (default 64; exceeded only while all are in use).
     `idle_close`: seconds after its last use an unused object is closed
     (default 300; None: never for idleness). `clock`: the monotonic clock
-    idleness is measured with (a test drives it).
+    idleness is measured with (a test drives it). `reclaim`: for a pool
+    inside a supervised host restarted under a new owner name each time (see
+    `Namespace.open`): says which live leases are an earlier self's, taken
+    at once instead of waiting for them to expire.
 
     A read-only pool's cached objects see new writes only on `obj.refresh()`.
     """
@@ -102,6 +105,7 @@ class Pool:
         idle_close: float | None = DEFAULT_IDLE_CLOSE,
         storage_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        reclaim: Callable[[str], bool] | None = None,
         **options: Any,
     ) -> None:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
@@ -116,6 +120,7 @@ class Pool:
             namespace_url, owner=owner, storage_options=storage_options, **options
         )
         self.read_only = read_only
+        self.reclaim = reclaim
         self.max_open = max_open
         self.idle_close = None if idle_close is None else float(idle_close)
         self._clock = clock
@@ -206,7 +211,7 @@ class Pool:
                 entry.ready.wait()  # another thread opens it; then look again
                 continue
             try:
-                entry.obj = self.namespace.open(oid, read_only=self.read_only)
+                entry.obj = self.namespace.open(oid, read_only=self.read_only, reclaim=self.reclaim)
             except BaseException:
                 with self._lock:
                     entry.error = True

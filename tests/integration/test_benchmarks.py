@@ -153,3 +153,22 @@ def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
     }
     for figures in [*doc["puts"].values(), *doc["gets"].values()]:
         assert all(math.isfinite(v) and v >= 0 for v in figures.values()), figures
+
+
+def test_bench_ray_smoke_run(tmp_path: Path) -> None:
+    """benchmarks/bench_ray.py --smoke: the same requests in one process and
+    through Ray handles, and an actor SIGKILLed and serving again, on a local
+    Ray node on 127.0.0.1 that the script starts and stops."""
+    proc = bench("bench_ray.py", "--smoke", "--results", str(tmp_path))
+    (written,) = tmp_path.glob("ray-*.json")
+    doc = json.loads(written.read_text())
+    metrics = {row["metric"]: row["ours"] for row in doc["own_rows"]}
+    assert set(metrics) == {
+        "4 objs, 1 process, no Ray",
+        "4 objs, Ray, 2 actor(s), execute+flush",
+        "4 objs, Ray, 2 actor(s), write()",
+        "actor SIGKILL -> serving again, median",
+    }, metrics
+    assert all(math.isfinite(v) and v > 0 for v in metrics.values()), metrics
+    assert len(doc["samples"]["recovery_s"]) == 1
+    assert "--smoke: a check that every figure runs" in proc.stdout

@@ -36,3 +36,17 @@ def test_langgraph_agent_pauses_in_one_process_and_finishes_in_another(tmp_path:
     # the state lives in the object both processes opened, under ./durable-data
     (head,) = (tmp_path / "durable-data").glob("triage-*/head.json")
     assert head.stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_ray_agents_write_through_actors_and_the_fleet_is_read_from_parquet(
+    tmp_path: Path,
+) -> None:
+    """examples/ray_agents.py: a local Ray node on 127.0.0.1 (started and
+    stopped by the example), six agents on two actors, the export read by chDB."""
+    out = _run(tmp_path, "ray_agents.py")
+    for i in range(6):
+        assert f"agent-{i} on fleet-" in out and f": {i + 1} memories" in out
+    assert "exported 6 Parquet file(s)" in out
+    assert "fleet total: 21 memories" in out
+    assert len(list((tmp_path / "durable-data" / "fleet").glob("agent-*/head.json"))) == 6

@@ -14,11 +14,11 @@ def test_all_is_pinned() -> None:
     assert set(durable_obj.__all__) == {
         "AsyncDurableObject", "aopen",
         "BackendError", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
-        "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "InvalidArgument",
-        "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded", "MissingDependency",
-        "Namespace", "Nondeterministic", "NotFound", "Pool", "ProtocolUnsupported", "Result",
-        "SecretRefused", "Timeout", "UnsupportedStore", "errors", "export", "fork",
-        "open",
+        "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "HostLost",
+        "InvalidArgument", "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded",
+        "MissingDependency", "Namespace", "Nondeterministic", "NotFound", "Pool",
+        "ProtocolUnsupported", "Result", "SecretRefused", "Timeout", "UnsupportedStore",
+        "errors", "export", "fork", "open",
     }  # fmt: skip
     for name in durable_obj.__all__:
         assert hasattr(durable_obj, name)
@@ -30,7 +30,8 @@ def test_exception_tree() -> None:
         "protocol_unsupported", "corrupt", "classification_refused", "secret_refused",
         "engine", "backend", "timeout", "commit_ambiguous", "limit_exceeded", "closed",
     }  # fmt: skip
-    assert v1 | {"nondeterministic", "invalid_argument"} == set(errors.CATEGORIES)
+    ours = {"nondeterministic", "invalid_argument", "host_lost"}
+    assert v1 | ours == set(errors.CATEGORIES)
     for category, cls in errors.CATEGORIES.items():
         assert issubclass(cls, errors.DurableError)
         assert cls.category == category
