@@ -57,7 +57,10 @@ class Token:
     def name(self) -> str:
         """An identifier as the engine sees it: unquoted, case kept."""
         if self.kind == "quoted":
-            return re.sub(r"\\(.)|``|\"\"", lambda m: m.group(1) or m.group()[0], self.text[1:-1])
+            # only the delimiting quote is doubled: `""` is two quotes
+            mark = self.text[0]
+            body = self.text[1:-1]
+            return re.sub(r"\\(.)|" + mark * 2, lambda m: m.group(1) or mark, body)
         return self.text
 
     @property
