@@ -15,7 +15,7 @@ from typing import BinaryIO
 from durable_obj.errors import Corrupt
 from durable_obj.head import ObjectRef
 
-_CHUNK = 4 * 1024 * 1024
+CHUNK = 4 * 1024 * 1024
 
 
 def bytes_digest(data: bytes) -> tuple[int, str]:
@@ -29,7 +29,7 @@ def file_digest(path: str) -> tuple[int, str]:
 
 def handle_digest(handle: BinaryIO) -> tuple[int, str]:
     """Size and SHA-256 of what `handle` reads from where it stands."""
-    return chunks_digest(iter(lambda: handle.read(_CHUNK), b""))
+    return chunks_digest(iter(lambda: handle.read(CHUNK), b""))
 
 
 def chunks_digest(chunks: Iterable[bytes]) -> tuple[int, str]:

@@ -25,11 +25,11 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 
+from durable_obj.digest import CHUNK
 from durable_obj.errors import DurableError
 
 #: How long a reader waits for more bytes before it looks again.
 _POLL = 0.002
-CHUNK = 4 * 1024 * 1024
 
 
 class SourceFailed(DurableError):

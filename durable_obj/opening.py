@@ -304,7 +304,7 @@ class Refresh:
             try:
                 fetches.segments()
                 if fetched.manifest.base is not None:
-                    fetches.base()
+                    fetches.check_base()
             except BaseException:
                 fetches.cancel()
                 raise

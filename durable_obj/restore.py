@@ -19,7 +19,7 @@ import os
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from durable_obj.digest import file_digest, verify, verify_bytes
+from durable_obj.digest import CHUNK, BackgroundDigest, file_digest, verify, verify_bytes
 from durable_obj.errors import Corrupt, EngineError, EngineIncompatible, ProtocolUnsupported
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
@@ -121,7 +121,10 @@ class Fetches:
         self._work = work
         self._base: Future[str] | None = None
         self._segments: Future[list[list[str]]] | None = None
-        base = head.manifest.base
+        base = self._base_ref = head.manifest.base
+        #: The base's size and SHA-256 were checked (`check_base`); else
+        #: `restore` checks them beside RESTORE.
+        self.base_checked = False
         if base is not None:
             self._base = pool.submit(self._fetch_base, base, progress)
         if head.manifest.wal:
@@ -133,10 +136,19 @@ class Fetches:
                 future.cancel()
 
     def base(self) -> str:
-        """The local path of the verified base (named as its key: chDB tells
-        an archive's format by its extension)."""
+        """The local path of the base, not yet verified (named as its key:
+        chDB tells an archive's format by its extension): `restore` checks
+        its size and SHA-256 while RESTORE reads it, and keeps nothing of
+        it unless they match."""
         assert self._base is not None
         return self._base.result()
+
+    def check_base(self) -> None:
+        """Verify the base now, before anything local changes (a refresh
+        keeps its view when the new base is corrupt)."""
+        assert self._base_ref is not None
+        verify(*file_digest(self.base()), self._base_ref, "base checkpoint")
+        self.base_checked = True
 
     def segments(self) -> list[list[str]]:
         """Every segment's statements, in manifest order."""
@@ -152,7 +164,6 @@ class Fetches:
                 "the object cannot be restored without it and was not opened. Nothing was "
                 "changed."
             )
-        verify(*file_digest(part), ref, "base checkpoint")
         os.replace(part, path)
         return path
 
@@ -178,21 +189,39 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
     db = head.manifest.db
     if head.manifest.base is not None:
         assert fetches is not None
+        ref = head.manifest.base
         path = fetches.base()
-        try:
-            engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
-        except EngineError as exc:
-            if "not found in backup" not in str(exc):
-                raise
-            # The base verified against its SHA-256, so it is the archive the
-            # head names; a head whose manifest.db is not in it is inconsistent.
-            raise Corrupt(
-                f"{url}: the base {head.manifest.base.key} holds no database {db!r}, which "
-                "the head's manifest.db names; the head and its base disagree, so the "
-                "object was not opened and nothing was changed"
-            ) from exc
-        finally:
-            os.unlink(path)
+        # Hashed beside RESTORE reading the same bytes, and judged before
+        # anything else happens: a base that does not match is Corrupt and
+        # the open fails, so what RESTORE made of it is never seen (the
+        # caller drops the engine of a failed open).
+        with open(path, "rb") as handle:
+            digest = None
+            if not fetches.base_checked:
+                digest = BackgroundDigest(iter(lambda: handle.read(CHUNK), b""))
+
+            def judge() -> None:
+                if digest is not None:
+                    verify(*digest.result(), ref, "base checkpoint")
+
+            try:
+                engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+            except EngineError as exc:
+                judge()  # an altered base says so
+                if "not found in backup" not in str(exc):
+                    raise
+                # The base verified against its SHA-256, so it is the archive the
+                # head names; a head whose manifest.db is not in it is inconsistent.
+                raise Corrupt(
+                    f"{url}: the base {ref.key} holds no database {db!r}, which "
+                    "the head's manifest.db names; the head and its base disagree, so the "
+                    "object was not opened and nothing was changed"
+                ) from exc
+            finally:
+                if digest is not None:
+                    digest.join()
+                os.unlink(path)
+            judge()
     else:
         engine.create_database(db)
     engine.use_database(db)
