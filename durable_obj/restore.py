@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from durable_obj.digest import CHUNK, BackgroundDigest, file_digest, verify, verify_bytes
+from durable_obj.digest import CHUNK, BackgroundDigest, verify, verify_bytes
 from durable_obj.errors import Corrupt, EngineError, EngineIncompatible, ProtocolUnsupported
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
@@ -119,12 +120,9 @@ class Fetches:
         self._oid = oid
         self._url = f"{store.url.rstrip('/')}/{oid}"
         self._work = work
-        self._base: Future[str] | None = None
+        self._base: Future[tuple[str, BackgroundDigest]] | None = None
         self._segments: Future[list[list[str]]] | None = None
         base = self._base_ref = head.manifest.base
-        #: The base's size and SHA-256 were checked (`check_base`); else
-        #: `restore` checks them beside RESTORE.
-        self.base_checked = False
         if base is not None:
             self._base = pool.submit(self._fetch_base, base, progress)
         if head.manifest.wal:
@@ -136,25 +134,26 @@ class Fetches:
                 future.cancel()
 
     def base(self) -> str:
-        """The local path of the base, not yet verified (named as its key:
-        chDB tells an archive's format by its extension): `restore` checks
-        its size and SHA-256 while RESTORE reads it, and keeps nothing of
-        it unless they match."""
+        """The local path of the base, named as its key (chDB tells an
+        archive's format by its extension). Its size and SHA-256 are being
+        checked meanwhile, beside the engine's start and RESTORE reading it:
+        `check_base` judges them, and nothing made of a base it refuses is
+        ever seen."""
         assert self._base is not None
-        return self._base.result()
+        return self._base.result()[0]
 
     def check_base(self) -> None:
-        """Verify the base now, before anything local changes (a refresh
-        keeps its view when the new base is corrupt)."""
-        assert self._base_ref is not None
-        verify(*file_digest(self.base()), self._base_ref, "base checkpoint")
-        self.base_checked = True
+        """`Corrupt` unless the base is the one the head names."""
+        assert self._base is not None and self._base_ref is not None
+        verify(*self._base.result()[1].result(), self._base_ref, "base checkpoint")
 
     def segments(self) -> list[list[str]]:
         """Every segment's statements, in manifest order."""
         return [] if self._segments is None else self._segments.result()
 
-    def _fetch_base(self, ref: ObjectRef, progress: Callback | None) -> str:
+    def _fetch_base(
+        self, ref: ObjectRef, progress: Callback | None
+    ) -> tuple[str, BackgroundDigest]:
         path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
         # only read (by RESTORE), then removed: a folder store may link it
@@ -165,7 +164,13 @@ class Fetches:
                 "changed."
             )
         os.replace(part, path)
-        return path
+        handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                yield from iter(lambda: handle.read(CHUNK), b"")
+
+        return path, BackgroundDigest(chunks())
 
     def _fetch_segments(self, refs: list[ObjectRef], concurrency: int) -> list[list[str]]:
         keys = [object_key(self._oid, ref.key) for ref in refs]
@@ -195,33 +200,24 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
         # anything else happens: a base that does not match is Corrupt and
         # the open fails, so what RESTORE made of it is never seen (the
         # caller drops the engine of a failed open).
-        with open(path, "rb") as handle:
-            digest = None
-            if not fetches.base_checked:
-                digest = BackgroundDigest(iter(lambda: handle.read(CHUNK), b""))
-
-            def judge() -> None:
-                if digest is not None:
-                    verify(*digest.result(), ref, "base checkpoint")
-
-            try:
-                engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
-            except EngineError as exc:
-                judge()  # an altered base says so
-                if "not found in backup" not in str(exc):
-                    raise
-                # The base verified against its SHA-256, so it is the archive the
-                # head names; a head whose manifest.db is not in it is inconsistent.
-                raise Corrupt(
-                    f"{url}: the base {ref.key} holds no database {db!r}, which "
-                    "the head's manifest.db names; the head and its base disagree, so the "
-                    "object was not opened and nothing was changed"
-                ) from exc
-            finally:
-                if digest is not None:
-                    digest.join()
-                os.unlink(path)
-            judge()
+        try:
+            engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+        except EngineError as exc:
+            fetches.check_base()  # an altered base says so
+            if "not found in backup" not in str(exc):
+                raise
+            # The base verified against its SHA-256, so it is the archive the
+            # head names; a head whose manifest.db is not in it is inconsistent.
+            raise Corrupt(
+                f"{url}: the base {ref.key} holds no database {db!r}, which "
+                "the head's manifest.db names; the head and its base disagree, so the "
+                "object was not opened and nothing was changed"
+            ) from exc
+        finally:
+            os.unlink(path)
+        # judged before anything else happens: a base that does not match
+        # fails the open, whose engine is dropped unseen
+        fetches.check_base()
     else:
         engine.create_database(db)
     engine.use_database(db)
