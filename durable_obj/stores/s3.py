@@ -346,7 +346,7 @@ class S3Store(CloudStore):
                 return None
             if target.scheme == "https" and verify not in (None, True):
                 return None  # a CA bundle or verify=False: botocore's TLS, not obstore's
-            self._writes = s3writes.FastWrites(
+            self._writes = s3writes.FastWrites.shared(
                 target,
                 self._bucket,
                 float(config.get("connect_timeout") or 60),

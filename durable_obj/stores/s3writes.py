@@ -21,9 +21,9 @@ included), so only the status and code travel on.
 
 Like `s3reads`, it copies the client: the address from a URL the client
 itself presigned, the region from the client, the credentials frozen from
-the client before every PUT (a refresh builds a new obstore client). The
-store falls back to the client where this would not be exact; see
-`S3Store._fast_writes`.
+the client before every PUT (a refresh builds a new obstore client; the
+stores of one process share them per address and bucket). The store falls
+back to the client where this would not be exact; see `S3Store._fast_writes`.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import os
 import re
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,10 @@ _DIFFERENT_ENV = (
 )
 #: ... and over HTTPS: botocore trusts this bundle alone, obstore adds to the system's.
 _TLS_ENV = ("AWS_CA_BUNDLE",)
+#: obstore clients kept per address, for as many sets of credentials.
+MAX_CLIENTS = 4
+_SHARED: dict[tuple[Any, ...], FastWrites] = {}
+_SHARED_LOCK = threading.Lock()
 _STATUS = re.compile(r"\bStatus \{\s*status: (\d{3}),")
 _CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
 _NEVER_SENT = re.compile(r"\bHttpError \{\s*kind: Connect,")
@@ -104,13 +109,35 @@ class FastWrites:
         self._virtual = virtual
         self._connect = connect_timeout
         self._total = connect_timeout + read_timeout
-        self._client: Any = None
-        self._creds: Credentials | None = None
+        #: obstore clients by the credentials they sign with, newest last.
+        self._clients: dict[Credentials, Any] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def shared(
+        cls, target: Target, bucket: str, connect_timeout: float, read_timeout: float
+    ) -> FastWrites:
+        """The process's one `FastWrites` for this address and bucket, so the
+        stores of many objects build (about 10-20 ms) and pool one client."""
+        key = (target, bucket, connect_timeout, read_timeout)
+        with _SHARED_LOCK:
+            found = _SHARED.get(key)
+            if found is None:
+                found = _SHARED[key] = cls(target, bucket, connect_timeout, read_timeout)
+            return found
 
     def _store(self, creds: Credentials) -> Any:
         """The obstore client for these credentials (built again when they change)."""
-        if self._client is not None and self._creds == creds:
-            return self._client
+        with self._lock:
+            client = self._clients.get(creds)
+            if client is None:
+                client = self._build(creds)
+                self._clients[creds] = client
+                while len(self._clients) > MAX_CLIENTS:
+                    del self._clients[next(iter(self._clients))]  # the oldest
+            return client
+
+    def _build(self, creds: Credentials) -> Any:
         store = importlib.import_module("obstore.store")
         target = self.target
         config: dict[str, Any] = {
@@ -126,7 +153,7 @@ class FastWrites:
         }
         if creds.token:
             config["session_token"] = creds.token
-        self._client = store.S3Store(
+        return store.S3Store(
             self._bucket,
             config=config,
             client_options={
@@ -136,8 +163,6 @@ class FastWrites:
             },
             retry_config={"max_retries": 0, "retry_timeout": timedelta(seconds=self._total)},
         )
-        self._creds = creds
-        return self._client
 
     async def put(
         self, full_key: str, data: bytes, condition: dict[str, str], creds: Credentials
