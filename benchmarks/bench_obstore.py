@@ -1,6 +1,9 @@
 """The S3 transport question of issue 16 §1, measured: durable_obj's S3 store
-(s3fs/aiobotocore for conditional writes, its batched reader for GETs)
-against obstore (the Rust `object_store` crate) on the same SeaweedFS.
+(conditional writes through obstore, durable_obj/stores/s3writes.py; its
+batched reader for GETs), the same store with its writes on the aiobotocore
+client (`DURABLE_OBJ_S3_WRITES=client`, the path before issue 16 §1 and the
+fallback today), and obstore (the Rust `object_store` crate) called bare, on
+the same SeaweedFS.
 
     python benchmarks/bench_obstore.py              # 200 PUTs of each kind, 1,001 GETs
     python benchmarks/bench_obstore.py --latency-ms 20
@@ -9,7 +12,8 @@ against obstore (the Rust `object_store` crate) on the same SeaweedFS.
 Figures, each the same requests through both clients, alternating blocks:
 
 * create: a conditional create of a fresh 3 KB key (`If-None-Match: *`),
-  p50 / p99 latency and the client's CPU per request;
+  p50 / p99 latency and the client's CPU per request (`durable_obj`: the
+  store as shipped; `durable_obj-client`: its aiobotocore fallback);
 * replace: a compare-and-swap of one 2 KB key (`If-Match: <etag>`), the
   token taken from the previous answer;
 * 1,001 GETs of 3 KB keys at once (a long WAL's open): wall time and the
@@ -18,7 +22,6 @@ Figures, each the same requests through both clients, alternating blocks:
 It also checks, and prints, the semantics a transport must keep: a second
 create of a key is refused (durable_obj: None; obstore: AlreadyExistsError)
 and a replace with a stale token is refused (None; PreconditionError).
-This is a measurement only: durable_obj's store is not changed by it.
 """
 
 from __future__ import annotations
@@ -56,16 +59,25 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def ours(server: S3Server, prefix: str) -> Any:
-    return open_store(
-        f"s3://{server.bucket}/{prefix}",
-        {
-            "key": server.key,
-            "secret": server.secret,
-            "endpoint_url": server.endpoint,
-            "client_kwargs": {"region_name": "us-east-1"},
-        },
-    )
+def ours(server: S3Server, prefix: str, writes: str = "obstore") -> Any:
+    """The S3 store; `writes="client"`: its conditional writes through aiobotocore."""
+    before = os.environ.pop("DURABLE_OBJ_S3_WRITES", None)
+    if writes == "client":
+        os.environ["DURABLE_OBJ_S3_WRITES"] = "client"  # read when the store opens
+    try:
+        return open_store(
+            f"s3://{server.bucket}/{prefix}",
+            {
+                "key": server.key,
+                "secret": server.secret,
+                "endpoint_url": server.endpoint,
+                "client_kwargs": {"region_name": "us-east-1"},
+            },
+        )
+    finally:
+        os.environ.pop("DURABLE_OBJ_S3_WRITES", None)
+        if before is not None:
+            os.environ["DURABLE_OBJ_S3_WRITES"] = before
 
 
 def theirs(server: S3Server, prefix: str) -> Any:
@@ -119,7 +131,7 @@ def semantics(store: Any, obs: Any) -> dict[str, str]:
     }
 
 
-def bench_puts(store: Any, obs: Any, n: int) -> dict[str, dict[str, list[float]]]:
+def bench_puts(store: Any, slow: Any, obs: Any, n: int) -> dict[str, dict[str, list[float]]]:
     import obstore
 
     body, head = os.urandom(3072), os.urandom(2048)
@@ -132,16 +144,24 @@ def bench_puts(store: Any, obs: Any, n: int) -> dict[str, dict[str, list[float]]
 
     store.create("cas/h", head)
     version = store.get("cas/h").version
+    slow.create("cas/s", head)
+    slow_version = slow.get("cas/s").version
     etag = obstore.put(obs, "cas/o", head)["e_tag"]
     for block in range(0, n, 20):
         for _ in range(min(20, n - block)):
             key = f"c/{uuid.uuid4().hex}"
             w, c, _ = timed(lambda key=key: store.create(key, body))
             keep("create durable_obj", w, c)
+            w, c, _ = timed(lambda key=key: slow.create(key + "s", body))
+            keep("create durable_obj-client", w, c)
             w, c, _ = timed(lambda key=key: obstore.put(obs, key + "o", body, mode="create"))
             keep("create obstore", w, c)
             w, c, version = timed(lambda v=version: store.replace("cas/h", os.urandom(2048), v))
             keep("replace durable_obj", w, c)
+            w, c, slow_version = timed(
+                lambda v=slow_version: slow.replace("cas/s", os.urandom(2048), v)
+            )
+            keep("replace durable_obj-client", w, c)
             mode = {"e_tag": etag}
             w, c, res = timed(
                 lambda mode=mode: obstore.put(obs, "cas/o", os.urandom(2048), mode=mode)
@@ -198,10 +218,12 @@ def main() -> None:
         try:
             prefix = f"obs-{uuid.uuid4().hex[:8]}"
             store, obs = ours(target, prefix), theirs(target, prefix)
+            slow = ours(target, prefix, writes="client")
             checks = semantics(store, obs)
-            puts = bench_puts(store, obs, args.puts)
+            puts = bench_puts(store, slow, obs, args.puts)
             gets = bench_gets(store, obs, args.gets)
             store.close()
+            slow.close()
         finally:
             if proxy is not None:
                 proxy.stop()

@@ -11,6 +11,13 @@ config_kwargs, anon, ...). The store drives the aiobotocore client that its
 * replace: `PutObject` with `If-Match: <etag>`.
 * version token: the ETag, exactly as the server spells it.
 
+Bodies up to `SINGLE_PUT_LIMIT` (every segment, every head) are sent through
+obstore (`s3writes`): the same PUT and preconditions at a fraction of the
+client CPU. Where that would not be exact (anonymous access, requester-pays,
+`s3_additional_kwargs`, other signers, proxies, a CA bundle or
+`verify=False`, an endpoint with a path) or when `DURABLE_OBJ_S3_WRITES=client`
+is set, they go through aiobotocore as before; so do multipart uploads.
+
 A conditional write is sent once, never retried: a retry after a lost answer
 would meet its own success as a failed precondition. Botocore's own retries
 are therefore switched off (whatever `config_kwargs` says); idempotent calls
@@ -24,12 +31,13 @@ import contextlib
 import importlib
 import logging
 import math
+import os
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.growing import GrowingFile, SourceFailed
-from durable_obj.stores import s3reads
+from durable_obj.stores import s3reads, s3writes
 from durable_obj.stores.base import (
     Blob,
     Entry,
@@ -37,6 +45,7 @@ from durable_obj.stores.base import (
 )
 from durable_obj.stores.cloud import CloudStore
 from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
+from durable_obj.stores.s3reads import Credentials
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -88,6 +97,8 @@ class S3Store(CloudStore):
         self._share(opts, _make_fs)
         self._fast: s3reads.FastReads | None = None
         self._fast_checked = False
+        self._writes: s3writes.FastWrites | None = None
+        self._writes_checked = os.environ.get("DURABLE_OBJ_S3_WRITES", "").lower() == "client"
 
     def _fs_classes(self) -> tuple[type, ...]:
         s3fs = importlib.import_module("s3fs")
@@ -106,7 +117,9 @@ class S3Store(CloudStore):
                 f"storage_options (profile, endpoint_url, client_kwargs, config_kwargs)."
             ) from exc
 
-    def _explain(self, action: str, key: str, exc: BaseException, failure: Failure) -> BackendError:
+    def _explain(
+        self, action: str, key: str, exc: BaseException | None, failure: Failure
+    ) -> BackendError:
         where = f"{action} {key!r} in {self.url}"
         if isinstance(exc, BackendError):
             return BackendError(str(exc))  # already ours (a closed store, a bad key)
@@ -143,9 +156,13 @@ class S3Store(CloudStore):
     async def _missing(self, exc: BaseException) -> bool:
         return classify(exc).kind == "missing_key"
 
-    def _conditional_fail(self, action: str, key: str, exc: BaseException) -> BackendError:
+    def _conditional_fail(
+        self, action: str, key: str, exc: BaseException | None, failure: Failure | None = None
+    ) -> BackendError:
         """The error for a conditional write that did not report success."""
-        failure = classify(exc)
+        if failure is None:
+            assert exc is not None
+            failure = classify(exc)
         if failure.kind in ("conflict", "server", "network"):
             return StoreAmbiguous(
                 f"{action} {key!r} in {self.url}: the outcome is unknown "
@@ -303,9 +320,70 @@ class S3Store(CloudStore):
         return await self._folders_listed(prefix, once)
 
     # -- conditional writes ---------------------------------------------
+    async def _fast_writes(self) -> s3writes.FastWrites | None:
+        """The obstore transport for this store, or None where it would not be exact."""
+        if self._writes_checked:
+            return self._writes
+        self._writes_checked = True
+        fs = self._fs
+        config = dict(fs.config_kwargs or {})
+        verify = (fs.client_kwargs or {}).get("verify")
+        if (
+            fs.anon
+            or fs.requester_pays
+            or fs.s3_additional_kwargs
+            or config.get("signature_version") not in (None, "s3v4", "v4")
+            or s3reads.proxies_configured(config)
+        ):
+            return None
+        try:
+            s3 = await self._s3()
+            probe = self._key("durable-obj-probe")
+            url = await s3.generate_presigned_url(
+                "put_object", Params={"Bucket": self._bucket, "Key": probe}, ExpiresIn=60
+            )
+            region = s3.meta.region_name or "us-east-1"
+            target = s3reads.Target.from_presigned(str(url), probe, region)
+            if target is None or s3writes.environment_differs(target.scheme):
+                return None
+            if target.scheme == "https" and verify not in (None, True):
+                return None  # a CA bundle or verify=False: botocore's TLS, not obstore's
+            self._writes = s3writes.FastWrites.shared(
+                target,
+                self._bucket,
+                float(config.get("connect_timeout") or 60),
+                float(config.get("read_timeout") or 60),
+            )
+        except Exception as exc:  # the client path still works
+            log.debug("%s: obstore writes unavailable (%s)", self.url, type(exc).__name__)
+        return self._writes
+
+    def _settle(self, key: str, condition: dict[str, str], failure: Failure) -> Version | None:
+        """A conditional write's failure: None if its precondition failed,
+        else the error (ambiguous where it may have applied)."""
+        if failure.kind == "precondition":
+            return None
+        if failure.kind == "missing_key" and "IfMatch" in condition:
+            return None  # some servers answer If-Match on a missing key with 404
+        action = "creating" if "IfNoneMatch" in condition else "replacing"
+        raise self._conditional_fail(action, key, None, failure)
+
     async def _put(self, key: str, data: bytes, condition: dict[str, str]) -> Version | None:
         s3 = await self._s3()
         full = self._key(key)
+        writes = await self._fast_writes() if len(data) <= SINGLE_PUT_LIMIT else None
+        creds: Credentials | None = None
+        if writes is not None:
+            try:
+                creds = await s3reads.frozen_credentials(s3)
+            except Exception as exc:
+                raise self._error("writing", key, exc) from exc
+        if writes is not None and creds is not None:
+            sent = await writes.put(full, data, condition, creds)
+            if sent is not None:
+                if sent.failure is not None:
+                    return self._settle(key, condition, sent.failure)
+                return Version(str(sent.etag))
         try:
             resp = await s3.put_object(Bucket=self._bucket, Key=full, Body=data, **condition)
         except Exception as exc:

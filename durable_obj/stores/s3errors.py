@@ -64,6 +64,23 @@ class Failure:
         return self.code or (f"HTTP {self.status}" if self.status else self.kind)
 
 
+def answered(status: int | None, code: str) -> Failure:
+    """What an S3 error answer (its HTTP status and error `Code`) means."""
+    if code == "PreconditionFailed" or status == 412:
+        return Failure("precondition", code, status)
+    if code == "ConditionalRequestConflict" or status == 409:
+        return Failure("conflict", code, status)
+    if code == "NoSuchBucket":
+        return Failure("missing_bucket", code, status)
+    if code in ("NoSuchKey", "NotFound") or status == 404:
+        return Failure("missing_key", code, status)
+    if code in _AUTH_CODES or status in (401, 403):
+        return Failure("auth", code, status)
+    if code in _THROTTLE_CODES or (status is not None and status >= 500):
+        return Failure("server", code, status)
+    return Failure("other", code, status)
+
+
 def classify(exc: BaseException) -> Failure:
     # botocore and s3fs ship no type information: imported by name, used as Any.
     bex = importlib.import_module("botocore.exceptions")
@@ -74,20 +91,7 @@ def classify(exc: BaseException) -> Failure:
         code = str(error.get("Code") or "")
         meta = response.get("ResponseMetadata") or {}
         raw_status = meta.get("HTTPStatusCode")
-        status = int(raw_status) if raw_status is not None else None
-        if code == "PreconditionFailed" or status == 412:
-            return Failure("precondition", code, status)
-        if code == "ConditionalRequestConflict" or status == 409:
-            return Failure("conflict", code, status)
-        if code == "NoSuchBucket":
-            return Failure("missing_bucket", code, status)
-        if code in ("NoSuchKey", "NotFound") or status == 404:
-            return Failure("missing_key", code, status)
-        if code in _AUTH_CODES or status in (401, 403):
-            return Failure("auth", code, status)
-        if code in _THROTTLE_CODES or (status is not None and status >= 500):
-            return Failure("server", code, status)
-        return Failure("other", code, status)
+        return answered(int(raw_status) if raw_status is not None else None, code)
     if isinstance(exc, bex.NoCredentialsError | bex.PartialCredentialsError):
         return Failure("no_credentials", type(exc).__name__)
     if isinstance(exc, bex.EndpointConnectionError):

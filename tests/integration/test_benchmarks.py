@@ -149,7 +149,7 @@ def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
     assert set(doc["puts"]) == {
         f"{kind} {client}"
         for kind in ("create", "replace")
-        for client in ("durable_obj", "obstore")
+        for client in ("durable_obj", "durable_obj-client", "obstore")
     }
     for figures in [*doc["puts"].values(), *doc["gets"].values()]:
         assert all(math.isfinite(v) and v >= 0 for v in figures.values()), figures

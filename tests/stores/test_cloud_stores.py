@@ -186,7 +186,44 @@ def _assert_auth_error(exc: BackendError, bucket: str, secret: str) -> None:
 
 class S3StoreTests(CloudStoreTests):
     """S3's batched reads (durable_obj.stores.s3reads): used, exact, and never
-    the authority."""
+    the authority; its conditional PUTs through obstore (s3writes) or, in the
+    `...ClientWrites` classes, through aiobotocore."""
+
+    #: Which transport sends the conditional PUTs: "obstore" or "client".
+    writes: ClassVar[str] = "obstore"
+
+    @pytest.fixture
+    def server(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
+        # Set before the store opens; the race's spawned processes inherit it.
+        if self.writes == "client":
+            monkeypatch.setenv("DURABLE_OBJ_S3_WRITES", "client")
+        else:
+            monkeypatch.delenv("DURABLE_OBJ_S3_WRITES", raising=False)
+        value: Server = request.getfixturevalue(self.server_fixture)
+        return value
+
+    def test_conditional_writes_take_their_transport(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from durable_obj.stores import s3writes
+
+        sent: list[str] = []
+        real = s3writes.FastWrites.put
+
+        async def counted(self_: Any, full_key: str, *args: Any) -> Any:
+            sent.append(full_key.rpartition("/")[2])
+            return await real(self_, full_key, *args)
+
+        monkeypatch.setattr(s3writes.FastWrites, "put", counted)
+        v1 = store.create("t/k", b"1")
+        assert v1 is not None
+        assert store.create("t/k", b"again") is None
+        v2 = store.replace("t/k", b"2", v1)
+        assert v2 is not None and v2 != v1
+        assert store.replace("t/k", b"3", v1) is None
+        blob = store.get("t/k")
+        assert blob is not None and blob.data == b"2" and blob.version == v2
+        assert sent == (["k"] * 4 if self.writes == "obstore" else [])
 
     def _count_client_reads(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reads: list[str] = []
@@ -302,6 +339,16 @@ class S3StoreTests(CloudStoreTests):
 
 class TestMotoS3(S3StoreTests):
     server_fixture = "moto_s3"
+
+
+class TestMotoS3ClientWrites(S3StoreTests):
+    server_fixture = "moto_s3"
+    writes = "client"
+
+
+class TestSeaweedS3ClientWrites(S3StoreTests):
+    server_fixture = "seaweed_s3"
+    writes = "client"
 
 
 class TestSeaweedS3(S3StoreTests):
