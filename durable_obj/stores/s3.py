@@ -229,6 +229,30 @@ class S3Store(CloudStore):
                 got[index] = entries
         return [entries or [] for entries in got]
 
+    def _plain_client(self) -> bool:
+        """Whether a SigV4 request of our own (batched reads, obstore writes)
+        is exactly what the client would send: no anonymous access,
+        requester-pays, extra request arguments, other signer or proxy."""
+        fs = self._fs
+        config = dict(fs.config_kwargs or {})
+        return not (
+            fs.anon
+            or fs.requester_pays
+            or fs.s3_additional_kwargs
+            or config.get("signature_version") not in (None, "s3v4", "v4")
+            or s3reads.proxies_configured(config)
+        )
+
+    async def _presigned_target(self, operation: str) -> s3reads.Target | None:
+        """Where and how the client sends `operation`, read off a URL it presigns."""
+        s3 = await self._s3()
+        probe = self._key("durable-obj-probe")
+        url = await s3.generate_presigned_url(
+            operation, Params={"Bucket": self._bucket, "Key": probe}, ExpiresIn=60
+        )
+        region = s3.meta.region_name or "us-east-1"
+        return s3reads.Target.from_presigned(str(url), probe, region)
+
     async def _fast_reads(self) -> s3reads.FastReads | None:
         """The batched reader for this store, or None where it would not be exact."""
         if self._fast_checked:
@@ -236,22 +260,10 @@ class S3Store(CloudStore):
         self._fast_checked = True
         fs = self._fs
         config = dict(fs.config_kwargs or {})
-        if (
-            fs.anon
-            or fs.requester_pays
-            or fs.s3_additional_kwargs
-            or config.get("signature_version") not in (None, "s3v4", "v4")
-            or s3reads.proxies_configured(config)
-        ):
+        if not self._plain_client():
             return None
         try:
-            s3 = await self._s3()
-            probe = self._key("durable-obj-probe")
-            url = await s3.generate_presigned_url(
-                "get_object", Params={"Bucket": self._bucket, "Key": probe}, ExpiresIn=60
-            )
-            region = s3.meta.region_name or "us-east-1"
-            target = s3reads.Target.from_presigned(str(url), probe, region)
+            target = await self._presigned_target("get_object")
             if target is None:
                 return None
             context = None
@@ -328,22 +340,10 @@ class S3Store(CloudStore):
         fs = self._fs
         config = dict(fs.config_kwargs or {})
         verify = (fs.client_kwargs or {}).get("verify")
-        if (
-            fs.anon
-            or fs.requester_pays
-            or fs.s3_additional_kwargs
-            or config.get("signature_version") not in (None, "s3v4", "v4")
-            or s3reads.proxies_configured(config)
-        ):
+        if not self._plain_client():
             return None
         try:
-            s3 = await self._s3()
-            probe = self._key("durable-obj-probe")
-            url = await s3.generate_presigned_url(
-                "put_object", Params={"Bucket": self._bucket, "Key": probe}, ExpiresIn=60
-            )
-            region = s3.meta.region_name or "us-east-1"
-            target = s3reads.Target.from_presigned(str(url), probe, region)
+            target = await self._presigned_target("put_object")
             if target is None or s3writes.environment_differs(target.scheme):
                 return None
             if target.scheme == "https" and verify not in (None, True):
