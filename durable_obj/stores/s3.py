@@ -449,13 +449,15 @@ class S3Store(CloudStore):
             if callback is not None:
                 callback.relative_update(len(first))
             return created
-        del first
-        offset = 0
+        offset = len(first)
 
         async def part(number: int) -> bytes:
-            # the size is unknown until BACKUP ends: parts grow with their
-            # number, so 10,000 of them reach ~0.5 TB
-            nonlocal offset
+            # the bytes already read are part 1; the size is unknown until
+            # BACKUP ends: parts grow with their number, so 10,000 reach ~0.5 TB
+            nonlocal first, offset
+            if number == 1:
+                chunk, first = first, b""
+                return chunk
             chunk = await read(offset, PART_SIZE << min(4, (number - 1) // 2000))
             offset += len(chunk)
             return chunk
