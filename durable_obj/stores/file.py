@@ -49,6 +49,7 @@ import fcntl
 import hashlib
 import os
 import stat
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
@@ -126,6 +127,12 @@ def _is_link(dir_fd: int, name: str) -> bool:
 
 class FileStore(Store):
     protocol = "file"
+
+    #: Seconds a replace waits for the head's lock before it gives up. The
+    #: lock is held for one read, write, fsync and rename (milliseconds); a
+    #: holder past this is stopped (SIGSTOP, a paused VM) or hung, and
+    #: waiting on it blocks the caller for as long as it stays so.
+    lock_wait = 30.0
 
     def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
         #: The root as named (for the URL and messages) ...
@@ -457,7 +464,7 @@ class FileStore(Store):
                 assert dfd is not None
                 lock = self._step(dfd, f"{name}.lock", key, _LOCK)
                 with os.fdopen(lock, "ab"):
-                    fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                    self._lock(lock, key)  # released when the file closes
                     try:
                         fd = self._step(dfd, name, key, _READ)
                     except FileNotFoundError:
@@ -476,6 +483,27 @@ class FileStore(Store):
         except OSError as exc:
             raise self._fail("replacing", key, exc) from exc
         return new
+
+    def _lock(self, fd: int, key: str) -> None:
+        """An exclusive flock on `fd`, waited for at most `lock_wait`
+        seconds; past that a BackendError that says nothing was written."""
+        deadline = time.monotonic() + self.lock_wait
+        pause = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise BackendError(
+                        f"replacing {key!r} in {self.url} failed: another process has held "
+                        f"{key + '.lock'!r} for over {self.lock_wait:g} s (a writer that is "
+                        "stopped or hung inside its commit); nothing was written and the "
+                        "stored object is unchanged. Retry once that process runs again "
+                        "or has ended"
+                    ) from None
+                time.sleep(pause)
+                pause = min(pause * 2, 0.05)
 
     def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
         """On the same filesystem, a hard link of the stored file at `path`

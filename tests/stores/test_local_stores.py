@@ -93,6 +93,49 @@ class TestFileStore(SharedStoreTests):
         dst.unlink()
         assert stored.read_bytes() == b"base" * 100
 
+    def test_replace_gives_up_on_a_lock_held_by_a_stopped_writer(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        import signal
+        import subprocess
+        import sys
+
+        from durable_obj.errors import BackendError
+
+        v1 = store.create("o/head.json", b"one")
+        assert v1 is not None
+        lock = tmp_path / "root" / "o" / "head.json.lock"
+        # another process takes the head's lock, as a writer inside its swap
+        # does, and is stopped there (SIGSTOP: it never lets go by itself)
+        with subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import fcntl, os, signal, sys\n"
+                f"fd = os.open({str(lock)!r}, os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n"
+                "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+                "print('held', flush=True)\n"
+                "os.kill(os.getpid(), signal.SIGSTOP)\n",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        ) as holder:
+            try:
+                assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+                assert isinstance(store, FileStore)
+                store.lock_wait = 0.3
+                with pytest.raises(BackendError) as caught:
+                    store.replace("o/head.json", b"two", v1)
+                message = str(caught.value)
+                assert "head.json.lock" in message and "over 0.3 s" in message
+                assert "nothing was written" in message
+                blob = store.get("o/head.json")
+                assert blob is not None and (blob.data, blob.version) == (b"one", v1)
+            finally:
+                holder.send_signal(signal.SIGKILL)  # its lock goes with it
+                holder.wait()
+        assert store.replace("o/head.json", b"two", v1) is not None
+
     def test_adopt_and_fetch_copy_across_filesystems(
         self, store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     ) -> None:
