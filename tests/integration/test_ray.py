@@ -10,7 +10,13 @@ on 127.0.0.1, started and stopped here.
   objects over at once. Then the workers are thawed (the raylet stays
   stopped: a zombie cut off from Ray that still reaches storage): every
   flush the zombie tries fails with lease_fenced, and none of its
-  statements reaches a committed head.
+  statements reaches a committed head. This one runs on the S3 server, the
+  store of a deployment across machines: there the compare-and-swap is the
+  server's. On a folder store the swap is a flock held by the writer, and a
+  writer frozen inside it (its loop flushes every 50 ms, so now and then it
+  is) keeps every other process from committing until it runs again or
+  dies; the folder store then says so after FileStore.lock_wait (a
+  BackendError naming the lock) instead of taking the object over.
 """
 
 from __future__ import annotations
@@ -237,20 +243,25 @@ def test_sigkill_of_actor_workers_keeps_every_acknowledged_flush(
     print(f"kills {killed}; acknowledged {sum(len(v) for v in acked.values())}; {dict(failures)}")
 
 
-def test_frozen_node_thawed_is_fenced_and_writes_nothing(cluster: Cluster, tmp_path: Path) -> None:
+def test_frozen_node_thawed_is_fenced_and_writes_nothing(
+    cluster: Cluster, moto_s3: servers.Server, tmp_path: Path
+) -> None:
     import ray
 
     from durable_obj.ray import Hosts, shard_of
+    from durable_obj.stores import open_store
     from tests.integration.ray_host import JournalingHost
 
     # a third worker node: after the freeze two live ones remain
     cluster.nodes.append(cluster.cluster.add_node(num_cpus=1, node_ip_address="127.0.0.1"))
     cluster.cluster.wait_for_nodes()
-    url = str(tmp_path / "ns")
+    root, options = moto_s3
+    url = f"{root}/freeze-{uuid.uuid4().hex[:8]}"
     hosts = Hosts(
         url,
         shards=2,
         name=f"freeze-{uuid.uuid4().hex[:6]}",
+        storage_options=options,
         host_class=JournalingHost,
         lease_ttl=4,
         actor_options={"scheduling_strategy": "SPREAD"},
@@ -340,7 +351,8 @@ def test_frozen_node_thawed_is_fenced_and_writes_nothing(cluster: Cluster, tmp_p
 
     # Storage, read directly: every acknowledged loop flush is there, nothing
     # the zombie ran after the thaw is, nor its buffered statement.
-    ns = durable_obj.Namespace(url)
+    ns = durable_obj.Namespace(url, storage_options=options)
+    store = open_store(url, options)
     with ns.open(looped, read_only=True) as obj:
         stored = {int(x) for x in obj.query("SELECT n FROM t WHERE tag = 'loop'", "TSV").split()}
         assert obj.query("SELECT count() FROM t WHERE tag = 'after'", "TSV").strip() == "1"
@@ -354,7 +366,9 @@ def test_frozen_node_thawed_is_fenced_and_writes_nothing(cluster: Cluster, tmp_p
         assert head.lease.owner == after["owner"], head.lease
         # no committed WAL segment holds a statement only the zombie ran
         for ref in head.manifest.wal:
-            text = (Path(url) / oid / ref.key).read_text()
+            blob = store.get(f"{oid}/{ref.key}")
+            assert blob is not None, ref.key
+            text = blob.data.decode()
             assert "'buffered'" not in text
             assert not any(f"'loop', {n})" in text for n in after_thaw)
     hosts.shutdown()
