@@ -283,7 +283,10 @@ def phase_floor() -> dict[str, Any]:
 def phase_ckpt_floor() -> dict[str, Any]:
     """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
     the engine's BACKUP of the same rows to a .tar alone, and (on S3) a bare
-    boto3 upload_file of that archive (its default multipart transfer)."""
+    boto3 upload_file of that archive (its default multipart transfer); and
+    under a cold open of it: hashlib's SHA-256 of that archive, which an
+    open verifies before it shows anything restored from it."""
+    import hashlib
     import os
     import tempfile
 
@@ -306,6 +309,15 @@ def phase_ckpt_floor() -> dict[str, Any]:
             sql = f"BACKUP DATABASE bench TO File('{archive}')"
             out["backup_ms"].append(timed(lambda sql=sql: conn.query(sql, "CSV")))
         conn.close()
+
+        def digest() -> None:
+            h = hashlib.sha256()
+            with open(archive, "rb") as handle:
+                while chunk := handle.read(4 << 20):
+                    h.update(chunk)
+
+        # what an open must do before it may show the base: verify its SHA-256
+        out["sha256_ms"] = [timed(digest) for _ in range(SPEC["repeat"])]
         if STORE.get("kind") == "s3":
             import boto3
 

@@ -90,6 +90,7 @@ class Bench:
         self.s3 = s3
         self.samples: dict[str, Any] = report.samples.setdefault(label, {})
         self.extra: dict[int, int] = {}  # rows added to each base by its extra checkpoints
+        self.sha256_s: dict[int, float] = {}  # SHA-256 of each base archive, the floors run
 
     # -- plumbing --------------------------------------------------------------
     def child(self, impl: str, phase: str, oid: str = "", **params: Any) -> dict[str, Any]:
@@ -241,6 +242,18 @@ class Bench:
                 f"open_{rows}",
                 goal=0.05 if goal else None,
             )
+            if rows in self.sha256_s:
+                self.report.add(
+                    Row(
+                        self.label,
+                        "  over SHA-256 of its base",
+                        "s",
+                        median(self.samples[f"open_{rows}"][IMPLS[0]]),
+                        self.sha256_s[rows],
+                        note="right: the floor (hashlib, the archive read once: "
+                        "an open verifies it)",
+                    )
+                )
             self.row(
                 f"peak RSS, opening {rows:,} rows",
                 "MiB",
@@ -266,6 +279,7 @@ class Bench:
         got = self.child("raw", "ckpt_floor", f"floor{rows}", rows=rows, repeat=repeat)
         self.progress(f"{rows:,} rows: checkpoint floors", start)
         ours = median(self.samples[f"checkpoint_{rows}"][IMPLS[0]])
+        self.sha256_s[rows] = median(got["sha256_ms"]) / 1000
         floors = [("BACKUP alone", median(got["backup_ms"]), None)]
         if "upload_ms" in got:
             upload = median(got["upload_ms"])
