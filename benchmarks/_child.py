@@ -285,7 +285,8 @@ def phase_ckpt_floor() -> dict[str, Any]:
     the engine's BACKUP of the same rows to a .tar alone, and (on S3) a bare
     boto3 upload_file of that archive (its default multipart transfer); and
     under a cold open of it: hashlib's SHA-256 of that archive, which an
-    open verifies before it shows anything restored from it."""
+    open verifies before it shows anything restored from it, and (on S3) a
+    bare boto3 download_file of it."""
     import hashlib
     import os
     import tempfile
@@ -332,6 +333,16 @@ def phase_ckpt_floor() -> dict[str, Any]:
                 timed(
                     lambda i=i: client.upload_file(
                         archive, STORE["bucket"], f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar"
+                    )
+                )
+                for i in range(SPEC["repeat"])
+            ]
+            # under an S3 cold open: the base's bytes coming back
+            fetched = os.path.join(path, "fetched.tar")
+            out["download_ms"] = [
+                timed(
+                    lambda i=i: client.download_file(
+                        STORE["bucket"], f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar", fetched
                     )
                 )
                 for i in range(SPEC["repeat"])
