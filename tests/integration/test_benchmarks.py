@@ -174,3 +174,28 @@ def test_bench_ray_smoke_run(tmp_path: Path) -> None:
     assert all(math.isfinite(v) and v > 0 for v in metrics.values()), metrics
     assert len(doc["samples"]["recovery_s"]) == 1
     assert "--smoke: a check that every figure runs" in proc.stdout
+
+
+def test_bench_obstore_clouds_smoke_run(loopback_only_env: None) -> None:
+    """benchmarks/bench_obstore_clouds.py --smoke: the GCS and Azure stores
+    beside obstore on fake-gcs-server and Azurite, and the refusals a
+    transport must keep, checked where each client can be measured."""
+    proc = bench("bench_obstore_clouds.py", "--smoke", "--json")
+    doc = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert doc["smoke"] is True
+    for cloud in ("gcs", "azure"):
+        checks = doc[cloud]["checks"]
+        ours = [said for name, said in checks.items() if name.startswith("durable_obj")]
+        assert len(ours) == 3 and all(said.startswith("refused (") for said in ours), checks
+        for figures in doc[cloud]["puts"].values():
+            assert all(math.isfinite(v) and v >= 0 for v in figures.values()), figures
+    azure = doc["azure"]["checks"]
+    assert all(
+        azure[f"obstore {case}"].startswith("refused (")
+        for case in ("second create", "stale replace", "replace of a deleted key")
+    ), azure
+    assert set(doc["azure"]["puts"]) == {
+        f"{kind} {client}"
+        for kind in ("create", "replace")
+        for client in ("durable_obj", "obstore")
+    }
