@@ -379,7 +379,75 @@ class TestFakeGCS(CloudStoreTests):
 
 
 class TestAzurite(CloudStoreTests):
+    """Azure's conditional Put Blob through obstore (azwrites) or, in
+    `TestAzuriteClientWrites`, through the SDK (`DURABLE_OBJ_AZURE_WRITES=client`)."""
+
     server_fixture = "azurite"
+    #: Which transport sends the conditional writes: "obstore" or "client".
+    writes: ClassVar[str] = "obstore"
+
+    @pytest.fixture
+    def server(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
+        # Set before the store opens; the race's spawned processes inherit it.
+        if self.writes == "client":
+            monkeypatch.setenv("DURABLE_OBJ_AZURE_WRITES", "client")
+        else:
+            monkeypatch.delenv("DURABLE_OBJ_AZURE_WRITES", raising=False)
+        value: Server = request.getfixturevalue(self.server_fixture)
+        return value
+
+    def test_conditional_writes_take_their_transport(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from durable_obj.stores import azwrites
+
+        sent: list[str] = []
+        real = azwrites.FastWrites.put
+
+        async def counted(self_: Any, full_key: str, *args: Any) -> Any:
+            sent.append(full_key.rpartition("/")[2])
+            return await real(self_, full_key, *args)
+
+        monkeypatch.setattr(azwrites.FastWrites, "put", counted)
+        v1 = store.create("t/k", b"1")
+        assert v1 is not None
+        assert store.create("t/k", b"again") is None
+        v2 = store.replace("t/k", b"2", v1)
+        assert v2 is not None and v2 != v1
+        assert store.replace("t/k", b"3", v1) is None
+        store.delete("t/k")
+        assert store.replace("t/k", b"4", v2) is None  # gone: the ETag cannot match
+        assert store.create("t/k", b"5") is not None
+        blob = store.get("t/k")
+        assert blob is not None and blob.data == b"5"
+        assert sent == (["k"] * 6 if self.writes == "obstore" else [])
+
+    def test_versions_cross_transports(
+        self, server: Server, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """A version from one transport is the token the other takes: created
+        through one, read by get() (the SDK), replaced through the other."""
+        root, options = server
+        url = f"{root}/{uuid.uuid4().hex}"
+        monkeypatch.setenv("DURABLE_OBJ_AZURE_WRITES", "client")
+        sdk = open_store(url, options)
+        monkeypatch.delenv("DURABLE_OBJ_AZURE_WRITES")
+        fast = open_store(url, options)
+        try:
+            for first, second, key in ((fast, sdk, "a"), (sdk, fast, "b")):
+                created = first.create(key, b"1")
+                blob = second.get(key)
+                assert blob is not None and blob.version == created
+                replaced = second.replace(key, b"2", blob.version)
+                assert replaced is not None
+                again = first.get(key)
+                assert again is not None and again.data == b"2" and again.version == replaced
+                assert first.replace(key, b"3", again.version) is not None
+                assert second.replace(key, b"4", replaced) is None  # stale now
+            assert fast._writes is not None and sdk._writes is None  # type: ignore[attr-defined]
+        finally:
+            sdk.close()
+            fast.close()
 
     def test_wrong_credentials(self, server: Server) -> None:
         import base64
@@ -405,11 +473,22 @@ class TestAzurite(CloudStoreTests):
             store.close()
 
 
+class TestAzuriteClientWrites(TestAzurite):
+    writes = "client"
+
+
 # -- answers a real server rarely gives, from a loopback stub --------------------
 class _Stub:
     """An HTTP server on 127.0.0.1 that answers every request the same way."""
 
-    def __init__(self, status: int, body: bytes, content_type: str, drop: bool = False) -> None:
+    def __init__(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        drop: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         stub = self
         self.requests: list[str] = []
 
@@ -436,6 +515,8 @@ class _Stub:
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
                 self.send_header("Content-Length", str(len(body)))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(body)
