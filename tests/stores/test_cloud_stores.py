@@ -449,6 +449,35 @@ class TestAzurite(CloudStoreTests):
             sdk.close()
             fast.close()
 
+    def test_sas_token(self, server: Server) -> None:
+        """A SAS (connection string with SharedAccessSignature) on its transport."""
+        from datetime import datetime, timedelta, timezone
+
+        from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+        root, options = server
+        parts = dict(p.split("=", 1) for p in str(options["connection_string"]).split(";") if p)
+        sas = generate_account_sas(
+            parts["AccountName"],
+            parts["AccountKey"],
+            ResourceTypes(service=True, container=True, object=True),
+            AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True),
+            datetime.now(timezone.utc) + timedelta(hours=1),
+        )
+        conn = f"BlobEndpoint={parts['BlobEndpoint']};SharedAccessSignature={sas}"
+        store = open_store(f"{root}/{uuid.uuid4().hex}", {"connection_string": conn})
+        try:
+            v1 = store.create("k", b"1")
+            assert v1 is not None and store.create("k", b"again") is None
+            v2 = store.replace("k", b"2", v1)
+            assert v2 is not None and store.replace("k", b"3", v1) is None
+            blob = store.get("k")
+            assert blob is not None and blob.data == b"2" and blob.version == v2
+            fast = store._writes is not None  # type: ignore[attr-defined]
+            assert fast == (self.writes == "obstore")
+        finally:
+            store.close()
+
     def test_wrong_credentials(self, server: Server) -> None:
         import base64
 
