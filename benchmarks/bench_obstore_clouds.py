@@ -19,6 +19,9 @@ Figures, each the same requests through both clients, alternating:
 * replace: a compare-and-swap of one 2 KB key (GCS generation, Azure ETag),
   the token taken from the previous answer.
 
+Since durable_obj/stores/azwrites.py the Azure store's own rows are its
+obstore path; `DURABLE_OBJ_AZURE_WRITES=client` measures its SDK path again.
+
 It also checks, and prints, the semantics a transport must keep: a second
 create of a key is refused (durable_obj: None; obstore: AlreadyExistsError)
 and a replace with a stale token is refused (None; PreconditionError), with
