@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
 from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
+from durable_obj.stores.secrets import scrub, secret_values
 from durable_obj.stores.shared import SharedFS, accepted_options, check_options
 
 if TYPE_CHECKING:
@@ -43,6 +44,7 @@ class CloudStore(Store):
     _shared: SharedFS
     _fs: Any
     _closed: bool
+    _secrets: tuple[str, ...]
 
     def _take_root(self, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
         """Set the bucket, prefix and retries from the root; the fsspec options left."""
@@ -56,6 +58,7 @@ class CloudStore(Store):
         self._bucket = bucket
         self._prefix = prefix.strip("/")
         self._closed = False
+        self._secrets = secret_values(storage_options)
         opts = dict(storage_options or {})
         classes = self._fs_classes()
         check_options(
@@ -96,7 +99,11 @@ class CloudStore(Store):
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         from fsspec.asyn import sync
 
-        result: T = sync(self._fs.loop, fn, *args)
+        try:
+            result: T = sync(self._fs.loop, fn, *args)
+        except BaseException as exc:
+            scrub(exc, self._secrets)  # no credential in what a traceback prints
+            raise
         return result
 
     def _open_local(self, key: str, path: str) -> tuple[int, BinaryIO]:
