@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from durable_obj.stores import obstore_errors
 from durable_obj.stores.azerrors import answered
 
 #: obstore reads every AZURE_* variable (a bearer token, a customer key, the
@@ -48,10 +49,6 @@ _TLS_ENV = frozenset({"SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CU
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9._~-]+(/[A-Za-z0-9._~-]+)*")
 _SHARED: dict[tuple[Any, ...], FastWrites] = {}
 _SHARED_LOCK = threading.Lock()
-_STATUS = re.compile(r"\bStatus \{\s*status: (\d{3}),")
-_CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
-_NEVER_SENT = re.compile(r"\bHttpError \{\s*kind: Connect,")
-_TIMEOUT = re.compile(r"\bHttpError \{\s*kind: Timeout,")
 
 
 def environment_differs(scheme: str) -> bool:
@@ -99,17 +96,12 @@ class Answer:
 
 def judge(text: str) -> Answer:
     """What a failed obstore Put Blob means, from its error text."""
-    status = _STATUS.search(text)
-    if status is not None:
-        found = _CODE.search(text)
-        code = found.group(1) if found else ""
-        number = int(status.group(1))
-        return Answer(None, answered(number, code), code, number)
-    if _NEVER_SENT.search(text):
+    got = obstore_errors.read(text)
+    if got.status is not None:
+        return Answer(None, answered(got.status, got.code), got.code, got.status)
+    if got.unanswered == "unreachable":
         return Answer(None, "unreachable", "connection refused or failed")
-    if _TIMEOUT.search(text):
-        return Answer(None, "network", "timeout")
-    return Answer(None, "network", "no answer")
+    return Answer(None, "network", got.unanswered)
 
 
 def plain_key(full_key: str) -> bool:

@@ -30,12 +30,12 @@ from __future__ import annotations
 
 import importlib
 import os
-import re
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable_obj.stores import obstore_errors
 from durable_obj.stores.s3errors import Failure, answered
 
 if TYPE_CHECKING:
@@ -58,10 +58,6 @@ _TLS_ENV = ("AWS_CA_BUNDLE",)
 MAX_CLIENTS = 4
 _SHARED: dict[tuple[Any, ...], FastWrites] = {}
 _SHARED_LOCK = threading.Lock()
-_STATUS = re.compile(r"\bStatus \{\s*status: (\d{3}),")
-_CODE = re.compile(r"<Code>([A-Za-z0-9.]{1,64})</Code>")
-_NEVER_SENT = re.compile(r"\bHttpError \{\s*kind: Connect,")
-_TIMEOUT = re.compile(r"\bHttpError \{\s*kind: Timeout,")
 
 
 def environment_differs(scheme: str) -> bool:
@@ -81,15 +77,12 @@ class Sent:
 
 def judge(text: str) -> Failure:
     """What a failed obstore PUT means, from its error text (see the module docstring)."""
-    status = _STATUS.search(text)
-    if status is not None:
-        code = _CODE.search(text)
-        return answered(int(status.group(1)), code.group(1) if code else "")
-    if _NEVER_SENT.search(text):
+    got = obstore_errors.read(text)
+    if got.status is not None:
+        return answered(got.status, got.code)
+    if got.unanswered == "unreachable":
         return Failure("unreachable", "connection refused or failed")
-    if _TIMEOUT.search(text):
-        return Failure("network", "timeout")
-    return Failure("network", "no answer")
+    return Failure("network", got.unanswered)
 
 
 class FastWrites:

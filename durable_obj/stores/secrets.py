@@ -61,13 +61,10 @@ def secret_values(options: Mapping[str, Any] | None) -> tuple[str, ...]:
             return
         found.add(value)
         found.add(quote(value, safe=""))
-        for part in re.split(r"[;&]", value):  # a connection string, a SAS query
+        for part in re.split(r"[;&?]", value):  # a connection string, a SAS query
             name, sep, field = part.partition("=")
             if sep and (name in _CONNECTION_FIELDS or name == "sig") and len(field) >= _MIN_LEN:
                 found.update((field, quote(field, safe="")))
-        if "sig=" in value or "SharedAccessSignature=" in value:
-            for field in re.findall(r"(?:^|[;&?])sig=([^;&]+)", value):
-                found.add(field)
 
     def walk(value: Any, secret: bool) -> None:
         if isinstance(value, str):
