@@ -16,7 +16,6 @@ own errors quote the answer: `stores/secrets.py` cuts them out).
 from __future__ import annotations
 
 import base64
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -25,7 +24,7 @@ import pytest
 from durable_obj.errors import BackendError, StoreAmbiguous
 from durable_obj.stores import Store, Version, open_store
 from durable_obj.stores import azure as azure_store
-from tests.stores.test_cloud_stores import _closed_port, _Stub
+from tests.stores.test_cloud_stores import _chain, _Stub, _unanswered
 
 KEY = base64.b64encode(b"stub-account-key-never-a-real-one-0123456789").decode()
 SAS_SIG = "c3R1Yi1zYXMtc2lnbmF0dXJlLXZhbHVl"
@@ -64,18 +63,6 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     else:
         monkeypatch.delenv("DURABLE_OBJ_AZURE_WRITES", raising=False)
     yield str(request.param)
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop()
-        if item is None or any(item is s for s in seen):
-            continue
-        seen.append(item)
-        todo += [item.__cause__, item.__context__]
-    return seen
 
 
 def _assert_clean(exc: BaseException, secrets: tuple[str, ...] = SECRETS) -> None:
@@ -155,43 +142,28 @@ def test_each_answer_on_each_transport(
 
 @pytest.mark.parametrize("how", ["dropped", "timeout", "refused"])
 def test_no_answer_on_each_transport(loopback_only_env: None, transport: str, how: str) -> None:
-    stub: _Stub | None = None
-    silent: socket.socket | None = None
-    if how == "dropped":
-        stub = _Stub(200, b"", "text/plain", drop=True)
-        endpoint = stub.endpoint
-    elif how == "timeout":
-        silent = socket.socket()
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)  # accepts the connection, never answers
-        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-    else:
-        endpoint = f"http://127.0.0.1:{_closed_port()}"
     timeouts = {"connection_timeout": 1, "read_timeout": 1}
-    store = open_store("az://stub-container/ns", _options(endpoint, **timeouts))
-    try:
-        for write in (
-            lambda: store.create("head.json", b"x"),
-            lambda: store.replace("head.json", b"y", Version('"0x1"')),
-        ):
-            before = len(stub.requests) if stub else 0
-            with pytest.raises(BackendError) as caught:
-                write()
-            # Refused: nothing was sent, so nothing can have applied.
-            assert isinstance(caught.value, StoreAmbiguous) == (how != "refused")
-            assert "stub-container" in str(caught.value)
-            _assert_clean(caught.value)
-            if stub is not None and transport == "obstore":
-                assert len(stub.requests) == before + 1
-            elif stub is not None:
-                assert len(stub.requests) >= before + 1
-        assert _used_obstore(store) == (transport == "obstore")
-    finally:
-        store.close()
-        if stub is not None:
-            stub.close()
-        if silent is not None:
-            silent.close()
+    with _unanswered(how) as (endpoint, stub):
+        store = open_store("az://stub-container/ns", _options(endpoint, **timeouts))
+        try:
+            for write in (
+                lambda: store.create("head.json", b"x"),
+                lambda: store.replace("head.json", b"y", Version('"0x1"')),
+            ):
+                before = len(stub.requests) if stub else 0
+                with pytest.raises(BackendError) as caught:
+                    write()
+                # Refused: nothing was sent, so nothing can have applied.
+                assert isinstance(caught.value, StoreAmbiguous) == (how != "refused")
+                assert "stub-container" in str(caught.value)
+                _assert_clean(caught.value)
+                if stub is not None and transport == "obstore":
+                    assert len(stub.requests) == before + 1
+                elif stub is not None:
+                    assert len(stub.requests) >= before + 1
+            assert _used_obstore(store) == (transport == "obstore")
+        finally:
+            store.close()
 
 
 def _count_sdk_puts(store: Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:

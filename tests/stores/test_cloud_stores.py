@@ -11,7 +11,9 @@ The servers come from tests/servers.py (the `moto_s3`, `seaweed_s3`,
 
 from __future__ import annotations
 
+import contextlib
 import http.server
+import importlib
 import os
 import socket
 import threading
@@ -184,37 +186,51 @@ def _assert_auth_error(exc: BackendError, bucket: str, secret: str) -> None:
     assert secret not in repr(exc)
 
 
-class S3StoreTests(CloudStoreTests):
-    """S3's batched reads (durable_obj.stores.s3reads): used, exact, and never
-    the authority; its conditional PUTs through obstore (s3writes) or, in the
-    `...ClientWrites` classes, through aiobotocore."""
+class TransportTests(CloudStoreTests):
+    """A store whose conditional writes go through obstore (`writes_module`)
+    or, with `writes = "client"` (the `writes_env` switch), its SDK."""
 
-    #: Which transport sends the conditional PUTs: "obstore" or "client".
+    #: Which transport sends the conditional writes: "obstore" or "client".
     writes: ClassVar[str] = "obstore"
+    writes_env: ClassVar[str]
+    writes_module: ClassVar[str]
 
     @pytest.fixture
     def server(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
         # Set before the store opens; the race's spawned processes inherit it.
         if self.writes == "client":
-            monkeypatch.setenv("DURABLE_OBJ_S3_WRITES", "client")
+            monkeypatch.setenv(self.writes_env, "client")
         else:
-            monkeypatch.delenv("DURABLE_OBJ_S3_WRITES", raising=False)
+            monkeypatch.delenv(self.writes_env, raising=False)
         value: Server = request.getfixturevalue(self.server_fixture)
         return value
 
-    def test_conditional_writes_take_their_transport(
-        self, store: Store, monkeypatch: pytest.MonkeyPatch
-    ) -> None:
-        from durable_obj.stores import s3writes
-
+    def _obstore_puts(self, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+        """The last part of every key the obstore transport is asked to write."""
+        module = importlib.import_module(f"durable_obj.stores.{self.writes_module}")
         sent: list[str] = []
-        real = s3writes.FastWrites.put
+        real = module.FastWrites.put
 
         async def counted(self_: Any, full_key: str, *args: Any) -> Any:
             sent.append(full_key.rpartition("/")[2])
             return await real(self_, full_key, *args)
 
-        monkeypatch.setattr(s3writes.FastWrites, "put", counted)
+        monkeypatch.setattr(module.FastWrites, "put", counted)
+        return sent
+
+
+class S3StoreTests(TransportTests):
+    """S3's batched reads (durable_obj.stores.s3reads): used, exact, and never
+    the authority; its conditional PUTs through obstore (s3writes) or, in the
+    `...ClientWrites` classes, through aiobotocore."""
+
+    writes_env = "DURABLE_OBJ_S3_WRITES"
+    writes_module = "s3writes"
+
+    def test_conditional_writes_take_their_transport(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        sent = self._obstore_puts(monkeypatch)
         v1 = store.create("t/k", b"1")
         assert v1 is not None
         assert store.create("t/k", b"again") is None
@@ -378,37 +394,18 @@ class TestFakeGCS(CloudStoreTests):
     server_fixture = "fake_gcs"
 
 
-class TestAzurite(CloudStoreTests):
+class TestAzurite(TransportTests):
     """Azure's conditional Put Blob through obstore (azwrites) or, in
     `TestAzuriteClientWrites`, through the SDK (`DURABLE_OBJ_AZURE_WRITES=client`)."""
 
     server_fixture = "azurite"
-    #: Which transport sends the conditional writes: "obstore" or "client".
-    writes: ClassVar[str] = "obstore"
-
-    @pytest.fixture
-    def server(self, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Server:
-        # Set before the store opens; the race's spawned processes inherit it.
-        if self.writes == "client":
-            monkeypatch.setenv("DURABLE_OBJ_AZURE_WRITES", "client")
-        else:
-            monkeypatch.delenv("DURABLE_OBJ_AZURE_WRITES", raising=False)
-        value: Server = request.getfixturevalue(self.server_fixture)
-        return value
+    writes_env = "DURABLE_OBJ_AZURE_WRITES"
+    writes_module = "azwrites"
 
     def test_conditional_writes_take_their_transport(
         self, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from durable_obj.stores import azwrites
-
-        sent: list[str] = []
-        real = azwrites.FastWrites.put
-
-        async def counted(self_: Any, full_key: str, *args: Any) -> Any:
-            sent.append(full_key.rpartition("/")[2])
-            return await real(self_, full_key, *args)
-
-        monkeypatch.setattr(azwrites.FastWrites, "put", counted)
+        sent = self._obstore_puts(monkeypatch)
         v1 = store.create("t/k", b"1")
         assert v1 is not None
         assert store.create("t/k", b"again") is None
@@ -575,6 +572,39 @@ def _closed_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _unanswered(how: str) -> Iterator[tuple[str, _Stub | None]]:
+    """(endpoint, stub) of a server that drops every connection ("dropped",
+    the stub counts the requests), accepts and never answers ("timeout") or
+    refuses it ("refused")."""
+    if how == "dropped":
+        stub = _Stub(200, b"", "text/plain", drop=True)
+        try:
+            yield stub.endpoint, stub
+        finally:
+            stub.close()
+    elif how == "timeout":
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(16)  # accepts the connection, never answers
+            yield f"http://127.0.0.1:{silent.getsockname()[1]}", None
+    else:
+        yield f"http://127.0.0.1:{_closed_port()}", None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    """`exc` and every exception below it (causes and contexts, any depth)."""
+    seen: list[BaseException] = []
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        item = todo.pop()
+        if item is None or any(item is s for s in seen):
+            continue
+        seen.append(item)
+        todo += [item.__cause__, item.__context__]
+    return seen
 
 
 _S3_500 = (

@@ -13,7 +13,6 @@ token, even when the server's answer echoes them.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -21,7 +20,7 @@ import pytest
 
 from durable_obj.errors import BackendError, StoreAmbiguous
 from durable_obj.stores import Store, Version, open_store
-from tests.stores.test_cloud_stores import _closed_port, _Stub
+from tests.stores.test_cloud_stores import _chain, _Stub, _unanswered
 
 SECRET = "stub-secret-value-0123456789"
 TOKEN = "stub-session-token-value-abcdef"
@@ -61,18 +60,6 @@ def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
     else:
         monkeypatch.delenv("DURABLE_OBJ_S3_WRITES", raising=False)
     yield str(request.param)
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    seen: list[BaseException] = []
-    todo: list[BaseException | None] = [exc]
-    while todo:
-        item = todo.pop()
-        if item is None or any(item is s for s in seen):
-            continue
-        seen.append(item)
-        todo += [item.__cause__, item.__context__]
-    return seen
 
 
 def _assert_clean(exc: BaseException) -> None:
@@ -147,45 +134,30 @@ def test_each_answer_on_each_transport(loopback_only_env: None, transport: str, 
     indirect=["transport"],
 )
 def test_no_answer_on_each_transport(loopback_only_env: None, transport: str, how: str) -> None:
-    stub: _Stub | None = None
-    silent: socket.socket | None = None
-    if how == "dropped":
-        stub = _Stub(200, b"", "text/plain", drop=True)
-        endpoint = stub.endpoint
-    elif how == "timeout":
-        silent = socket.socket()
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)  # accepts the connection, never answers
-        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-    else:
-        endpoint = f"http://127.0.0.1:{_closed_port()}"
     timeouts = {"config_kwargs": {"connect_timeout": 1, "read_timeout": 1}}
-    store = open_store("s3://stub-bucket/ns", _options(endpoint, **timeouts))
-    try:
-        for write in (
-            lambda: store.create("head.json", b"x"),
-            lambda: store.replace("head.json", b"y", Version('"0x1"')),
-        ):
-            before = len(stub.requests) if stub else 0
-            with pytest.raises(BackendError) as caught:
-                write()
-            # Refused: nothing was sent, so nothing can have applied.
-            assert isinstance(caught.value, StoreAmbiguous) == (how != "refused")
-            assert "stub-bucket" in str(caught.value)
-            _assert_clean(caught.value)
-            if stub is not None and transport == "obstore":
-                assert len(stub.requests) == before + 1
-            elif stub is not None:
-                # aiohttp resends a PUT whose connection dropped (a known
-                # hazard of the client path, which the read-back settles).
-                assert len(stub.requests) >= before + 1
-        assert _used_obstore(store) == (transport == "obstore")
-    finally:
-        store.close()
-        if stub is not None:
-            stub.close()
-        if silent is not None:
-            silent.close()
+    with _unanswered(how) as (endpoint, stub):
+        store = open_store("s3://stub-bucket/ns", _options(endpoint, **timeouts))
+        try:
+            for write in (
+                lambda: store.create("head.json", b"x"),
+                lambda: store.replace("head.json", b"y", Version('"0x1"')),
+            ):
+                before = len(stub.requests) if stub else 0
+                with pytest.raises(BackendError) as caught:
+                    write()
+                # Refused: nothing was sent, so nothing can have applied.
+                assert isinstance(caught.value, StoreAmbiguous) == (how != "refused")
+                assert "stub-bucket" in str(caught.value)
+                _assert_clean(caught.value)
+                if stub is not None and transport == "obstore":
+                    assert len(stub.requests) == before + 1
+                elif stub is not None:
+                    # aiohttp resends a PUT whose connection dropped (a known
+                    # hazard of the client path, which the read-back settles).
+                    assert len(stub.requests) >= before + 1
+            assert _used_obstore(store) == (transport == "obstore")
+        finally:
+            store.close()
 
 
 @pytest.mark.parametrize(
