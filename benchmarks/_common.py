@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -168,6 +168,18 @@ class Report:
         with open(path, "w") as handle:
             json.dump(payload, handle, indent=1, default=str)
         return path
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
+    """(wall s, this process's CPU s, result) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return time.perf_counter() - wall, time.process_time() - cpu, out
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def fmt(value: float) -> str:

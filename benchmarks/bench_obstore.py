@@ -32,31 +32,17 @@ import json
 import os
 import statistics
 import sys
-import time
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _common import S3Server, seaweed  # noqa: E402
+from _common import S3Server, pct, seaweed, timed  # noqa: E402
 from s3proxy import LatencyProxy  # noqa: E402
 
 from durable_obj.stores import open_store  # noqa: E402
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(wall s, this process's CPU s, result) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - wall, time.process_time() - cpu, out
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def ours(server: S3Server, prefix: str, writes: str = "obstore") -> Any:

@@ -47,67 +47,22 @@ import re
 import statistics
 import sys
 import tempfile
-import time
 import urllib.parse
 import uuid
-from collections.abc import Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
+
+from _common import pct, timed  # noqa: E402
 
 from durable_obj.stores import open_store  # noqa: E402
 from durable_obj.stores.base import Version  # noqa: E402
 from tests import serverprocs  # noqa: E402
 
-# As tests/servers.py: no client may look for cloud credentials, metadata or proxies.
-_SAFE_ENV = {
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-    "GCE_METADATA_HOST": "127.0.0.1:9",
-    "GCE_METADATA_IP": "127.0.0.1:9",
-    "NO_GCE_CHECK": "True",
-    "NO_PROXY": "127.0.0.1,localhost",
-    "no_proxy": "127.0.0.1,localhost",
-}
-_UNSET_ENV = (
-    "STORAGE_EMULATOR_HOST",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "GOOGLE_SERVICE_ACCOUNT",
-    "GOOGLE_SERVICE_ACCOUNT_PATH",
-    "GOOGLE_SERVICE_ACCOUNT_KEY",
-    "GOOGLE_BASE_URL",
-    "GOOGLE_BEARER_TOKEN",
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "AZURE_STORAGE_USE_EMULATOR",
-    "AZURITE_BLOB_STORAGE_URL",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-)
 _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>(\w+)</Code>|\"reason\":\"(\w+)\"")
-
-
-def loopback_only() -> None:
-    os.environ.update(_SAFE_ENV)
-    for name in _UNSET_ENV:
-        os.environ.pop(name, None)
-
-
-def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(wall s, this process's CPU s, result) of one call."""
-    wall, cpu = time.perf_counter(), time.process_time()
-    out = fn()
-    return time.perf_counter() - wall, time.process_time() - cpu, out
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def first_line(exc: BaseException, chars: int = 300) -> str:
@@ -400,7 +355,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.smoke:
         args.puts = 5
-    loopback_only()
+    serverprocs.loopback_only()
     clouds = [c for c in (GCS, Azure) if args.only in (None, c.name)]
     doc: dict[str, Any] = {"smoke": args.smoke, "puts_per_kind": args.puts}
     for kind in clouds:

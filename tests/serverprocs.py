@@ -61,6 +61,54 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What installs every server, from the repository root.
 INSTALL = 'pip install -e ".[test]" && npm ci'
 
+# No client may ever look for cloud credentials or metadata endpoints (the
+# tests' `loopback_only_env` fixture and the benchmarks set this; spawned race
+# processes inherit it).
+SAFE_ENV = {
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": os.devnull,
+    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+    "GCE_METADATA_HOST": "127.0.0.1:9",
+    "GCE_METADATA_IP": "127.0.0.1:9",
+    "NO_GCE_CHECK": "True",
+    "NO_PROXY": "127.0.0.1,localhost",
+    "no_proxy": "127.0.0.1,localhost",
+}
+#: ... and none of these (obstore reads the GOOGLE_*/AZURE* ones too).
+UNSET_ENV = (
+    "AWS_PROFILE",
+    "AWS_DEFAULT_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "STORAGE_EMULATOR_HOST",
+    "GOOGLE_APPLICATION_CREDENTIALS",
+    "GOOGLE_SERVICE_ACCOUNT",
+    "GOOGLE_SERVICE_ACCOUNT_PATH",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "GOOGLE_BASE_URL",
+    "GOOGLE_BEARER_TOKEN",
+    "AZURE_STORAGE_CONNECTION_STRING",
+    "AZURE_STORAGE_USE_EMULATOR",
+    "AZURITE_BLOB_STORAGE_URL",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+)
+
+
+def loopback_only() -> None:
+    """SAFE_ENV and UNSET_ENV applied to this process's environment."""
+    os.environ.update(SAFE_ENV)
+    for name in UNSET_ENV:
+        os.environ.pop(name, None)
+
 
 class ServerUnavailable(RuntimeError):
     """A server is not installed, or did not come up; the message says why."""

@@ -30,7 +30,6 @@ environment disables cloud metadata lookups and proxies.
 from __future__ import annotations
 
 import contextlib
-import os
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -56,46 +55,14 @@ Server = tuple[str, dict[str, Any]]
 #: Server fixture -> the marker every test using it carries.
 MARKERS = {"moto_s3": "moto", "seaweed_s3": "seaweedfs", "fake_gcs": "gcs", "azurite": "azure"}
 
-# No client may ever look for cloud credentials or metadata endpoints; spawned
-# race processes inherit this environment too.
-_SAFE_ENV = {
-    "AWS_EC2_METADATA_DISABLED": "true",
-    "AWS_CONFIG_FILE": os.devnull,
-    "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
-    "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-    "GCE_METADATA_HOST": "127.0.0.1:9",
-    "GCE_METADATA_IP": "127.0.0.1:9",
-    "NO_GCE_CHECK": "True",
-    "NO_PROXY": "127.0.0.1,localhost",
-    "no_proxy": "127.0.0.1,localhost",
-}
-_UNSET_ENV = (
-    "AWS_PROFILE",
-    "AWS_DEFAULT_PROFILE",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_ENDPOINT_URL",
-    "AWS_ENDPOINT_URL_S3",
-    "STORAGE_EMULATOR_HOST",
-    "GOOGLE_APPLICATION_CREDENTIALS",
-    "AZURE_STORAGE_CONNECTION_STRING",
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "ALL_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "all_proxy",
-)
-
 
 @pytest.fixture(scope="session")
 def loopback_only_env() -> Iterator[None]:
     """Point no client at a cloud: no ambient credentials, metadata or proxies."""
     patch = pytest.MonkeyPatch()
-    for name, value in _SAFE_ENV.items():
+    for name, value in serverprocs.SAFE_ENV.items():
         patch.setenv(name, value)
-    for name in _UNSET_ENV:
+    for name in serverprocs.UNSET_ENV:
         patch.delenv(name, raising=False)
     try:
         yield
