@@ -33,6 +33,7 @@ import importlib
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +49,8 @@ from durable_obj.errors import (
     EngineIncompatible,
     InvalidArgument,
 )
+from durable_obj.gate import reach
+from durable_obj.gate.reading import engine_text
 from durable_obj.isolation import RESERVED_PREFIX, Scope
 from durable_obj.messages import clean, describe_syntax_error
 from durable_obj.sql import quote_ident, quote_string, without_format
@@ -60,6 +63,9 @@ SYNCHRONOUS_SETTINGS = {
     "alter_sync": "2",
 }
 
+#: An engine hint naming another object's internal database, and such a name.
+_FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
+_RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 _REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
 _VERSION: str | None = None
 _ROOT: list[str] = []
@@ -268,6 +274,16 @@ class Engine:
         """`sql` as it runs in this object's database (`isolation.Scope`)."""
         return self.scope.localize(sql)
 
+    def message(self, exc: BaseException) -> str:
+        """The engine's message about this object's statement, as this object
+        may see it: its own database under the logical name, no other
+        object's database (a "Maybe you meant" hint naming one is dropped),
+        no path of the engine's folder."""
+        text = clean(exc).replace(self.database, self.scope.logical)
+        text = _FOREIGN_HINT.sub("", text)
+        text = _RESERVED_NAME.sub("<another database>", text)
+        return text.replace(engine_root(), "<engine folder>")
+
     def _mapped(self, params: dict[str, str]) -> dict[str, str]:
         if params.get("db") == self.scope.logical:
             return {**params, "db": self.database}
@@ -307,7 +323,7 @@ class Engine:
                 raise EngineError(
                     "the statement failed (engine message withheld: it carries a credential)"
                 ) from None
-            raise EngineError(f"chDB: {clean(exc)}") from exc
+            raise EngineError(f"chDB: {self.message(exc)}") from exc
 
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
@@ -317,6 +333,8 @@ class Engine:
         refused (as an `EngineError`, which replay reports as `Corrupt`) if
         it reaches past the object."""
         try:
+            sql = engine_text(self, sql)
+            reach.check(self, sql)
             local = self.localize(sql)
         except ClassificationRefused as exc:
             raise EngineError(str(exc)) from None
@@ -328,7 +346,7 @@ class Engine:
         try:
             result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
-            raise EngineError(f"chDB: {clean(exc)}") from exc
+            raise EngineError(f"chDB: {self.message(exc)}") from exc
         return _decoded(result)
 
     def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
@@ -377,7 +395,9 @@ class Engine:
         try:
             report = self._raw.classify_query(sql, target)
         except Exception as exc:
-            raise EngineError(f"chDB could not analyse the statement: {clean(exc)}") from None
+            raise EngineError(
+                f"chDB could not analyse the statement: {self.message(exc)}"
+            ) from None
         qc = report["query_class"]
         return Analysis(
             query_class=str(getattr(qc, "name", qc)),
@@ -409,9 +429,39 @@ class Engine:
         try:
             self._conn.query("EXPLAIN QUERY TREE SELECT " + without_format(sql), "TSVRaw")
         except Exception as exc:
-            text = clean(exc).replace(self.database, self.scope.logical)
+            text = self.message(exc)
             raise EngineError(
                 f"chDB cannot run this statement: {text} Nothing was run or logged."
+            ) from None
+
+    def canonical(self, sql: str) -> str:
+        """The engine's own canonical text of one statement
+        (`formatQuerySingleLine`, given as a query parameter: nothing is
+        spliced): comments dropped, heredocs as quoted literals, an INSERT's
+        data dropped. `ClassificationRefused` when it is not one statement
+        the engine parses, with where the parser stopped (never the text)."""
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            result = self._conn.query(
+                "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": _escaped(sql)}
+            )
+        except Exception as exc:
+            why = describe_syntax_error(str(exc), sql)
+            raise ClassificationRefused(
+                f"chDB does not parse this as one statement ({why}). Nothing was run or logged."
+            ) from None
+        return _decoded(result).removesuffix("\n")
+
+    def ast(self, sql: str) -> str:
+        """The engine's parse of `sql` (`EXPLAIN AST`: nothing is resolved or
+        run), for the gate's checks of a definition."""
+        try:
+            return self.text("EXPLAIN AST " + sql, "TSVRaw")
+        except EngineError:
+            raise ClassificationRefused(
+                f"chDB does not parse the statement ({self.syntax_error(sql)}). "
+                "Nothing was run or logged."
             ) from None
 
     def syntax_error(self, sql: str) -> str:
@@ -450,7 +500,7 @@ class Engine:
         try:
             self._conn.query(sql, "CSV")
         except Exception as exc:
-            text = clean(exc).replace(self.database, self.scope.logical)
+            text = self.message(exc)
             raise EngineError(f"{what} failed: {text}") from exc
 
     def _recount_blocks(self) -> None:
@@ -491,6 +541,18 @@ class Engine:
                 _ORPHANS.append(self.database)
             with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
+
+
+def _escaped(value: str) -> str:
+    """A query parameter's value as the engine reads it back exactly (the
+    TSV escaping: a raw tab or newline would end the value)."""
+    return (
+        value.replace("\\", "\\\\")
+        .replace("\n", "\\n")
+        .replace("\t", "\\t")
+        .replace("\r", "\\r")
+        .replace("\0", "\\0")
+    )
 
 
 def _decoded(result: Any) -> str:

@@ -64,6 +64,17 @@ SCOPED_TABLES = frozenset(
     {"tables", "columns", "parts", "parts_columns", "dictionaries", "data_skipping_indices"}
     | {"projections", "projection_parts", "mutations", "detached_parts", "merges"}
 )
+#: Columns of scoped system tables that show the engine's folders: shown empty.
+_NO_PATH = "''"
+_NO_PATHS = "CAST([], 'Array(String)')"
+_PATHS = {
+    "tables": (("data_paths", _NO_PATHS), ("metadata_path", _NO_PATH)),
+    "parts": (("path", _NO_PATH),),
+    "parts_columns": (("path", _NO_PATH),),
+    "projection_parts": (("path", _NO_PATH),),
+    "detached_parts": (("path", _NO_PATH),),
+    "merges": (("source_part_paths", _NO_PATHS), ("result_part_path", _NO_PATH)),
+}
 #: Columns of system.tables that show a definition naming the database.
 _DEFINITIONS = ("create_table_query", "as_select", "engine_full")
 #: Table functions that compute their rows from their arguments alone.
@@ -169,6 +180,7 @@ class Scope:
         end = tokens[i + 2].end
         if table in SCOPED_TABLES:
             shown = [f"{quote_string(self.logical)} AS database"]
+            shown += [f"{expr} AS {c}" for c, expr in _PATHS.get(table, ())]
             if table == "tables":
                 shown += [
                     f"replaceAll({c}, {quote_string(self.internal + '.')}, "

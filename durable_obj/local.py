@@ -27,6 +27,8 @@ from durable_obj.classify import check_mutation, check_read
 from durable_obj.determinism import Pinner, catalog
 from durable_obj.engine import Engine, acquire, engine_root
 from durable_obj.errors import ClassificationRefused, Corrupt, InvalidArgument
+from durable_obj.gate import reach
+from durable_obj.gate.reading import engine_text
 from durable_obj.head import EXTENSION, TIMEZONE, Head
 from durable_obj.isolation import refuse
 from durable_obj.sql import code_words, find_calls, tokenize, tokenize_head
@@ -38,10 +40,6 @@ _KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
 
 #: First words of a statement meant as a query.
 _QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
-
-
-def _is_show(sql: str) -> bool:
-    return next((t.word for t in tokenize_head(sql) if t.kind == "ident"), "") == "show"
 
 
 class LocalCopy:
@@ -118,6 +116,8 @@ class LocalCopy:
         reads only this object's database (anything else is refused unrun),
         and whether the engine's messages about it must be withheld (it
         carries a credential)."""
+        sql = engine_text(engine, sql)  # the text checked is the text run
+        reach.check(engine, sql)
         self._refuse_outside_calls(engine, sql)  # before the engine resolves a thing
         local = engine.localize(sql)
         analysis = engine.analyze(local, db)
@@ -132,7 +132,8 @@ class LocalCopy:
         """Run one read-only statement (`checked_read`), its output as text."""
         local, redact = self.checked_read(engine, sql, db)
         text = engine.text(local, fmt, redact=redact)
-        return engine.scope.shown(text) if _is_show(local) else text
+        # SHOW CREATE, EXPLAIN, ...: this object's database under its logical name
+        return engine.scope.shown(text) if engine.database in text else text
 
     def _refuse_outside_calls(self, engine: Engine, sql: str) -> None:
         """Refuse a call of a table function that reads outside the object
@@ -149,7 +150,12 @@ class LocalCopy:
         """The text of a mutation to run and log: classified (one statement,
         writes only `db`, reads nothing outside it, no secret, ...), then
         pinned or refused. The text returned names the logical database, as
-        logged; `run_logged` localizes it."""
+        logged; `run_logged` localizes it.
+
+        The gate's first steps hold whatever flag is set: the engine's reading
+        of the statement (`gate.reading`), then what it may reach (`gate.reach`);
+        `allow_nondeterministic` lifts the determinism rule only."""
+        sql = engine_text(engine, sql)  # the text checked is the text run and logged
         try:
             local = engine.localize(sql)
         except ClassificationRefused:
@@ -166,9 +172,11 @@ class LocalCopy:
                 # t WHERE ...` (no FROM) reads as `SELECT DELETE AS t WHERE
                 # ...`. When it would not run either, the engine's own error
                 # says more than "use query()".
+                reach.check(engine, sql)
                 self._refuse_outside_calls(engine, sql)
                 engine.check_implicit_select(local)
-        check_mutation(analysis, db, syntax)
+        check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
+        reach.check(engine, sql)
         if allow_nondeterministic:
             warnings.warn(
                 f"{self._url}: logging a statement unchecked for determinism; replicas "
@@ -184,6 +192,7 @@ class LocalCopy:
         analysis = engine.analyze(sql, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
         check_mutation(analysis, db, syntax)
+        reach.check(engine, sql)
         if not unchecked and self.pinner is not None:
             self.pinner.refuse_outside_reads(sql)
 

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 import durable_obj
 import durable_obj.errors
+from durable_obj.engine import acquire
+from durable_obj.gate.reading import engine_text
 from tests.integration import replay_child
 
 SCHEMA = [
@@ -38,6 +40,9 @@ SCHEMA = [
 ]
 
 KEEP, PIN, REFUSE = "keep", "pin", "refuse"
+#: Refused by the statement gate whatever flag is set (ClassificationRefused):
+#: it reaches outside the object, or cannot be read as the engine reads it.
+OUTSIDE = "outside"
 
 CORPUS: list[tuple[str, str]] = [
     # -- deterministic: accepted unchanged --------------------------------
@@ -81,7 +86,7 @@ CORPUS: list[tuple[str, str]] = [
     ("INSERT INTO e (id, s) SELECT 28, toString(arrayJoin([1]))", KEEP),
     ("insert into e (id, s) values (29, 'lower-case keywords')", KEEP),
     ("INSERT INTO e (id, s) VALUES (30, 'unicode ✓ ü 😀')", KEEP),
-    ("INSERT INTO e (id, s) VALUES (31, $$heredoc now()$$)", KEEP),
+    ("INSERT INTO e (id, s) VALUES (31, $$heredoc now()$$)", OUTSIDE),
     ("INSERT INTO e (id, s) SELECT 32, 'select'", KEEP),
     ("INSERT INTO e (id, s) SELECT number + 33, toString(number) FROM numbers(3)", KEEP),
     ("INSERT INTO e (id, s) SELECT number + 36, 'x' FROM system.numbers LIMIT 2", KEEP),
@@ -137,7 +142,7 @@ CORPUS: list[tuple[str, str]] = [
     ("INSERT INTO e (id, s) VALUES (314, toString(rand())), (315, toString(rand()))", PIN),
     ("INSERT INTO e (id, s, d) VALUES (316, 'a', now()), (317, 'now()', now())", PIN),
     ("INSERT INTO e (id, s) VALUES (318, concat('x', toString(rand(1)), toString(rand(2))))", PIN),
-    ("INSERT INTO e (id, s) VALUES (319, hostName())", PIN),
+    ("INSERT INTO e (id, s) VALUES (319, hostName())", OUTSIDE),
     ("INSERT INTO e (id, s) VALUES (320, toString(generateSnowflakeID()))", PIN),
     ("INSERT INTO e (id, s) SELECT 321, toString(now())", PIN),
     ("INSERT INTO e (id, d) SELECT number + 322, now() FROM numbers(2)", PIN),
@@ -174,9 +179,9 @@ CORPUS: list[tuple[str, str]] = [
     ("INSERT INTO e (id, s) SELECT 433, table_name FROM information_schema.tables LIMIT 1", REFUSE),
     (
         "INSERT INTO e (id, s) SELECT 434, x FROM url('http://127.0.0.1:9/x.csv', CSV, 'x String')",
-        REFUSE,
+        OUTSIDE,
     ),
-    ("INSERT INTO e (id, s) SELECT 435, x FROM file('x.csv', CSV, 'x String')", REFUSE),
+    ("INSERT INTO e (id, s) SELECT 435, x FROM file('x.csv', CSV, 'x String')", OUTSIDE),
     (
         "INSERT INTO e (id, s) SELECT 436, toString(number) FROM generateRandom('number UInt8') LIMIT 1",
         REFUSE,
@@ -192,8 +197,8 @@ CORPUS: list[tuple[str, str]] = [
         "CREATE MATERIALIZED VIEW mv ENGINE = MergeTree ORDER BY id AS SELECT id, now() AS t FROM c",
         REFUSE,
     ),
-    ("CREATE TABLE ext (x String) ENGINE = URL('http://127.0.0.1:9/x', CSV)", REFUSE),
-    ("CREATE TABLE ext2 (x String) ENGINE = File(CSV)", REFUSE),
+    ("CREATE TABLE ext (x String) ENGINE = URL('http://127.0.0.1:9/x', CSV)", OUTSIDE),
+    ("CREATE TABLE ext2 (x String) ENGINE = File(CSV)", OUTSIDE),
     # existing rows would read a value computed at read time (issue 12 §3b)
     ("ALTER TABLE e ADD COLUMN stamp DateTime DEFAULT now()", REFUSE),
     ("ALTER TABLE e ADD COLUMN r UInt64 MATERIALIZED rand64()", REFUSE),
@@ -218,13 +223,22 @@ CORPUS: list[tuple[str, str]] = [
 
 def test_corpus_is_large_and_labelled() -> None:
     assert len(CORPUS) >= 80
-    assert {label for _, label in CORPUS} == {KEEP, PIN, REFUSE}
+    assert {label for _, label in CORPUS} == {KEEP, PIN, REFUSE, OUTSIDE}
     assert len({sql for sql, _ in CORPUS}) == len(CORPUS)
 
 
 _SETTINGS = re.compile(
     r"SETTINGS (?:insert_allow_materialized_columns = 1, )?session_timezone = 'UTC' "
 )
+
+
+def _canonical(sql: str) -> str:
+    """The text the statement gate reads, runs and logs for `sql`."""
+    engine = acquire()
+    try:
+        return engine_text(engine, sql)
+    finally:
+        engine.release()
 
 
 def _strip_tz(sql: str) -> str:
@@ -241,9 +255,13 @@ def test_corpus_replays_exactly_in_every_time_zone(tmp_path: Path, writer_tz: st
     for (sql, label), outcome in zip(CORPUS, wrote["outcomes"], strict=True):
         if outcome["status"] == "accepted":
             logged = outcome["logged"]
-            got = KEEP if logged is not None and _strip_tz(logged) == sql else PIN
+            # as written, or as the engine prints it (a comment dropped): nothing pinned
+            kept = (sql, _canonical(sql))
+            got = KEEP if logged is not None and _strip_tz(logged) in kept else PIN
         elif outcome["status"] == "nondeterministic":
             got = REFUSE
+        elif outcome["status"] == "classification_refused":
+            got = OUTSIDE
         else:
             got = f"error {outcome['status']}: {outcome['message']}"
         if got != label:

@@ -286,7 +286,9 @@ def _zone_arg(zone: str | None) -> str:
 
 _constant_calls = st.one_of(
     st.sampled_from(["now()", "today()", "yesterday()", "randConstant()", "utcTimestamp()"]),
-    st.sampled_from(["hostName()", "serverUUID()", "now64()", "currentUser()"]),
+    # hostName(), serverUUID() and currentUser() describe the host and the
+    # engine: the statement gate refuses them (gate/reach.py)
+    st.sampled_from(["now64()", "now64(6)", "randConstant(1)"]),
     st.sampled_from(ZONES).map(lambda z: f"now({quote_string(z)})"),
     st.tuples(st.integers(0, 9), _zone).map(lambda t: f"now64({t[0]}{_zone_arg(t[1])})"),
     st.tuples(

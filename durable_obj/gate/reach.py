@@ -1,0 +1,264 @@
+"""What a statement may reach: allow-lists of table engines, dictionary
+sources and layouts, settings, and the functions refused for every object.
+
+Checked on the text `reading.engine_text` returned (the text that runs),
+for every statement and whatever flag is set (`allow_nondeterministic`
+lifts determinism refusals only). A refusal names what was refused, never
+the statement (it may carry a credential).
+
+* Table engines: an allow-list of engines whose data lives in the object's
+  own database (the MergeTree family, Memory, the Log family, Set, Join,
+  Null, EmbeddedRocksDB without a path of its own, GenerateRandom).
+* Dictionary sources: CLICKHOUSE (a table of the object's own database,
+  `isolation.Scope` checks which) and NULL; layouts that keep a file
+  (SSD_CACHE) are refused.
+* Functions and table functions: every table function but the pure
+  generators, and every function that reads the host, the network, the
+  engine's configuration or its other sessions (`file`, `getServerSetting`,
+  `hostName`, `currentUser`, the AI, introspection and model functions,
+  ...), by the engine's catalogue and aliases. A read is further held to
+  an allow-list on the engine's own resolution (`allowed_in_tree`).
+* Settings: a statement's SETTINGS may only shape its output and plan
+  (`output_format_*`, `join_algorithm`, `max_threads`, ...), never raise a
+  bound or name a disk, a path or a policy.
+
+DDL (CREATE, ALTER, ATTACH) is also checked on the engine's parse
+(`EXPLAIN AST`): the engine a table gets, the source a dictionary reads and
+every function named anywhere in the definition are the engine's reading.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import ClassificationRefused
+from durable_obj.sql import Token, code_words, find_calls, tokenize, tokenize_head
+
+if TYPE_CHECKING:
+    from durable_obj.engine import Engine
+
+#: Table engines whose data lives in the object's own database.
+ALLOWED_ENGINES = frozenset(
+    {"MergeTree", "ReplacingMergeTree", "SummingMergeTree", "AggregatingMergeTree"}
+    | {"CollapsingMergeTree", "VersionedCollapsingMergeTree", "CoalescingMergeTree"}
+    | {"Memory", "Log", "TinyLog", "StripeLog", "Set", "Join", "Null", "GenerateRandom"}
+    | {"EmbeddedRocksDB"}
+)
+#: Dictionary sources that read the object's own database (or nothing).
+ALLOWED_SOURCES = frozenset({"clickhouse", "null"})
+#: Dictionary layouts that keep data in a file of their own.
+REFUSED_LAYOUTS = frozenset({"ssd_cache", "complex_key_ssd_cache"})
+#: Table functions that compute their rows from their arguments alone.
+PURE_TABLE_FUNCTIONS = frozenset(
+    {"numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries"}
+    | {"values", "null", "view", "format", "generaterandom"}
+)
+#: Function categories (system.functions.categories) refused whole: calls
+#: to a model over the network, the engine's own binary and threads, model files.
+REFUSED_CATEGORIES = frozenset({"AI", "Introspection", "Machine Learning"})
+#: Functions of other categories that read the host, the engine's
+#: configuration, its sessions and users, or a file.
+REFUSED_FUNCTIONS = frozenset(
+    {"file", "fqdn", "hostname", "filesystemavailable", "filesystemcapacity"}
+    | {"filesystemunreserved", "getserversetting"}
+    | {"getmergetreesetting", "getmacro", "getoskernelversion", "getserverport", "tcpport"}
+    | {"getclienthttpheader", "globalvariable", "hascolumnintable"}
+    | {"getmaxtablenamelengthfordatabase"}
+    | {"authenticateduser", "currentuser", "currentroles", "enabledroles", "defaultroles"}
+    | {"currentprofiles", "enabledprofiles", "defaultprofiles", "currentschemas"}
+    | {"currenthandler", "currentrequesturl", "currentqueryid", "queryid", "initialqueryid"}
+    | {"initialquerystarttime", "connectionid", "displayname", "serveruuid", "shardnum"}
+    | {"shardcount", "showcertificate", "transactionid", "transactionlatestsnapshot"}
+    | {"transactionoldestsnapshot", "zookeepersessionuptime", "pggetuserbyid"}
+    | {"pgtableisvisible", "buildid", "uptime", "hasthreadfuzzer", "generateserialid"}
+    | {"catboostevaluate", "mergetreepartinfo", "ismergetreepartcoveredby"}
+)
+#: Setting names a statement's SETTINGS may hold (matched whole).
+_READ_SETTINGS = re.compile(
+    r"output_format_\w+|format_(?:csv|tsv|custom|pretty|json|display)\w*"
+    r"|date_time_output_format|join_use_nulls|join_algorithm|join_default_strictness"
+    r"|final|max_threads|max_block_size|extremes|aggregate_functions_null_for_empty"
+    r"|cast_keep_nullable|enable_analyzer|allow_experimental_analyzer|optimize_\w+"
+    r"|prefer_column_name_to_alias|use_skip_indexes|force_primary_key|group_by_use_nulls"
+    r"|transform_null_in|data_type_default_nullable|precise_float_parsing"
+    r"|allow_experimental_\w+_type|allow_suspicious_\w+|do_not_merge_across_partitions_\w+"
+    # what the determinism gate writes into a logged INSERT (`determinism.py`)
+    r"|session_timezone|insert_allow_materialized_columns"
+)
+#: What a table's SETTINGS (or ALTER ... MODIFY SETTING) may not name: a
+#: disk, a path or a storage policy reaches the host's files; the rest are
+#: the bounds a statement must not raise.
+_REFUSED_TABLE_SETTINGS = re.compile(
+    r".*(?:disk|path|polic|keeper|zookeeper|s3|cache|remote|url|file|readonly|user|password"
+    r"|secret|credential|max_execution|max_result|max_memory|overflow_mode|allow_ddl"
+    r"|introspection|timeout).*"
+)
+_DDL = frozenset({"create", "alter", "attach", "replace"})
+#: Words whose absence from a statement's code lets `check` return at once.
+_TRIGGERS = frozenset({"settings", "setting", "source", "layout", "engine"})
+#: Aggregate-function combinators (a call `sumIf` is `sum` with `If`).
+_COMBINATORS = re.compile(
+    r"(?:if|array|map|state|merge|mergestate|foreach|distinct|ordefault|ornull|resample"
+    r"|argmin|argmax|simplestate)$"
+)
+
+
+def refuse(what: str) -> ClassificationRefused:
+    return ClassificationRefused(
+        f"{what}: an object's statements reach only its own database (another object's "
+        "data, the host's files, the network and the engine's configuration are out of "
+        "reach, whatever flag is set). Nothing was run or logged."
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The engine's functions, sorted into what an object may call."""
+
+    refused: frozenset[str]  # lower-cased names and aliases, table functions included
+    table_functions: frozenset[str]  # lower-cased: the refused ones
+    allowed: frozenset[str]  # lower-cased: every other function, for a read's tree
+    aggregates: frozenset[str]  # lower-cased aggregate functions, for combinators
+
+    @classmethod
+    def load(cls, engine: Engine) -> Catalog:
+        rows = engine.json_rows(
+            "SELECT lower(name), lower(alias_to), categories, is_aggregate FROM system.functions"
+        )
+        refused = {
+            name
+            for name, _alias, categories, _agg in rows
+            if name in REFUSED_FUNCTIONS
+            or any(c.strip() in REFUSED_CATEGORIES for c in categories.split(","))
+        }
+        refused |= {name for name, alias, _c, _a in rows if alias and alias in refused}
+        tfs = engine.text("SELECT lower(name) FROM system.table_functions", "TSV").split()
+        outside = frozenset(tfs) - PURE_TABLE_FUNCTIONS
+        refused |= outside
+        allowed = {name for name, *_ in rows} - refused
+        aggregates = {name for name, _al, _c, agg in rows if int(agg)}
+        return cls(frozenset(refused), outside, frozenset(allowed), frozenset(aggregates))
+
+    def allowed_in_tree(self, name: str) -> bool:
+        """Whether a read may call `name`, as the engine resolved it (an
+        allow-list: a name the catalogue does not hold is refused, unless it
+        is an aggregate function with combinators)."""
+        lowered = name.lower()
+        if lowered in self.allowed:
+            return True
+        while (m := _COMBINATORS.search(lowered)) is not None and m.start() > 0:
+            lowered = lowered[: m.start()]
+            if lowered in self.aggregates:
+                return True
+        return False
+
+
+_CATALOGS: dict[str, Catalog] = {}
+
+
+def catalog(engine: Engine) -> Catalog:
+    """The catalogue of this engine version, read once per process."""
+    found = _CATALOGS.get(engine.version)
+    if found is None:
+        found = _CATALOGS[engine.version] = Catalog.load(engine)
+    return found
+
+
+def check(engine: Engine, text: str) -> None:
+    """`ClassificationRefused` if the statement `text` (as `engine_text`
+    returned it) names a function, table function, engine, dictionary source
+    or layout, or a setting, that reaches past the object."""
+    known = catalog(engine)
+    head = tokenize_head(text)
+    first = head[0].word if head else ""
+    words = code_words(text)
+    ddl = first in _DDL
+    if not ddl and not (words & (known.refused | _TRIGGERS)):
+        return
+    tokens = tokenize(text)
+    for call in find_calls(tokens):
+        if call.name in known.table_functions:
+            raise refuse(f"the table function {call.shown[:60]}()")
+        if call.name in known.refused:
+            raise refuse(f"{call.shown[:60]}()")
+    _check_settings(tokens, ddl)
+    if ddl:
+        _check_layouts(tokens)
+        _check_tree(engine.ast(text), known)
+
+
+def _check_settings(tokens: list[Token], ddl: bool) -> None:
+    for i, tok in enumerate(tokens):
+        if tok.kind != "ident" or tok.word not in ("settings", "setting"):
+            continue
+        for name in _setting_names(tokens, i + 1):
+            if ddl and _REFUSED_TABLE_SETTINGS.fullmatch(name):
+                raise refuse(f"the setting {name[:60]}")
+            if not ddl and not _READ_SETTINGS.fullmatch(name):
+                raise refuse(
+                    f"the setting {name[:60]} (a statement's SETTINGS may only shape its "
+                    "output and plan; the object sets its bounds)"
+                )
+
+
+def _setting_names(tokens: list[Token], i: int) -> list[str]:
+    """The names of `name = value, ...` from token `i` (lower-cased). A
+    value is one literal or name, maybe signed, maybe a call `f(...)`."""
+    names: list[str] = []
+    n = len(tokens)
+    while i + 2 < n and tokens[i].kind in ("ident", "quoted") and tokens[i + 1].text == "=":
+        names.append(tokens[i].word)
+        i += 2
+        if tokens[i].text in ("-", "+"):
+            i += 1
+        i += 1
+        if i < n and tokens[i].text == "(":
+            depth = 0
+            while i < n:
+                depth += {"(": 1, ")": -1}.get(tokens[i].text, 0)
+                i += 1
+                if depth == 0:
+                    break
+        if i < n and tokens[i].text == ",":
+            i += 1
+        else:
+            break
+    return names
+
+
+def _check_layouts(tokens: list[Token]) -> None:
+    for i, tok in enumerate(tokens[:-2]):
+        named = tokens[i + 2].word
+        if tok.word == "layout" and tokens[i + 1].text == "(" and named in REFUSED_LAYOUTS:
+            raise refuse(f"the dictionary layout {tokens[i + 2].text[:40]} (it keeps a file)")
+
+
+_AST_LINE = re.compile(r"^( *)(\S.*?)(?: \(children \d+\))?(?: \(alias [^)]*\))?$")
+
+
+def _check_tree(ast: str, known: Catalog) -> None:
+    """The engine's parse of a DDL statement: its engines, sources and every
+    function it names."""
+    lines = [(len(m.group(1)), m.group(2)) for m in map(_AST_LINE.match, ast.splitlines()) if m]
+    for k, (depth, node) in enumerate(lines):
+        kind, _, name = node.partition(" ")
+        name = name.strip()
+        nxt = lines[k + 1] if k + 1 < len(lines) else (-1, "")
+        if node == "Storage definition" and nxt[0] == depth + 1 and nxt[1].startswith("Function "):
+            engine = nxt[1].split(" ", 1)[1].strip()
+            if engine not in ALLOWED_ENGINES:
+                raise refuse(f"a table with ENGINE = {engine[:60]}")
+            args = lines[k + 2] if k + 2 < len(lines) else (-1, "")
+            if engine == "EmbeddedRocksDB" and args[0] == depth + 2 and _arg_count(ast, k + 2) > 1:
+                raise refuse("an EmbeddedRocksDB table with a folder of its own")
+        elif kind == "FunctionWithKeyValueArguments" and name.lower() not in ALLOWED_SOURCES:
+            raise refuse(f"a dictionary SOURCE({name.upper()[:40]})")
+        elif kind == "Function" and name.lower() in known.refused:
+            raise refuse(f"{name[:60]}()")
+
+
+def _arg_count(ast: str, line: int) -> int:
+    found = re.search(r"ExpressionList \(children (\d+)\)", ast.splitlines()[line])
+    return int(found.group(1)) if found else 0

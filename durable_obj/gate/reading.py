@@ -1,0 +1,131 @@
+"""The text the engine reads: the first step of every statement.
+
+Our lexer (`durable_obj.sql`) is a second parser, and a second parser drifts
+from the engine's: ClickHouse nests `/* */` comments, takes heredoc tags with
+digits (`$a1$ ... $a1$`), reads Unicode quotation marks as quotes and
+non-ASCII letters as part of a name. A statement built on such a difference
+(`/* /* */ ' */ SELECT file('/etc/passwd') -- '`) looked like one string
+literal to the lexer and like a call of `file` to the engine.
+
+So the lexer reads only text on which the two cannot differ: *plain* text,
+where outside quoted tokens (strings, quoted names, by the same rules in
+both: a backslash escapes the next character, a doubled quote is a quote)
+there is nothing but printable ASCII and ASCII white space, and no `--`,
+`/*`, `#`, `$` or backslash. Both lexers then open and close every quoted
+token at the same places, so every token is the same token in both. Plain
+text is used as it is (no engine call: the common statement costs nothing).
+
+Anything else is handed to the engine's own formatter,
+`formatQuerySingleLine` (as a query parameter: nothing is spliced): the
+engine parses it and prints it back canonically, comments dropped,
+heredocs turned into quoted literals, names quoted as it reads them. That
+text must be plain itself, or the statement is refused: whatever the gate
+cannot read the way the engine reads it is never run. The text returned is
+the text every later check reads, the text that runs and the text logged.
+
+An INSERT's data (after `VALUES`, or after `FORMAT <name>`) is not SQL to
+the formatter, which drops it: the canonical head is joined to the data as
+written, and `VALUES` data (whose rows the engine may evaluate as
+expressions) must be plain too. Other formats' data is never read as SQL.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import ClassificationRefused
+from durable_obj.sql import tokenize_head
+
+if TYPE_CHECKING:
+    from durable_obj.engine import Engine
+
+#: Printable ASCII but the characters that open a quoted token, a comment, a
+#: heredoc or an escape (' " ` # $ \ and the - and / of -- and /*), and ASCII
+#: white space.
+_SAFE_CHARS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x2e\x30-\x5b\x5d-\x5f\x61-\x7e"
+#: A quoted token as both lexers read it (the lexer's `_STRING` / `_QUOTED`,
+#: unrolled so a long string costs one scan): a backslash escapes the next
+#: character, a doubled quote is a quote.
+_QUOTED_TOKEN = "|".join(rf"{q}[^{q}\\]*(?:(?:\\.|{q}{q})[^{q}\\]*)*{q}" for q in ("'", '"', "`"))
+_PLAIN = re.compile(
+    rf"(?:[{_SAFE_CHARS}]+|{_QUOTED_TOKEN}|-(?!-)|/(?!\*))*",
+    re.DOTALL,
+)
+#: `FORMAT Values` at the end of the engine's canonical INSERT: it prints
+#: `VALUES` so; the WAL (and V1) write `VALUES`.
+_CANONICAL_DATA = re.compile(r" FORMAT (\w+)$")
+
+
+def is_plain(text: str) -> bool:
+    """Whether our lexer and the engine's read `text` token for token alike."""
+    # match, not fullmatch: the star stops at the first character it cannot
+    # take and never backtracks (fullmatch of `(?:[a]+)*` fails exponentially)
+    found = _PLAIN.match(text)
+    return found is not None and found.end() == len(text)
+
+
+#: Line comments and white space, to the end: both lexers read `--` to the
+#: end of its line.
+_TRAILING = re.compile(r"(?:\s*--[^\n]*(?:\n|$))*\s*")
+
+
+def _without_trailing_comments(data: str) -> str:
+    """VALUES rows without `-- ...` line comments after the last one (the
+    rows are cut where our lexer, on text plain so far, leaves code)."""
+    found = _PLAIN.match(data)
+    end = found.end() if found is not None else 0
+    if end < len(data) and _TRAILING.fullmatch(data, end):
+        return data[:end]
+    return data
+
+
+def _refuse(why: str) -> ClassificationRefused:
+    return ClassificationRefused(
+        f"{why}; the gate refuses what it cannot read exactly as the engine does. "
+        "Nothing was run or logged."
+    )
+
+
+def _split_data(sql: str) -> tuple[str, str, str]:
+    """(head, the word that starts the data, data) of an INSERT whose data
+    follows `VALUES` or `FORMAT <name>`, by our lexer's reading; (sql, '', '')
+    for anything else. A misreading here cannot open a hole: the head is
+    given to the engine, and the data must pass on its own."""
+    tokens = tokenize_head(sql)
+    if not tokens or tokens[0].word != "insert":
+        return sql, "", ""
+    last = tokens[-1]
+    if last.kind == "ident" and last.word == "values":
+        return sql[: last.end], "values", sql[last.end :]
+    if last.kind == "ident" and last.word == "format":
+        fmt = re.match(r"\s+([A-Za-z_][A-Za-z0-9_]*)", sql[last.end :])
+        if fmt is not None:
+            end = last.end + fmt.end()
+            return sql[:end], "format", sql[end:]
+    return sql, "", ""
+
+
+def engine_text(engine: Engine, sql: str) -> str:
+    """The text of `sql` that the gate's checks read, that runs and that is
+    logged: `sql` itself when it is plain, else the engine's canonical form
+    of it (`ClassificationRefused` when that is not plain either, or when
+    the engine cannot parse it as one statement)."""
+    if is_plain(sql):
+        return sql
+    head, kind, data = _split_data(sql)
+    canonical = engine.canonical(head)
+    found = _CANONICAL_DATA.search(canonical) if canonical.startswith("INSERT ") else None
+    if bool(kind) != (found is not None):
+        raise _refuse("the engine does not read the INSERT's data where the gate found it")
+    if found is not None and found.group(1) == "Values":
+        canonical = canonical[: found.start()] + " VALUES"
+        data = _without_trailing_comments(data)
+        if data and not is_plain(data):
+            raise _refuse(
+                "the VALUES rows hold a comment, a heredoc, a backslash outside a string "
+                "or a character that is not ASCII outside a string"
+            )
+    if not is_plain(canonical):
+        raise _refuse("the statement holds a name or character outside plain ASCII")
+    return canonical + data if data else canonical
