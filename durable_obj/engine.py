@@ -421,6 +421,7 @@ class Engine:
                 "Nothing was run or logged."
             )
         self.scope.check_tree(tree)
+        reach.check_resolved(self, tree)
 
     def check_implicit_select(self, sql: str) -> None:
         """`EngineError` with the engine's own message if the (localized,

@@ -108,8 +108,9 @@ class LocalCopy:
         literals (`durable_obj.params`); `sql` itself when `params` is None."""
         if params is None:
             return sql
-        assert self.pinner is not None
-        return self.pinner.bind(sql, params)
+        assert self.pinner is not None and self.engine is not None
+        # the placeholders the engine reads, not those a comment hides from the lexer
+        return self.pinner.bind(engine_text(self.engine, sql), params)
 
     def checked_read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool]:
         """`sql` as it runs, once it is proved one read-only statement that

@@ -262,3 +262,15 @@ def _check_tree(ast: str, known: Catalog) -> None:
 def _arg_count(ast: str, line: int) -> int:
     found = re.search(r"ExpressionList \(children (\d+)\)", ast.splitlines()[line])
     return int(found.group(1)) if found else 0
+
+
+_RESOLVED_FUNCTION = re.compile(r"function_name: (\w+)")
+
+
+def check_resolved(engine: Engine, tree: str) -> None:
+    """Every function the engine resolved in a read's `EXPLAIN QUERY TREE`
+    is on the allow-list (`Catalog.allowed_in_tree`)."""
+    known = catalog(engine)
+    for name in set(_RESOLVED_FUNCTION.findall(tree)):
+        if not known.allowed_in_tree(name):
+            raise refuse(f"{name[:60]}()")
