@@ -38,6 +38,7 @@ from durable_obj.errors import (
     Timeout,
     UnsupportedStore,
 )
+from durable_obj.gate.bounds import Bounds
 from durable_obj.namespace import Namespace, export, fork, open
 from durable_obj.object import DurableObject, Result
 from durable_obj.pool import Pool
@@ -47,6 +48,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncDurableObject",
     "BackendError",
+    "Bounds",
     "ClassificationRefused",
     "Closed",
     "CommitAmbiguous",

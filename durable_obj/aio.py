@@ -68,6 +68,7 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from durable_obj.errors import InvalidArgument
+from durable_obj.gate.bounds import Bounds
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
 from durable_obj.queries import Params
@@ -288,9 +289,11 @@ class AsyncDurableObject:
 
         await _await(self._call(run, io=False))
 
-    async def aquery(self, sql: str, fmt: str = "CSV", *, params: Params = None) -> Result:
+    async def aquery(
+        self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None
+    ) -> Result:
         """`DurableObject.query` in a worker: local, read-only, nothing logged."""
-        return await self._read(lambda: self._sync.query(sql, fmt, params=params))
+        return await self._read(lambda: self._sync.query(sql, fmt, params=params, bounds=bounds))
 
     async def aquery_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
         """`DurableObject.query_bytes` in a worker."""

@@ -40,6 +40,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,8 +49,10 @@ from durable_obj.errors import (
     EngineError,
     EngineIncompatible,
     InvalidArgument,
+    Timeout,
 )
 from durable_obj.gate import reach
+from durable_obj.gate.bounds import RESET, Bounds
 from durable_obj.gate.reading import engine_text
 from durable_obj.isolation import RESERVED_PREFIX, Scope
 from durable_obj.messages import clean, describe_syntax_error
@@ -327,6 +330,26 @@ class Engine:
 
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
+
+    @contextlib.contextmanager
+    def bounded(self, bounds: Bounds | None) -> Iterator[None]:
+        """Run what the block runs under `bounds` (engine settings on this
+        connection only, put back after); a query past its time is `Timeout`."""
+        if bounds is None:
+            yield
+            return
+        self.run("SET " + bounds.settings())
+        try:
+            yield
+        except EngineError as exc:
+            if "TIMEOUT_EXCEEDED" in str(exc):
+                raise Timeout(
+                    f"the query ran past its bound of {bounds.seconds:g} s and was stopped by "
+                    "the engine; nothing changed"
+                ) from None
+            raise
+        finally:
+            self.run(f"SET {RESET}")
 
     def replay(self, sql: str) -> None:
         """Run a committed statement as the object's own: localized, and

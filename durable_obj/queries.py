@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from durable_obj.export import list_tables
+from durable_obj.gate.bounds import Bounds
 from durable_obj.results import ROWS_FORMAT, binary_format, decode_rows, text_format
 from durable_obj.surface import Result, Surface
 
@@ -31,17 +32,22 @@ Params = Mapping[str, Any] | None
 class Queries(Surface):
     """The read methods of `DurableObject`."""
 
-    def query(self, sql: str, fmt: str = "CSV", *, params: Params = None) -> Result:
+    def query(
+        self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None
+    ) -> Result:
         """Run one read-only statement locally; its output as text in `fmt`
         (any ClickHouse text format: CSV, TSV, JSONEachRow, Pretty, ...).
         `params` binds `{name:Type}` placeholders. For a binary format use
         `query_bytes`, for Python values `rows`/`dicts`, for frames
-        `arrow`/`df`. No network, nothing logged."""
+        `arrow`/`df`. No network, nothing logged. `bounds` (`durable_obj.Bounds`)
+        has the engine stop it past a time, a result size or a memory use; the
+        statement cannot raise them."""
         text_format(fmt)
         with self._lock:
             engine = self._require_open()
             sql = self._local.bind(sql, params)
-            return Result(self._local.read(engine, sql, fmt, self.db))
+            with engine.bounded(bounds):
+                return Result(self._local.read(engine, sql, fmt, self.db))
 
     def query_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
         """`query` for a binary format (Parquet, Arrow, ArrowStream, ORC,

@@ -264,7 +264,7 @@ def _arg_count(ast: str, line: int) -> int:
     return int(found.group(1)) if found else 0
 
 
-_RESOLVED_FUNCTION = re.compile(r"function_name: (\w+)")
+_RESOLVED_FUNCTION = re.compile(r"(?<!\w)function_name: (\w+)")
 
 
 def check_resolved(engine: Engine, tree: str) -> None:

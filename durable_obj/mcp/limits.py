@@ -38,6 +38,10 @@ class Limits:
     #: and says `truncated`.
     result_bytes: int = 1024 * 1024
     embedding_dims: int = 8192
+    #: The sql tool's bounds, enforced by the engine (`durable_obj.Bounds`): a
+    #: query past them is stopped, and the next call finds the memory free.
+    sql_seconds: float = 10.0
+    sql_memory_bytes: int = 1024 * 1024 * 1024
 
 
 # -- validation -------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import anyio
 from mcp.server.mcpserver.exceptions import ToolError
 
+from durable_obj import Bounds
 from durable_obj.aio import AsyncDurableObject
 from durable_obj.errors import InvalidArgument, NotFound
 from durable_obj.mcp.limits import (
@@ -70,6 +71,15 @@ def _quote(text: str) -> str:
         else:
             out.append(ch)
     return "'" + "".join(out) + "'"
+
+
+def _shortened(row: dict[str, Any], cap: int) -> dict[str, Any]:
+    """`row` with every string value cut so the row fits in about `cap` bytes."""
+    share = max(16, cap // max(1, 2 * len(row)))
+    return {
+        k: (v[:share] + "...(cut)" if isinstance(v, str) and len(v) > share else v)
+        for k, v in row.items()
+    }
 
 
 def _time_literal(when: datetime) -> str:
@@ -142,16 +152,22 @@ class MemoryServer:
         )
         self._ready = True
 
-    async def _rows(self, sql: str) -> tuple[list[dict[str, Any]], bool]:
-        """Rows of a JSONEachRow query, cut at the result byte limit."""
-        text = await self.obj.aquery(sql, fmt="JSONEachRow")
+    async def _rows(
+        self, sql: str, bounds: Bounds | None = None
+    ) -> tuple[list[dict[str, Any]], bool]:
+        """Rows of a JSONEachRow query, cut at the result byte limit (a row
+        alone over it comes back with its long strings shortened)."""
+        text = await self.obj.aquery(sql, fmt="JSONEachRow", bounds=bounds)
         rows: list[dict[str, Any]] = []
         used = 0
+        cap = self.limits.result_bytes
         for line in str(text).split("\n"):
             if not line:
                 continue
             used += len(line)
-            if rows and used > self.limits.result_bytes:
+            if used > cap:
+                if not rows:
+                    rows.append(_shortened(json.loads(line), cap))
                 return rows, True
             rows.append(json.loads(line))
         return rows, False
@@ -389,5 +405,11 @@ class MemoryServer:
                         "outside this memory; the SQL tool reads only this object's tables. "
                         "Nothing was run."
                     )
-        rows, cut = await self._rows(statement)
+        limits = self.limits
+        bounds = Bounds(
+            seconds=limits.sql_seconds,
+            result_bytes=limits.result_bytes,
+            memory_bytes=limits.sql_memory_bytes,
+        )
+        rows, cut = await self._rows(statement, bounds)
         return {"rows": rows, "truncated": cut}

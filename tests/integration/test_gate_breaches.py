@@ -12,13 +12,14 @@ from __future__ import annotations
 import hashlib
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import durable_obj
-from durable_obj import errors
+from durable_obj import Bounds, errors
 from durable_obj.engine import acquire
 from durable_obj.object import DurableObject
 
@@ -297,3 +298,24 @@ def test_a_tampered_wal_line_does_not_open(tmp_path: Path) -> None:
     with pytest.raises(errors.Corrupt, match="reach only its own database"):
         durable_obj.open(url, read_only=True)
     assert host.read_text() == "x"
+
+
+# -- bounds a statement cannot raise ---------------------------------------------------
+
+
+def test_a_bounded_query_is_stopped_by_the_engine_and_frees_the_object(world: World) -> None:
+    w = world
+    started = time.monotonic()
+    with pytest.raises(errors.Timeout, match=r"bound of 0\.5 s"):
+        w.a.query("SELECT count() FROM numbers(1000000000000)", bounds=Bounds(seconds=0.5))
+    assert time.monotonic() - started < 30  # stopped by the engine, not run to the end
+    assert w.a.query("SELECT count() FROM t").strip() == "1"  # the next call runs
+    # unbounded again: the bounds were on that one read only
+    assert w.a.query("SELECT getSetting('max_execution_time')").strip() == "0"
+
+
+def test_a_bounded_query_stops_reading_past_its_result_size(world: World) -> None:
+    text = world.a.query(
+        "SELECT number FROM numbers(100000000)", "TSV", bounds=Bounds(result_bytes=1 << 20)
+    )
+    assert 0 < text.count("\n") < 1_000_000

@@ -303,6 +303,40 @@ def test_results_are_cut_at_the_byte_limit(url: str) -> None:
     run(main)
 
 
+def test_sql_tool_is_bounded_by_the_engine(url: str) -> None:
+    """Issue 25: a long query is stopped at its time bound and the next call
+    runs; SETTINGS cannot raise a bound; a single row over the answer's cap
+    comes back cut to it; a huge result is not built whole."""
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            limits = Limits(result_bytes=4000, sql_seconds=0.5)
+            server = build_server(obj, limits=limits, allow_sql=True)
+            async with Client(server) as client:
+                started = time.monotonic()
+                slow = "SELECT count() FROM numbers(1000000000000)"
+                assert "timeout" in err(await client.call_tool("sql", {"statement": slow}))
+                assert time.monotonic() - started < 30
+                rows = ok(await client.call_tool("sql", {"statement": "SELECT 1 AS one"}))
+                assert rows == {"rows": [{"one": 1}], "truncated": False}
+                raise_it = "SELECT 1 SETTINGS max_execution_time = 100000"
+                assert "max_execution_time" in err(
+                    await client.call_tool("sql", {"statement": raise_it})
+                )
+                big = ok(
+                    await client.call_tool("sql", {"statement": "SELECT repeat('x', 1000000) AS s"})
+                )
+                assert big["truncated"] and len(json.dumps(big)) < 4000
+                many = ok(
+                    await client.call_tool(
+                        "sql", {"statement": "SELECT number FROM numbers(1000000000)"}
+                    )
+                )
+                assert many["truncated"] and len(json.dumps(many)) < 8000
+
+    run(main)
+
+
 def test_sql_tool_is_read_only_and_scoped(url: str) -> None:
     hits: list[bytes] = []
     listener = socket.socket()

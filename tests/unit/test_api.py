@@ -13,7 +13,7 @@ from durable_obj.options import Options, make_options
 def test_all_is_pinned() -> None:
     assert set(durable_obj.__all__) == {
         "AsyncDurableObject", "aopen",
-        "BackendError", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
+        "BackendError", "Bounds", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
         "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "HostLost",
         "InvalidArgument", "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded",
         "MissingDependency", "Namespace", "Nondeterministic", "NotFound", "Pool",
