@@ -515,7 +515,7 @@ class Engine:
         self._name(db)
         self._archive(
             f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "
-            f"FROM File({quote_string(path)})",
+            f"FROM File({quote_string(path)}) SETTINGS allow_different_database_def = 1",
             f"restore of database {db!r}",
         )
         self._recount_blocks()

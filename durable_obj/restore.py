@@ -21,7 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from durable_obj.digest import CHUNK, BackgroundDigest, verify, verify_bytes
-from durable_obj.errors import Corrupt, EngineError, EngineIncompatible, ProtocolUnsupported
+from durable_obj.errors import (
+    ClassificationRefused,
+    Corrupt,
+    EngineError,
+    EngineIncompatible,
+    ProtocolUnsupported,
+)
+from durable_obj.gate import reach
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
     BACKUP_FORMAT,
@@ -218,6 +225,12 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
         # judged before anything else happens: a base that does not match
         # fails the open, whose engine is dropped unseen
         fetches.check_base()
+        try:
+            reach.check_restored(engine)
+        except ClassificationRefused as exc:
+            raise Corrupt(
+                f"{url}: the base {ref.key} holds {exc} The object was not opened."
+            ) from None
     else:
         engine.create_database(db)
     engine.use_database(db)

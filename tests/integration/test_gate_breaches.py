@@ -319,3 +319,22 @@ def test_a_bounded_query_stops_reading_past_its_result_size(world: World) -> Non
         "SELECT number FROM numbers(100000000)", "TSV", bounds=Bounds(result_bytes=1 << 20)
     )
     assert 0 < text.count("\n") < 1_000_000
+
+
+@pytest.mark.slow
+def test_a_base_holding_a_table_that_reads_outside_does_not_open(tmp_path: Path) -> None:
+    """A base made by another writer (chdb.durable accepts the statement) or
+    before the gate refused it, holding a Merge table: restored, it would let
+    a plain SELECT read another database. The open fails `Corrupt`, nothing shown."""
+    from tests.integration import _proc
+
+    with _proc.Worker("chdb.durable") as w:
+        w.open(f"local:{tmp_path}", "o", owner="v1")
+        w.execute("CREATE TABLE t (x String) ENGINE = MergeTree ORDER BY x")
+        w.execute("CREATE TABLE m (x String) ENGINE = Merge(REGEXP('.*'), '.*')")
+        w.flush()
+        w.checkpoint()
+        w.close()
+        assert w.exit() == 0
+    with pytest.raises(errors.Corrupt, match="ENGINE = Merge"):
+        durable_obj.open(str(tmp_path / "o"), read_only=True)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+import durable_obj
 from durable_obj import ops
 from durable_obj.stores import open_store
 from tests.integration import _proc
@@ -375,3 +376,20 @@ def test_several_objects_in_one_process_interoperate(tmp_path: Path) -> None:
     finally:
         for obj in objs.values():
             obj.close()
+
+
+@pytest.mark.slow
+def test_durable_obj_opens_a_chdb_durable_base_of_the_default_database(tmp_path: Path) -> None:
+    """Issue 26: V1's base of `default` (its default database) failed to
+    RESTORE here with CANNOT_RESTORE_DATABASE ("a different definition")."""
+    with _proc.Worker("chdb.durable") as w:
+        w.open(f"local:{tmp_path}", "d", owner="v1")
+        w.execute("CREATE TABLE t (x String) ENGINE = MergeTree ORDER BY x")
+        w.execute("INSERT INTO t VALUES ('from v1')")
+        w.flush()
+        w.checkpoint()
+        w.close()
+        assert w.exit() == 0
+    with durable_obj.open(f"file://{tmp_path}/d", read_only=True) as obj:
+        assert obj.db == "default"
+        assert obj.rows("SELECT x FROM t") == [("from v1",)]
