@@ -12,6 +12,7 @@ import json
 import math
 import re
 import uuid
+from collections.abc import Awaitable
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -20,7 +21,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from durable_obj import Bounds
 from durable_obj.aio import AsyncDurableObject
-from durable_obj.errors import InvalidArgument, NotFound
+from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.mcp.limits import (
     Embedder,
     Limits,
@@ -254,19 +255,62 @@ class MemoryServer:
 
     # -- tools ----------------------------------------------------------------------
     async def remember(
-        self, content: str, tags: list[str] | None = None, metadata: dict[str, Any] | None = None
+        self,
+        content: str,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
     ) -> dict[str, Any]:
+        """Store a memory, durable when this answers. A `memory_id` the caller
+        chose makes a retry safe: the same id with the same memory is never
+        stored twice (a retry after a failed answer makes the first durable).
+        When the store fails, the answer says whether the memory is kept
+        (buffered: it commits with the next write) or dropped."""
         self._require_writable()
         content = _check_content(content, self.limits)
         tag_list = _check_tags(tags, self.limits)
         meta = _check_metadata(metadata, self.limits)
+        mid = uuid.uuid4().hex if memory_id is None else _check_id(memory_id)
         _quote(content)  # refuse text that is not Unicode before embedding it
-        vec = await self._embedding(content)
         async with self._write_lock:
-            mid = uuid.uuid4().hex
+            if memory_id is not None and (found := await self._found(mid)) is not None:
+                if (found["content"], found["tags"], found["metadata"]) != (
+                    content,
+                    tag_list,
+                    meta,
+                ):
+                    raise InvalidArgument(
+                        f"the memory id {mid} holds another memory; nothing was changed "
+                        "(revise changes a memory, a new id stores a new one)"
+                    )
+                await self._durable(mid, self.obj.aflush())  # a retry: make the first durable
+                return self._memory(found)
+            vec = await self._embedding(content)
             now = _time_literal(datetime.now(timezone.utc))
-            await self._commit(self._insert(mid, content, tag_list, meta, now, now, vec, 1))
+            statement = self._insert(mid, content, tag_list, meta, now, now, vec, 1)
+            await self._durable(mid, self._commit(statement))
             return self._memory(await self._current(mid))
+
+    async def _found(self, mid: str) -> dict[str, Any] | None:
+        try:
+            return await self._current(mid)
+        except NotFound:
+            return None
+
+    async def _durable(self, mid: str, commit: Awaitable[str | None]) -> None:
+        """Await `commit`; a failure says what became of memory `mid`."""
+        try:
+            await commit
+        except DurableError as exc:
+            sync = self.obj.sync
+            if sync.pending and not sync.fenced:
+                fate = (
+                    f"The memory {mid} is kept here, not yet durable: it commits with the next "
+                    f"write, or call remember again with memory_id={mid!r} (never stored twice)."
+                )
+            else:
+                fate = f"The memory {mid} was not stored."
+            raise type(exc)(f"{exc} {fate}") from None
 
     async def get(self, memory_id: str) -> dict[str, Any]:
         return self._memory(await self._current(_check_id(memory_id)))

@@ -66,10 +66,15 @@ def build_server(
 
     @server.tool(annotations=writes)
     async def remember(
-        content: str, tags: list[str] | None = None, metadata: dict[str, Any] | None = None
+        content: str,
+        tags: list[str] | None = None,
+        metadata: dict[str, Any] | None = None,
+        memory_id: str | None = None,
     ) -> dict[str, Any]:
-        """Store a new memory; durable when this answers. Returns it, with its id."""
-        return await guarded(mem.remember(content, tags, metadata))
+        """Store a new memory; durable when this answers. Returns it, with its id.
+        Pass a memory_id (32 hex digits) of your own to retry safely: the same id
+        with the same memory is stored once."""
+        return await guarded(mem.remember(content, tags, metadata, memory_id))
 
     @server.tool(annotations=reads)
     async def search(

@@ -303,6 +303,44 @@ def test_results_are_cut_at_the_byte_limit(url: str) -> None:
     run(main)
 
 
+def test_remember_says_what_a_failed_store_left_and_a_retry_stores_once(tmp_path: Path) -> None:
+    """Issue 25: `remember` whose flush failed answered an error, yet the
+    memory stayed buffered and the next write committed it: a model that
+    retried stored it twice. Now the answer says it is kept (and its id),
+    and a retry with that id makes the first durable instead of a second."""
+    from durable_obj.stores.memory import MemoryStore
+    from durable_obj.testing import Fault, FaultyStore
+
+    store = FaultyStore(MemoryStore(f"mcp-{tmp_path.name}"), seed=0, rate=1.0, faults=[Fault.ERROR])
+    store.enabled = False
+    mid = "0123456789abcdef0123456789abcdef"
+
+    async def main() -> None:
+        with durable_obj.Namespace(store, owner="t", commit_deadline=0.5).open("m") as obj:
+            async with Client(build_server(obj)) as client:
+                ok(await client.call_tool("remember", {"content": "first"}))
+                store.enabled = True
+                args = {"content": "tea, not coffee", "memory_id": mid}
+                said = err(await client.call_tool("remember", args))
+                assert f"memory {mid} is kept here" in said and "memory_id=" in said
+                store.enabled = False
+                again = ok(await client.call_tool("remember", args))
+                assert again["id"] == mid and again["content"] == "tea, not coffee"
+                assert obj.pending == 0  # durable when answered
+                twice = ok(await client.call_tool("remember", args))
+                assert twice["id"] == mid
+                other = {"content": "something else", "memory_id": mid}
+                assert "holds another memory" in err(await client.call_tool("remember", other))
+                rows = obj.rows(
+                    "SELECT count() FROM memories FINAL WHERE id = {m:String}", params={"m": mid}
+                )
+                assert rows == [(1,)]
+        with durable_obj.Namespace(store).open("m", read_only=True) as obj:
+            assert obj.rows("SELECT count() FROM memories FINAL") == [(2,)]
+
+    run(main)
+
+
 def test_sql_tool_is_bounded_by_the_engine(url: str) -> None:
     """Issue 25: a long query is stopped at its time bound and the next call
     runs; SETTINGS cannot raise a bound; a single row over the answer's cap
