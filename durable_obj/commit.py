@@ -384,6 +384,15 @@ class HeadWriter:
             except BackendError:
                 ambiguous = True  # cannot tell: write again, or run out of time
             else:
+                if blob is None and version is None and not ambiguous:
+                    # The store refused the create (a head is there), yet the
+                    # read does not show it yet: another writer created the
+                    # object that moment. Its lease holds; nothing of ours landed.
+                    raise LeaseHeld(
+                        f"{self.url}: another writer created this object's head at the same "
+                        "moment (our create was refused; the store does not show its head "
+                        "yet), so its lease holds. Nothing was written; open again to see it."
+                    )
                 current = None if blob is None else Head.parse(blob.data)
                 if blob is not None and current is not None and _is_ours(current, head):
                     return Stored(head, blob.version)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import importlib
 import json
 import logging
@@ -40,6 +41,7 @@ import tempfile
 import threading
 import time
 import uuid
+import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -152,7 +154,7 @@ def _check_zone(anchor: Any) -> None:
     engine's zone (`_chdb`): mutations then read zone-less DateTimes in the
     process's zone, and replay elsewhere may differ."""
     zone = _decoded(anchor.query("SELECT serverTimezone()", "TSV")).strip()
-    if zone != "UTC":
+    if not _is_utc(zone):
         log.warning(
             "chdb was imported before durable_obj started its engine, so the engine's zone "
             "is this process's (%s), not UTC: an ALTER ... UPDATE or DELETE that reads a "
@@ -162,6 +164,22 @@ def _check_zone(anchor: Any) -> None:
             zone,
             zone,
         )
+
+
+def _is_utc(zone: str) -> bool:
+    """Whether `zone` is UTC under another name (Etc/UTC, GMT, Zulu, ...):
+    no offset from UTC at any time of year from 1900 to 2100."""
+    if zone == "UTC":
+        return True
+    try:
+        info = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return all(
+        datetime.datetime(year, month, 15, tzinfo=info).utcoffset() == datetime.timedelta(0)
+        for year in range(1900, 2101)
+        for month in (1, 7)
+    )
 
 
 def _start() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
+import unicodedata
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -34,7 +35,13 @@ def split_object_url(url: str) -> tuple[str, str]:
     """(namespace URL, object id) of an object URL."""
     if not isinstance(url, str) or not url.strip():
         raise InvalidArgument("an object URL must be a non-empty string")
-    trimmed = url.rstrip("/")
+    if url.endswith("/"):
+        raise InvalidArgument(
+            f"{url!r} ends with '/', so it names a folder (a namespace), not an object: "
+            "open one object as <namespace>/<id> (durable_obj.open), or the folder as "
+            "durable_obj.Namespace(url). Nothing was opened."
+        )
+    trimmed = url
     scheme, sep, rest = trimmed.partition("://")
     if not sep:
         scheme, rest = "", trimmed
@@ -50,12 +57,28 @@ def split_object_url(url: str) -> tuple[str, str]:
 
 
 def check_oid(oid: str) -> str:
+    """`oid` when it may name an object: one path segment (`valid_oid`),
+    valid UTF-8, and nothing invisible that would show one id as another
+    (bidi controls, a BOM, zero-width and other format characters)."""
     if not isinstance(oid, str) or not valid_oid(oid):
         raise InvalidArgument(
             f"invalid object id {oid!r}: one path segment of at most 255 bytes, with no '/', "
             "no backslash, no control character, and not '.' or '..'"
         )
+    hidden = next((ch for ch in oid if unicodedata.category(ch) in _HIDDEN), None)
+    if hidden is not None:
+        what = "not valid UTF-8" if unicodedata.category(hidden) == "Cs" else "invisible"
+        raise InvalidArgument(
+            f"invalid object id {oid!r}: it holds U+{ord(hidden):04X}, which is {what} "
+            "(an id is shown to people and tools; bidi controls, BOMs, zero-width and "
+            "unpaired surrogate characters are refused). Nothing was opened."
+        )
     return oid
+
+
+#: Unicode categories an object id may not hold: format characters (bidi
+#: controls, BOM, zero-width), surrogates, private use, line/paragraph separators.
+_HIDDEN = frozenset({"Cf", "Cs", "Co", "Zl", "Zp"})
 
 
 def check_at(at: object, *, read_only: bool) -> None:

@@ -166,7 +166,8 @@ class Fetches:
         # only read (by RESTORE), then removed: a folder store may link it
         if not self._store.fetch_file(object_key(self._oid, ref.key), part, progress):
             raise Corrupt(
-                f"{self._url}: missing base: the base {ref.key} named by the head is gone; "
+                f"{self._url}: missing base checkpoint {ref.key}: the base the head names is "
+                "gone; "
                 "the object cannot be restored without it and was not opened. Nothing was "
                 "changed."
             )
@@ -186,7 +187,7 @@ class Fetches:
         for ref, blob in zip(refs, blobs, strict=True):
             if blob is None:
                 raise Corrupt(
-                    f"{self._url}: WAL segment {ref.key} named by the head is missing; "
+                    f"{self._url}: missing WAL segment {ref.key}: the head names it; "
                     "committed writes cannot be replayed without it, so the object was not "
                     "opened"
                 )

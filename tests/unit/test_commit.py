@@ -429,3 +429,20 @@ def test_a_checkpoint_whose_backup_fails_raises_the_engines_error_and_keeps_all(
         obj.close()
     with durable_obj.Namespace(inner).open("o", read_only=True) as again:
         assert again.rows("SELECT k FROM m") == [(1,)]
+
+
+def test_a_refused_create_whose_winner_is_not_visible_yet_is_lease_held_at_once() -> None:
+    """Issue 26: chdb.durable's test_conditional_create_race. Another writer
+    created the head; our reads do not see it yet, so our create is refused.
+    That is `LeaseHeld` at once (V1), not 31 s of retries ending BackendError."""
+
+    class Stale(MemoryStore):
+        def get(self, key: str) -> Any:
+            return None if key.endswith("head.json") else super().get(key)
+
+    inner = Stale(f"commit-{uuid.uuid4().hex}")
+    writer_object(inner)  # the winner's head is there
+    started = time.monotonic()
+    with pytest.raises(errors.LeaseHeld, match="created this object's head at the same moment"):
+        durable_obj.Namespace(inner, owner="late", commit_deadline=30).open("o")
+    assert time.monotonic() - started < 5

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import durable_obj
 from durable_obj.errors import InvalidArgument
 from durable_obj.namespace import split_object_url
 from durable_obj.stores import open_store, split_url
@@ -192,3 +193,30 @@ def test_any_encoded_path_decodes_as_chdb_durable_does(segments: list[str]) -> N
     decoded = split_url(url)[1]
     assert decoded == os.path.abspath(path)
     assert os.path.realpath(os.path.join(decoded, "o")) == chdb_root(url, "o")
+
+
+def test_the_zone_warning_only_when_the_engine_zone_really_differs() -> None:
+    """Issue 26: TZ=Etc/UTC warned that the engine's zone "is Etc/UTC, not UTC"."""
+    from durable_obj.engine import _is_utc
+
+    for same in ("UTC", "Etc/UTC", "Etc/UCT", "GMT", "Etc/GMT+0", "Zulu", "Universal"):
+        assert _is_utc(same), same
+    for other in ("Europe/London", "Africa/Abidjan", "Asia/Tokyo", "no/such/zone", ""):
+        assert not _is_utc(other), other
+
+
+def test_a_url_ending_in_a_slash_names_a_folder_not_an_object(tmp_path: Path) -> None:
+    """Issue 26: open("/data/agents/") opened the namespace folder itself as
+    an object named `agents`, sharing wal/ and checkpoints/ with objects so named."""
+    with pytest.raises(durable_obj.InvalidArgument, match="names a folder"):
+        durable_obj.open(f"{tmp_path}/agents/", owner="w")
+    assert not (tmp_path / "agents").exists()
+
+
+@pytest.mark.parametrize(
+    "oid", ["\ud800", "a\u202eb", "\ufeffagent", "zero\u200bwidth", "line\u2028sep"]
+)
+def test_object_ids_that_hide_what_they_are_are_refused(tmp_path: Path, oid: str) -> None:
+    with pytest.raises(durable_obj.InvalidArgument, match="invalid object id"):
+        durable_obj.Namespace(str(tmp_path), owner="w").open(oid)
+    assert list(tmp_path.iterdir()) == []
