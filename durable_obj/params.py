@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 from durable_obj.errors import InvalidArgument
+from durable_obj.gate import fits
 from durable_obj.sql import Token, quote_ident, splice, tokenize
 
 if TYPE_CHECKING:
@@ -122,6 +123,7 @@ def bind(sql: str, params: Mapping[str, Any] | None, literals: Literals, timezon
     typed: dict[tuple[str, str], str] = {}  # (name, type) -> wire text, in order
     for p in found:
         if p.type_name.lower() != "identifier" and (p.name, p.type_name) not in typed:
+            fits.check(params[p.name], p.type_name, p.name, zone)  # checked, not converted
             typed[(p.name, p.type_name)] = encode(params[p.name], p.name, zone)
     values = dict(zip(typed, literals.bound(list(typed.items())), strict=True))
     replacements = []

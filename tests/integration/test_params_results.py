@@ -126,7 +126,9 @@ def test_params_in_reads_and_every_python_type(obj: durable_obj.DurableObject) -
 
 def test_bad_params_are_clear_and_never_quote_the_value(obj: durable_obj.DurableObject) -> None:
     secret = "AKIAIOSFODNN7EXAMPLE"
-    with pytest.raises(errors.InvalidArgument, match="'x' could not be read as UInt8") as info:
+    with pytest.raises(
+        errors.InvalidArgument, match="'x' does not fit UInt8: not an integer"
+    ) as info:
         obj.execute("INSERT INTO m (id) VALUES ({x:UInt8})", params={"x": secret})
     assert secret not in str(info.value)
     with pytest.raises(errors.InvalidArgument, match="'y' appear in no"):
