@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 
 from durable_obj.digest import CHUNK
 from durable_obj.errors import DurableError
+from durable_obj.v1base import DefaultBase
 
 #: How long a reader waits for more bytes before it looks again.
 _POLL = 0.002
@@ -41,8 +42,12 @@ class SourceFailed(DurableError):
 class GrowingFile:
     """The file at `path`, written by one producer and read by many."""
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, rewrite: DefaultBase | None = None) -> None:
         self.path = path
+        #: Rewrites the archive in place as it grows (`v1base`); readers get
+        #: only bytes it has released.
+        self._rewrite = rewrite
+        self._rewrite_lock = threading.Lock()
         self._done = threading.Event()
         self._error: BaseException | None = None
         self._fd: int | None = None
@@ -69,8 +74,14 @@ class GrowingFile:
         """The file is complete (or the producer failed with `error`)."""
         if error is not None:
             self._error = error
-        elif self._descriptor() is None:
+        elif (fd := self._descriptor()) is None:
             self._error = FileNotFoundError(f"{self.path} was never written")
+        elif self._rewrite is not None:
+            try:
+                with self._rewrite_lock:
+                    self._rewrite.complete(fd)
+            except OSError as exc:
+                self._error = exc
         self._done.set()
 
     @property
@@ -118,7 +129,7 @@ class GrowingFile:
         while want > 0:
             done = self._done.is_set()  # read before the bytes: no end is missed
             fd = self._descriptor()
-            got = b"" if fd is None else os.pread(fd, want, offset)
+            got = b"" if fd is None else os.pread(fd, self._readable(fd, offset, want), offset)
             if got:
                 parts.append(got)
                 offset += len(got)
@@ -129,6 +140,14 @@ class GrowingFile:
                 break
             self._done.wait(_POLL)
         return b"".join(parts)
+
+    def _readable(self, fd: int, offset: int, want: int) -> int:
+        """How many of `want` bytes at `offset` are final now."""
+        if self._rewrite is None or self._done.is_set():
+            return want
+        with self._rewrite_lock:
+            released = self._rewrite.released(fd, os.fstat(fd).st_size)
+        return max(0, min(want, released - offset))
 
     def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
         """The whole file, front to back, as it is written."""

@@ -32,6 +32,7 @@ from durable_obj.gate.reading import engine_text
 from durable_obj.head import EXTENSION, TIMEZONE, Head
 from durable_obj.isolation import refuse
 from durable_obj.sql import code_words, find_calls, tokenize, tokenize_head
+from durable_obj.v1base import rewrite_file
 
 #: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
 #: name lives in system.tables.
@@ -218,6 +219,8 @@ class LocalCopy:
         assert self.work is not None
         path = os.path.join(self.work, f"snapshot-{uuid.uuid4().hex}.tar")
         engine.backup(db, path)
+        if db == "default":
+            rewrite_file(path)  # in V1's shape (v1base.py): a fork's base is a base
         return path
 
     # -- teardown ---------------------------------------------------------------

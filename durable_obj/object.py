@@ -61,6 +61,7 @@ from durable_obj.queries import Params, Queries
 from durable_obj.sql import is_insert
 from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.surface import Result as Result
+from durable_obj.v1base import DefaultBase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -359,7 +360,8 @@ class DurableObject(Queries):
         local = os.path.join(work, os.path.basename(key))
         # BACKUP writes the archive on a thread while it is hashed and
         # stored (growing.py); nothing of a failed BACKUP is committed.
-        archive = GrowingFile(local)
+        # a base of `default` is written in V1's shape (v1base.py)
+        archive = GrowingFile(local, DefaultBase(local) if self.db == "default" else None)
         backup = archive.produce(lambda: engine.backup(self.db, local))
         try:
             ref = self._w.commit_base(

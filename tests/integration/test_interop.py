@@ -393,3 +393,27 @@ def test_durable_obj_opens_a_chdb_durable_base_of_the_default_database(tmp_path:
     with durable_obj.open(f"file://{tmp_path}/d", read_only=True) as obj:
         assert obj.db == "default"
         assert obj.rows("SELECT x FROM t") == [("from v1",)]
+
+
+@pytest.mark.slow
+def test_chdb_durable_opens_a_durable_obj_base_of_the_default_database(tmp_path: Path) -> None:
+    """Issue 26, the other way: our base of `default` recorded the database as
+    `... UUID '...' ENGINE = Atomic`, which chdb-core's restore_database
+    refused; it is now written in V1's shape (durable_obj/v1base.py), through
+    a checkpoint and through a fork, and still opens here."""
+    url = f"file://{tmp_path}/d"
+    with durable_obj.open(url, owner="ours") as obj:
+        obj.execute("CREATE TABLE t (x String) ENGINE = MergeTree ORDER BY x")
+        obj.execute("INSERT INTO t VALUES ('base')")
+        obj.checkpoint()
+        obj.execute("INSERT INTO t VALUES ('wal')")
+        obj.flush()
+    durable_obj.fork(url, "copy")
+    for oid in ("d", "copy"):
+        with _proc.Worker("chdb.durable") as w:
+            w.open(f"local:{tmp_path}", oid, read_only=True)
+            assert w.query("SELECT x FROM t ORDER BY x") == '"base"\n"wal"\n'
+            w.close()
+            assert w.exit() == 0
+        with durable_obj.open(f"file://{tmp_path}/{oid}", read_only=True) as obj:
+            assert obj.rows("SELECT x FROM t ORDER BY x") == [("base",), ("wal",)]
