@@ -8,6 +8,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     from tests.property import (
         test_gate_differential,
         test_hostile_input,
+        test_interop_alternating,
         test_param_fits,
         test_pinning,
         test_stateful_faults,
@@ -19,6 +20,7 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         ("pinned values", test_pinning.STATS),
         ("gate vs engine", test_gate_differential.STATS),
         ("param fits", test_param_fits.STATS),
+        ("alternating writers", test_interop_alternating.STATS),
     ):
         if any(stats.values()):
             line = ", ".join(f"{k}={v}" for k, v in sorted(stats.items()))
