@@ -291,9 +291,10 @@ class Engine:
     def logical(self) -> str:
         return self.scope.logical
 
-    def localize(self, sql: str) -> str:
-        """`sql` as it runs in this object's database (`isolation.Scope`)."""
-        return self.scope.localize(sql)
+    def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
+        """`sql` as it runs in this object's database (`isolation.Scope`);
+        `vouched`: table functions a read's opt-in let through."""
+        return self.scope.localize(sql, vouched)
 
     def message(self, exc: BaseException) -> str:
         """The engine's message about this object's statement, as this object
@@ -448,7 +449,7 @@ class Engine:
             changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
         )
 
-    def check_reads(self, sql: str) -> None:
+    def check_reads(self, sql: str, external: tuple[str, ...] = ()) -> None:
         """`ClassificationRefused` unless every table the (localized) SELECT
         `sql` resolves is the object's own (`Scope.check_tree`)."""
         try:
@@ -461,7 +462,10 @@ class Engine:
                 "tree); pass the output format as fmt= rather than in a FORMAT clause. "
                 "Nothing was run or logged."
             )
-        self.scope.check_tree(tree)
+        allowed = {reach.EXTERNAL_FUNCTIONS[w] for w in ("url", "s3") if w in external}
+        if any(w.startswith("/") for w in external):
+            allowed.add("file")
+        self.scope.check_tree(tree, frozenset(allowed))
         reach.check_resolved(self, tree)
 
     def check_implicit_select(self, sql: str) -> None:

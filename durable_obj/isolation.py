@@ -123,7 +123,7 @@ class Scope:
     logical: str
     internal: str
 
-    def localize(self, sql: str) -> str:
+    def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
         """The text of `sql` to run in this object's internal database, or
         `ClassificationRefused` if it could reach past the object."""
         lowered = sql.lower()
@@ -139,7 +139,7 @@ class Scope:
         self._names(tokens, replacements)
         if tokens and tokens[0].word == "show":
             self._show(tokens, replacements)
-        self._calls(tokens, replacements)
+        self._calls(tokens, replacements, vouched)
         return splice(sql, replacements) if replacements else sql
 
     def shown(self, text: str) -> str:
@@ -217,7 +217,14 @@ class Scope:
             f"WHERE {column} = {quote_string(self.internal)}))"
         )
 
-    def _calls(self, tokens: list[Token], out: list[tuple[int, int, str]]) -> None:
+    def _calls(
+        self,
+        tokens: list[Token],
+        out: list[tuple[int, int, str]],
+        vouched: frozenset[str] = frozenset(),
+    ) -> None:
+        """`vouched`: calls a read's opt-in let through, their arguments checked
+        by the gate (`reach.external_call`)."""
         for call in find_calls(tokens):
             name = call.name
             after_engine = call.first >= 1 and "engine" in (
@@ -226,7 +233,7 @@ class Scope:
             )
             if after_engine and name in REFUSED_ENGINES:
                 raise refuse(f"a table with ENGINE = {call.shown} reads other data by name")
-            if name in REFUSED_CALLS:
+            if name in REFUSED_CALLS and name not in vouched:
                 raise refuse(f"{call.shown}() reaches data by a name or path it is given")
             if name in DATABASE_CALLS and call.last == call.first + 2:
                 if call.first > 0 and tokens[call.first - 1].text == ".":
@@ -270,9 +277,10 @@ class Scope:
                     raise refuse("a CLICKHOUSE dictionary source naming another database")
                 out.append((value.start, value.end, quote_string(self.internal)))
 
-    def check_tree(self, tree: str) -> None:
+    def check_tree(self, tree: str, external: frozenset[str] = frozenset()) -> None:
         """Every table an `EXPLAIN QUERY TREE` resolved is this object's, or an
-        allowed system table; every table function is a pure generator."""
+        allowed system table; every table function is a pure generator, or
+        one of `external` (a read's opt-in, its arguments checked before)."""
         for name in _TABLE_NAME.findall(tree):
             db, _, table = name.strip().partition(".")
             if db == self.internal:
@@ -283,7 +291,7 @@ class Scope:
                 continue
             raise refuse(f"the query reads {db if db.startswith('__') else name}")
         for fn in _TABLE_FUNCTION.findall(tree):
-            if fn.lower() not in PURE_TABLE_FUNCTIONS:
+            if fn.lower() not in PURE_TABLE_FUNCTIONS and fn.lower() not in external:
                 raise refuse(f"the table function {fn}()")
 
 

@@ -55,6 +55,8 @@ class LocalCopy:
         self.engine: Engine | None = None
         self.work: str | None = None
         self.pinner: Pinner | None = None
+        #: What a read may reach outside (`Options.external_reads`; default nothing).
+        self.external: tuple[str, ...] = ()
 
     def make_scratch(self) -> str:
         backups = os.path.join(engine_root(), "backups")
@@ -119,15 +121,16 @@ class LocalCopy:
         and whether the engine's messages about it must be withheld (it
         carries a credential)."""
         sql = engine_text(engine, sql)  # the text checked is the text run
-        reach.check(engine, sql)
-        self._refuse_outside_calls(engine, sql)  # before the engine resolves a thing
-        local = engine.localize(sql)
+        reach.check(engine, sql, self.external)
+        self._refuse_outside_calls(engine, sql, self.external)  # before anything resolves
+        vouched = frozenset({"file"}) if any(w.startswith("/") for w in self.external) else None
+        local = engine.localize(sql, vouched or frozenset())
         analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
         check_read(analysis, syntax)
         first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
         if first in ("select", "with") or local.lstrip().startswith("("):
-            engine.check_reads(local)
+            engine.check_reads(local, self.external)
         return local, analysis.has_secrets
 
     def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
@@ -137,14 +140,19 @@ class LocalCopy:
         # SHOW CREATE, EXPLAIN, ...: this object's database under its logical name
         return engine.scope.shown(text) if engine.database in text else text
 
-    def _refuse_outside_calls(self, engine: Engine, sql: str) -> None:
+    def _refuse_outside_calls(
+        self, engine: Engine, sql: str, external: tuple[str, ...] = ()
+    ) -> None:
         """Refuse a call of a table function that reads outside the object
         (url, s3, mysql, ...) before anything runs: even resolving one (the
         schema inference of an EXPLAIN) reaches the network or the disk."""
         outside = catalog(engine).table_functions
         if not code_words(sql) & outside:
             return
-        for call in find_calls(tokenize(sql)):
+        tokens = tokenize(sql)
+        for call in find_calls(tokens):
+            if external and reach.external_call(tokens, call, external):
+                continue
             if call.name in outside:
                 raise refuse(f"the table function {call.shown[:60]}()")
 

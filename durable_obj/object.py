@@ -109,6 +109,7 @@ class DurableObject(Queries):
         self._local = LocalCopy(
             oid, url=self._w.url, mode=options.nondeterminism, timezone=options.timezone
         )
+        self._local.external = options.external_reads
         self._buf = Pending()
         self._hb: Heartbeat | None = None
         self._fence_note = ""

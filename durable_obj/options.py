@@ -74,6 +74,24 @@ class Options(BaseModel):
     #: at=); a writer records it in the head, and gc keeps what it needs.
     #: 0: keep no history (superseded bases and segments go as before).
     retention: Seconds = Field(default=DEFAULT_RETENTION, ge=0, le=2**53 - 1, allow_inf_nan=False)
+    #: What a read-only query() may read outside the object, off by default:
+    #: "url" (the url() table function), "s3" (s3()), or absolute folders
+    #: whose files file() may read. Never a mutation, never logged.
+    external_reads: tuple[str, ...] = ()
+
+    @field_validator("external_reads", mode="before")
+    @classmethod
+    def _external(cls, value: Any) -> tuple[str, ...]:
+        if isinstance(value, str):
+            value = (value,)
+        out = []
+        for item in value or ():
+            if not isinstance(item, str) or not (item in ("url", "s3") or item.startswith("/")):
+                raise ValueError(
+                    f"{item!r}: give 'url', 's3' or an absolute folder path for file()"
+                )
+            out.append(item if item in ("url", "s3") else item.rstrip("/") or "/")
+        return tuple(out)
 
     @field_validator("description")
     @classmethod

@@ -29,12 +29,13 @@ every function named anywhere in the definition are the engine's reading.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.sql import Token, code_words, find_calls, tokenize, tokenize_head
+from durable_obj.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -166,10 +167,12 @@ def catalog(engine: Engine) -> Catalog:
     return found
 
 
-def check(engine: Engine, text: str) -> None:
+def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     """`ClassificationRefused` if the statement `text` (as `engine_text`
     returned it) names a function, table function, engine, dictionary source
-    or layout, or a setting, that reaches past the object."""
+    or layout, or a setting, that reaches past the object. `external` (a
+    read's opt-in, `Options.external_reads`) lets url(), s3() and file()
+    under the folders it names through."""
     known = catalog(engine)
     head = tokenize_head(text)
     first = head[0].word if head else ""
@@ -179,6 +182,8 @@ def check(engine: Engine, text: str) -> None:
         return
     tokens = tokenize(text)
     for call in find_calls(tokens):
+        if external and external_call(tokens, call, external):
+            continue
         if call.name in known.table_functions:
             raise refuse(f"the table function {call.shown[:60]}()")
         if call.name in known.refused:
@@ -187,6 +192,37 @@ def check(engine: Engine, text: str) -> None:
     if ddl:
         _check_layouts(tokens)
         _check_tree(engine.ast(text), known)
+
+
+#: Table functions an opt-in may let a read call, by the word that allows each.
+EXTERNAL_FUNCTIONS = {"url": "url", "s3": "s3", "file": "file"}
+
+
+def external_call(tokens: list[Token], call: Call, external: tuple[str, ...]) -> bool:
+    """Whether `call` is one `external` allows: url() or s3() when named, or
+    file() of a plain string path (maybe with a glob) inside a named folder."""
+    kind = EXTERNAL_FUNCTIONS.get(call.name)
+    if kind in ("url", "s3"):
+        return kind in external
+    if kind != "file":
+        return False
+    arg = tokens[call.first + 2] if call.first + 2 < len(tokens) else None
+    if arg is None or arg.kind != "string" or "\\" in arg.text or "''" in arg.text:
+        return False
+    return file_allowed(arg.text[1:-1], [f for f in external if f.startswith("/")])
+
+
+def file_allowed(path: str, folders: list[str]) -> bool:
+    """Whether `path` (absolute, no glob: a glob would follow a link out of
+    the folder) lies inside one of `folders`, after resolving `..` and
+    symbolic links."""
+    if not path.startswith("/") or not folders or any(ch in path for ch in "*?{}[]"):
+        return False
+    real = os.path.realpath(path)
+    return any(
+        real == os.path.realpath(folder) or real.startswith(os.path.realpath(folder) + "/")
+        for folder in folders
+    )
 
 
 def _check_settings(tokens: list[Token], ddl: bool) -> None:
