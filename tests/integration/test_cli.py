@@ -811,3 +811,27 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     outputs.append(wrong.stdout + wrong.stderr)
     for text in outputs:
         assert secret not in text and key not in text
+
+
+def test_the_cli_passes_the_same_statement_gate(obj_url: str, tmp_path: Path) -> None:
+    """Issue 25: the nested-comment prefix, a heredoc with digits and the
+    `--allow-nondeterministic` flag get nothing past the gate through the CLI."""
+    host = tmp_path / "host.txt"
+    host.write_text("host data")
+    hide = "/* /* */ ' */ "
+    fails("classification_refused", "sql", obj_url, f"{hide}SELECT file('{host}') -- '")
+    fails("classification_refused", "sql", obj_url, f"SELECT $a1$ ' $a1$, file('{host}') -- '")
+    fails(
+        "classification_refused",
+        "exec",
+        obj_url,
+        "--allow-nondeterministic",
+        "CREATE TABLE u (x String) ENGINE = URL('http://127.0.0.1:9/x', CSV)",
+    )
+    fails(
+        "classification_refused",
+        "exec",
+        obj_url,
+        f"{hide}CREATE TABLE f (s String) ENGINE = File(RawBLOB, '{host}') -- '",
+    )
+    assert host.read_text() == "host data"

@@ -341,6 +341,31 @@ def test_remember_says_what_a_failed_store_left_and_a_retry_stores_once(tmp_path
     run(main)
 
 
+def test_sql_tool_passes_the_statement_gate(url: str, tmp_path: Path) -> None:
+    """Issue 25: the nested-comment prefix read a host file through the sql tool."""
+    host = tmp_path / "host.txt"
+    host.write_text("host data")
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, allow_sql=True)) as client:
+                for statement in (
+                    f"/* /* */ ' */ SELECT file('{host}') -- '",
+                    f"/* /* */ ' */ SELECT * FROM file('{host}', RawBLOB) -- '",
+                    "/* /* */ ' */ SELECT * FROM url('http://127.0.0.1:9/', RawBLOB) -- '",
+                    "/* /* */ ' */ SELECT name FROM system.databases WHERE 0 -- '",
+                    "SELECT getServerSetting('path')",
+                ):
+                    result = await client.call_tool("sql", {"statement": statement})
+                    if not result.is_error:
+                        assert "host data" not in _text(result), statement
+                        assert "__durable_obj_" not in _text(result), statement
+                    else:
+                        assert "classification_refused" in _text(result), statement
+
+    run(main)
+
+
 def test_sql_tool_is_bounded_by_the_engine(url: str) -> None:
     """Issue 25: a long query is stopped at its time bound and the next call
     runs; SETTINGS cannot raise a bound; a single row over the answer's cap
