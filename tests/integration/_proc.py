@@ -202,7 +202,7 @@ def run_json(
 class _Child:
     """A child process with stdout lines delivered through a queue."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         # Closed by cleanup(): it outlives this call.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -212,7 +212,7 @@ class _Child:
             stderr=self._stderr,
             text=True,
             bufsize=1,
-            env=child_env(),
+            env=child_env(env),
             cwd=REPO,
         )
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -317,8 +317,10 @@ class Worker(_Child):
     the warnings the last call emitted in the child (all are recorded).
     """
 
-    def __init__(self, impl: str = "durable_obj", *, timeout: float = 90) -> None:
-        super().__init__(program_argv("serve", {"impl": impl}))
+    def __init__(
+        self, impl: str = "durable_obj", *, timeout: float = 90, env: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(program_argv("serve", {"impl": impl}), env)
         self.impl = impl
         self.timeout = timeout
         self.warnings: list[dict[str, str]] = []

@@ -5,12 +5,14 @@ checkpoint, gc) and, for each, which implementation performs it as the
 writer (open, act, flush, close). After every step both implementations
 open the object read-only and must read the same rows as a plain model.
 Run for the `default` database (V1's default: the case whose bases did not
-cross before), a named one and one that needs quoting, on a folder store.
+cross before), a named one and one that needs quoting, on a folder and on
+an S3 server (moto: no race here, one writer at a time).
 """
 
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests import servers
 from tests.integration import _proc
+
+# The S3 server fixtures (session scoped), visible to this module's tests.
+loopback_only_env = servers.loopback_only_env
+moto_s3 = servers.moto_s3
 
 IMPLS = ("durable_obj", "chdb.durable")
 EXAMPLES = int(os.environ.get("DURABLE_ALTERNATING_EXAMPLES", "8"))
@@ -65,9 +72,28 @@ def _rows(w: _proc.Worker) -> dict[int, str]:
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("store", ["folder", pytest.param("s3", marks=pytest.mark.moto)])
 @pytest.mark.parametrize("db", ["default", "shop", "odd name-1"])
-def test_either_implementation_reads_what_the_other_wrote(tmp_path: Path, db: str) -> None:
+def test_either_implementation_reads_what_the_other_wrote(
+    tmp_path: Path, db: str, store: str, request: pytest.FixtureRequest
+) -> None:
     urls = {"durable_obj": f"file://{tmp_path}", "chdb.durable": f"local:{tmp_path}"}
+    ours_options: dict[str, Any] = {}
+    theirs_env: dict[str, str] | None = None
+    if store == "s3":
+        url, storage = request.getfixturevalue("moto_s3")
+        url = f"{url}/alt-{uuid.uuid4().hex[:8]}"
+        urls = {"durable_obj": url, "chdb.durable": url}
+        ours_options = {"storage_options": storage}
+        theirs_env = {
+            "CHDB_DURABLE_S3_ENDPOINT": storage["endpoint_url"],
+            "AWS_ACCESS_KEY_ID": storage["key"],
+            "AWS_SECRET_ACCESS_KEY": storage["secret"],
+            "AWS_REGION": "us-east-1",
+            "AWS_EC2_METADATA_DISABLED": "true",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
     counter = iter(range(10**6))
 
     @settings(
@@ -80,10 +106,14 @@ def test_either_implementation_reads_what_the_other_wrote(tmp_path: Path, db: st
         STATS["sequences"] += 1
         oid = f"alt-{next(counter)}"
         model: dict[int, str] = {}
-        with _proc.Worker("durable_obj") as ours, _proc.Worker("chdb.durable") as theirs:
+        with (
+            _proc.Worker("durable_obj") as ours,
+            _proc.Worker("chdb.durable", env=theirs_env) as theirs,
+        ):
             workers: dict[str, Any] = {"durable_obj": ours, "chdb.durable": theirs}
+            extra = {"durable_obj": ours_options, "chdb.durable": {}}
             first = workers[steps[0][0]]
-            first.open(urls[steps[0][0]], oid, owner="w0", db=db)
+            first.open(urls[steps[0][0]], oid, owner="w0", db=db, **extra[steps[0][0]])
             first.execute(
                 "CREATE TABLE t (k UInt32, v String) ENGINE = ReplacingMergeTree ORDER BY k"
             )
@@ -92,12 +122,12 @@ def test_either_implementation_reads_what_the_other_wrote(tmp_path: Path, db: st
             for n, (impl, op) in enumerate(steps):
                 STATS["steps"] += 1
                 w = workers[impl]
-                w.open(urls[impl], oid, owner=f"w{n}-{impl}")
+                w.open(urls[impl], oid, owner=f"w{n}-{impl}", **extra[impl])
                 _apply(w, op, model)
                 w.flush()
                 w.close()
                 for name, reader in workers.items():
-                    reader.open(urls[name], oid, read_only=True)
+                    reader.open(urls[name], oid, read_only=True, **extra[name])
                     seen = _rows(reader)
                     reader.close()
                     assert seen == model, f"{name} after {impl} {op} read {seen}, not {model}"
