@@ -16,6 +16,7 @@ from pydantic import (
 )
 
 from durable_obj.errors import InvalidArgument
+from durable_obj.gate.bounds import Bounds
 from durable_obj.protocol import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_COMMIT_DEADLINE,
@@ -78,6 +79,10 @@ class Options(BaseModel):
     #: "url" (the url() table function), "s3" (s3()), or absolute folders
     #: whose files file() may read. Never a mutation, never logged.
     external_reads: tuple[str, ...] = ()
+    #: Bounds every query() runs under unless it passes its own
+    #: (`durable_obj.Bounds`: seconds, result rows/bytes, memory); None:
+    #: unbounded. A Pool serving untrusted SQL sets it for every object.
+    query_bounds: Bounds | None = None
 
     @field_validator("external_reads", mode="before")
     @classmethod

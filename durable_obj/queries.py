@@ -46,7 +46,7 @@ class Queries(Surface):
         with self._lock:
             engine = self._require_open()
             sql = self._local.bind(sql, params)
-            with engine.bounded(bounds):
+            with engine.bounded(bounds if bounds is not None else self._opts.query_bounds):
                 return Result(self._local.read(engine, sql, fmt, self.db))
 
     def query_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:

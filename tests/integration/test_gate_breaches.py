@@ -338,3 +338,16 @@ def test_a_base_holding_a_table_that_reads_outside_does_not_open(tmp_path: Path)
         assert w.exit() == 0
     with pytest.raises(errors.Corrupt, match="ENGINE = Merge"):
         durable_obj.open(str(tmp_path / "o"), read_only=True)
+
+
+def test_a_pool_bounds_every_query_of_its_objects(tmp_path: Path) -> None:
+    """Issue 25: query() in a pool gets bounds a statement cannot raise."""
+    pool = durable_obj.Pool(str(tmp_path), owner="svc", query_bounds=Bounds(seconds=0.3))
+    try:
+        with pool.object("a") as obj:
+            with pytest.raises(errors.Timeout):
+                obj.query("SELECT count() FROM numbers(1000000000000)")
+            assert obj.query("SELECT 1").strip() == "1"  # free for the next call
+            _refused(obj.query, "SELECT 1 SETTINGS max_execution_time = 0")
+    finally:
+        pool.close()

@@ -28,7 +28,7 @@ loopback_only_env = servers.loopback_only_env
 moto_s3 = servers.moto_s3
 
 IMPLS = ("durable_obj", "chdb.durable")
-EXAMPLES = int(os.environ.get("DURABLE_ALTERNATING_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("DURABLE_ALTERNATING_EXAMPLES", "5"))
 STATS = {"sequences": 0, "steps": 0, "checkpoints": 0}
 
 _op = st.one_of(
