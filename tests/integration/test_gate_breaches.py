@@ -351,3 +351,20 @@ def test_a_pool_bounds_every_query_of_its_objects(tmp_path: Path) -> None:
             _refused(obj.query, "SELECT 1 SETTINGS max_execution_time = 0")
     finally:
         pool.close()
+
+
+def test_infile_and_outfile_never_touch_the_host(untouched: World, tmp_path: Path) -> None:
+    """chDB is clickhouse-local inside: INTO OUTFILE and FROM INFILE are its
+    client-side file routes. Neither gets through a query() or an execute()."""
+    w = untouched
+    out = tmp_path / "out.txt"
+    for call, sql in (
+        (w.a.query, f"SELECT 1 INTO OUTFILE '{out}'"),
+        (w.a.query, f"{HIDE}SELECT 1 INTO OUTFILE '{out}' FORMAT CSV{TAIL}"),
+        (w.a.execute, f"INSERT INTO t SELECT 'x' INTO OUTFILE '{out}'"),
+        (w.a.execute, f"INSERT INTO t FROM INFILE '{w.host_file}' FORMAT RawBLOB"),
+    ):
+        with pytest.raises(errors.DurableError):
+            call(sql)
+    assert not out.exists()
+    assert "host data" not in w.a.query("SELECT * FROM t")
