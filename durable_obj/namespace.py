@@ -141,7 +141,8 @@ class Namespace:
     description (of a new object: an existing object's head decides); fold_segments, fold_bytes,
     close_fold_segments (when the WAL is folded into a checkpoint);
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
-    "refuse"); retention (the time-travel window, seconds).
+    "refuse"); retention (the time-travel window, seconds); external_reads (what
+    a read-only query() may reach outside: "url", "s3", folders for file(); off).
     """
 
     def __init__(

@@ -47,7 +47,6 @@ def test_exception_tree() -> None:
     ("url", "ns", "oid"),
     [
         ("/abs/path/ns/agent-1", "/abs/path/ns", "agent-1"),
-        ("file:///abs/path/ns/agent-1/", "file:///abs/path/ns", "agent-1"),
         ("memory://ns/agent-1", "memory://ns", "agent-1"),
         ("memory://agent-1", "memory://", "agent-1"),
         ("s3://bucket/prefix/agent-1", "s3://bucket/prefix", "agent-1"),
