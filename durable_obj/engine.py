@@ -21,7 +21,7 @@ What lives here:
 
 Objects in one process share the engine (its memory and CPU), never data:
 each runs in its own database through its own connection, and
-`isolation.py` refuses every route out of it. Releasing an object's engine
+`gate/isolation.py` refuses every route out of it. Releasing an object's engine
 drops its internal database.
 """
 
@@ -53,12 +53,10 @@ from durable_obj.errors import (
     InvalidArgument,
     Timeout,
 )
-from durable_obj.gate import reach
 from durable_obj.gate.bounds import RESET, Bounds
-from durable_obj.gate.reading import engine_text
-from durable_obj.isolation import RESERVED_PREFIX, Scope
+from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
+from durable_obj.gate.sql import quote_ident, quote_string, without_format
 from durable_obj.messages import clean, describe_syntax_error
-from durable_obj.sql import quote_ident, quote_string, without_format
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
 SYNCHRONOUS_SETTINGS = {
@@ -375,8 +373,6 @@ class Engine:
         refused (as an `EngineError`, which replay reports as `Corrupt`) if
         it reaches past the object."""
         try:
-            sql = engine_text(self, sql)
-            reach.check(self, sql)
             local = self.localize(sql)
         except ClassificationRefused as exc:
             raise EngineError(str(exc)) from None
@@ -449,24 +445,21 @@ class Engine:
             changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
         )
 
-    def check_reads(self, sql: str, external: tuple[str, ...] = ()) -> None:
-        """`ClassificationRefused` unless every table the (localized) SELECT
-        `sql` resolves is the object's own (`Scope.check_tree`)."""
+    def query_tree(self, sql: str) -> str | None:
+        """What the engine resolves of the (localized) SELECT `sql`
+        (`EXPLAIN QUERY TREE`: nothing runs), for the gate to check; None
+        when it does not analyse (running it fails the same way)."""
         try:
             tree = self.text("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
         except EngineError:
-            return  # it does not analyse: running it fails the same way
+            return None
         if not tree.startswith("QUERY id:"):
             raise ClassificationRefused(
                 "could not check what the query reads (its plan did not print as a query "
                 "tree); pass the output format as fmt= rather than in a FORMAT clause. "
                 "Nothing was run or logged."
             )
-        allowed = {reach.EXTERNAL_FUNCTIONS[w] for w in ("url", "s3") if w in external}
-        if any(w.startswith("/") for w in external):
-            allowed.add("file")
-        self.scope.check_tree(tree, frozenset(allowed))
-        reach.check_resolved(self, tree)
+        return tree
 
     def check_implicit_select(self, sql: str) -> None:
         """`EngineError` with the engine's own message if the (localized,

@@ -4,7 +4,7 @@ the gates every statement passes before it runs.
 Each open object gets its own connection to the process's one engine
 (`engine.acquire`) and its own database in it; every statement runs as
 `Engine.localize` maps it, and is refused if it could reach past the object
-(`durable_obj.isolation`). The scratch folder lives in the engine's backups
+(`durable_obj.gate.isolation`). The scratch folder lives in the engine's backups
 folder, the only place BACKUP and RESTORE may touch.
 Nothing here talks to storage: the state machine in `object.py` decides when
 what runs, and what becomes durable.
@@ -19,28 +19,21 @@ import sys
 import tempfile
 import threading
 import uuid
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from durable_obj.classify import check_mutation, check_read
-from durable_obj.determinism import Pinner, catalog
 from durable_obj.engine import Engine, acquire, engine_root
-from durable_obj.errors import ClassificationRefused, Corrupt, InvalidArgument
-from durable_obj.gate import reach
+from durable_obj.errors import Corrupt, InvalidArgument
+from durable_obj.gate.determinism import Pinner
+from durable_obj.gate.pipeline import Gate
 from durable_obj.gate.reading import engine_text
+from durable_obj.gate.sql import tokenize_head
 from durable_obj.head import EXTENSION, TIMEZONE, Head
-from durable_obj.isolation import refuse
-from durable_obj.sql import code_words, find_calls, tokenize, tokenize_head
 from durable_obj.v1base import rewrite_file
 
 #: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
 #: name lives in system.tables.
 _KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
-
-
-#: First words of a statement meant as a query.
-_QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
 
 
 class LocalCopy:
@@ -55,8 +48,8 @@ class LocalCopy:
         self.engine: Engine | None = None
         self.work: str | None = None
         self.pinner: Pinner | None = None
-        #: What a read may reach outside (`Options.external_reads`; default nothing).
-        self.external: tuple[str, ...] = ()
+        #: The statement gate every statement of this object passes.
+        self.gate = Gate(url)
 
     def make_scratch(self) -> str:
         backups = os.path.join(engine_root(), "backups")
@@ -108,7 +101,7 @@ class LocalCopy:
     # -- statements -----------------------------------------------------------
     def bind(self, sql: str, params: Mapping[str, Any] | None) -> str:
         """`sql` with its `{name:Type}` placeholders bound to `params` as exact
-        literals (`durable_obj.params`); `sql` itself when `params` is None."""
+        literals (`durable_obj.gate.params`); `sql` itself when `params` is None."""
         if params is None:
             return sql
         assert self.pinner is not None and self.engine is not None
@@ -116,22 +109,9 @@ class LocalCopy:
         return self.pinner.bind(engine_text(self.engine, sql), params)
 
     def checked_read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool]:
-        """`sql` as it runs, once it is proved one read-only statement that
-        reads only this object's database (anything else is refused unrun),
-        and whether the engine's messages about it must be withheld (it
-        carries a credential)."""
-        sql = engine_text(engine, sql)  # the text checked is the text run
-        reach.check(engine, sql, self.external)
-        self._refuse_outside_calls(engine, sql, self.external)  # before anything resolves
-        vouched = frozenset({"file"}) if any(w.startswith("/") for w in self.external) else None
-        local = engine.localize(sql, vouched or frozenset())
-        analysis = engine.analyze(local, db)
-        syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
-        check_read(analysis, syntax)
-        first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
-        if first in ("select", "with") or local.lstrip().startswith("("):
-            engine.check_reads(local, self.external)
-        return local, analysis.has_secrets
+        """`sql` as it runs, proved one read-only statement of this object's
+        own (`gate.pipeline.Gate.read`), and whether its errors are withheld."""
+        return self.gate.read(engine, sql, db)
 
     def read(self, engine: Engine, sql: str, fmt: str, db: str) -> str:
         """Run one read-only statement (`checked_read`), its output as text."""
@@ -140,71 +120,11 @@ class LocalCopy:
         # SHOW CREATE, EXPLAIN, ...: this object's database under its logical name
         return engine.scope.shown(text) if engine.database in text else text
 
-    def _refuse_outside_calls(
-        self, engine: Engine, sql: str, external: tuple[str, ...] = ()
-    ) -> None:
-        """Refuse a call of a table function that reads outside the object
-        (url, s3, mysql, ...) before anything runs: even resolving one (the
-        schema inference of an EXPLAIN) reaches the network or the disk."""
-        outside = catalog(engine).table_functions
-        if not code_words(sql) & outside:
-            return
-        tokens = tokenize(sql)
-        for call in find_calls(tokens):
-            if external and reach.external_call(tokens, call, external):
-                continue
-            if call.name in outside:
-                raise refuse(f"the table function {call.shown[:60]}()")
-
     def prepare(self, engine: Engine, sql: str, db: str, *, allow_nondeterministic: bool) -> str:
-        """The text of a mutation to run and log: classified (one statement,
-        writes only `db`, reads nothing outside it, no secret, ...), then
-        pinned or refused. The text returned names the logical database, as
-        logged; `run_logged` localizes it.
-
-        The gate's first steps hold whatever flag is set: the engine's reading
-        of the statement (`gate.reading`), then what it may reach (`gate.reach`);
-        `allow_nondeterministic` lifts the determinism rule only."""
-        sql = engine_text(engine, sql)  # the text checked is the text run and logged
-        try:
-            local = engine.localize(sql)
-        except ClassificationRefused:
-            # What the statement is, and whether it reads outside, are judged
-            # first (and keep their categories); then it is refused here.
-            self._check_alone(engine, sql, db, allow_nondeterministic)
-            raise
-        analysis = engine.analyze(local, db)
-        syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
-        if analysis.query_class == "READ_ONLY" and not analysis.has_secrets:
-            first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
-            if first not in _QUERY_WORDS and not local.lstrip().startswith("("):
-                # An implicit SELECT, most likely a mistyped mutation: `DELETE
-                # t WHERE ...` (no FROM) reads as `SELECT DELETE AS t WHERE
-                # ...`. When it would not run either, the engine's own error
-                # says more than "use query()".
-                reach.check(engine, sql)
-                self._refuse_outside_calls(engine, sql)
-                engine.check_implicit_select(local)
-        check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
-        reach.check(engine, sql)
-        if allow_nondeterministic:
-            warnings.warn(
-                f"{self._url}: logging a statement unchecked for determinism; replicas "
-                "may replay it to other values",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-            return sql
-        assert self.pinner is not None
-        return self.pinner.prepare(sql, db)
-
-    def _check_alone(self, engine: Engine, sql: str, db: str, unchecked: bool) -> None:
-        analysis = engine.analyze(sql, db)
-        syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
-        check_mutation(analysis, db, syntax)
-        reach.check(engine, sql)
-        if not unchecked and self.pinner is not None:
-            self.pinner.refuse_outside_reads(sql)
+        """The text of a mutation to run and log (`gate.pipeline.Gate.mutation`)."""
+        return self.gate.mutation(
+            engine, sql, db, self.pinner, allow_nondeterministic=allow_nondeterministic
+        )
 
     def run_logged(self, engine: Engine, text: str, db: str) -> bool:
         """Run a prepared mutation; False when it provably changed nothing

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from durable_obj.sql import tokenize
+from durable_obj.gate.sql import tokenize
 
 
 def describe_syntax_error(message: str, sql: str) -> str:

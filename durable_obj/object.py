@@ -26,8 +26,8 @@ elsewhere, each taking its inputs as arguments: the open sequence in
 `commit.py`,
 fetch/verify/restore/replay in `restore.py`, lease arithmetic in `lease.py`,
 the reads in `queries.py`, the engine, scratch folder and statement gates in
-`local.py` (the gates themselves in `classify.py` and `isolation.py`, pinning in
-`determinism.py`, query parameters in `params.py`), the heartbeat
+`local.py` (the statement gate itself in `gate/`, one straight line in
+`gate/pipeline.py`), the heartbeat
 thread in `heartbeat.py`, export in `export.py`, the buffer and who is owed
 a flush() answer in `pending.py`, the read-only properties and the entry
 gates in `surface.py`, the warning for an object left open in `unclosed.py`.
@@ -50,6 +50,7 @@ from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.export import check_format, export_tables
+from durable_obj.gate.sql import is_insert
 from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.heartbeat import BUSY, Heartbeat
 from durable_obj.local import LocalCopy
@@ -58,7 +59,6 @@ from durable_obj.options import Options
 from durable_obj.pending import Pending
 from durable_obj.protocol import mint_checkpoint_key
 from durable_obj.queries import Params, Queries
-from durable_obj.sql import is_insert
 from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.surface import Result as Result
 from durable_obj.v1base import DefaultBase
@@ -109,7 +109,7 @@ class DurableObject(Queries):
         self._local = LocalCopy(
             oid, url=self._w.url, mode=options.nondeterminism, timezone=options.timezone
         )
-        self._local.external = options.external_reads
+        self._local.gate.external = options.external_reads
         self._buf = Pending()
         self._hb: Heartbeat | None = None
         self._fence_note = ""
@@ -231,14 +231,14 @@ class DurableObject(Queries):
         """Run one mutation locally and buffer it. NOT durable until flush().
 
         `params` binds the statement's `{name:Type}` placeholders (ClickHouse
-        query parameters; `durable_obj.params`): each value is read by the
+        query parameters; `durable_obj.gate.params`): each value is read by the
         engine as that type, never pasted as SQL, and the statement runs and
         is logged with the value's exact literal in the placeholder's place,
         so every replay reads the same value.
 
         A statement whose replay could differ (now(), rand(), a table function
         reading outside, ...) is pinned to the values it has now, or refused
-        with `Nondeterministic`; see `durable_obj.determinism`. An expert who
+        with `Nondeterministic`; see `durable_obj.gate.determinism`. An expert who
         accepts divergent replicas passes `allow_nondeterministic=True`: the
         statement is logged as written, with a warning. A `CREATE ... IF NOT
         EXISTS` of an existing name, or a `DROP ... IF EXISTS` of an absent

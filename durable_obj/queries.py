@@ -9,7 +9,7 @@ network, nothing logged), answered in the shape the caller wants.
     obj.df(sql)                      a pandas.DataFrame
 
 Each takes `params=`, values for the statement's `{name:Type}` placeholders
-(`durable_obj.params`): bound by the engine, never pasted as SQL. Every one
+(`durable_obj.gate.params`): bound by the engine, never pasted as SQL. Every one
 passes the same gates (`LocalCopy.checked_read`): a statement that is not a
 single read, or reads anything outside the object, is refused unrun. All
 are allowed on a fenced writer: the local copy is still exactly what this

@@ -29,6 +29,7 @@ from durable_obj.errors import (
     ProtocolUnsupported,
 )
 from durable_obj.gate import reach
+from durable_obj.gate.replay import Replayer
 from durable_obj.head import Head, ObjectRef
 from durable_obj.protocol import (
     BACKUP_FORMAT,
@@ -39,7 +40,6 @@ from durable_obj.protocol import (
     object_key,
     version_lt,
 )
-from durable_obj.replay import Replayer
 from durable_obj.wal import parse_segment
 
 if TYPE_CHECKING:

@@ -23,7 +23,7 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from durable_obj.errors import EngineError, InvalidArgument
-from durable_obj.sql import depth_zero, tokenize
+from durable_obj.gate.sql import depth_zero, tokenize
 
 #: Output formats whose bytes are not text.
 BINARY_FORMATS = frozenset(

@@ -13,7 +13,7 @@ from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure, cli_words, exit_code
 from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.errors import DurableError, NotFound
-from durable_obj.params import placeholders
+from durable_obj.gate.params import placeholders
 
 log = logging.getLogger("durable_obj")
 

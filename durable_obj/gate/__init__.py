@@ -1,12 +1,24 @@
 """The statement gate: what a statement means is what the engine reads.
 
 Every statement from every caller (execute, query, params, the CLI, MCP,
-LangGraph, Ray, and every replayed WAL line) passes `reading.engine_text`
-first: the text it returns is the text every later check reads, the text
-that runs and the text that is logged. Then `reach.check` refuses, whatever
-flag is set, anything that reaches past the object: files, the network,
-another database, the engine's configuration.
+LangGraph, Ray, and every replayed WAL line) passes `pipeline.Gate` (or, on
+replay, `replay.gated`): first `reading.engine_text`, whose text is the one
+every later step reads, the one that runs and the one logged; then the
+checks, in one straight line (the order is drawn in `pipeline`).
 
-May import: `durable_obj.errors`, `durable_obj.sql` (the lexer, used only
-on text the engine has vouched for), and `durable_obj.engine` for types.
+    pipeline     the one line: Gate.read, Gate.mutation
+    reading      the engine's reading: plain text, or the engine's canonical text
+    reach        allow-lists: engines, sources, settings; functions refused
+    isolation    one engine, many objects: names mapped, routes out refused
+    classify     one statement, read-only vs mutating, V1's categories
+    determinism  pin or refuse what would replay differently (defaults: column
+                 DEFAULTs; literals: exact literals)
+    params       {name:Type} bound to exact literals; fits: checked, not converted
+    bounds       time, result and memory bounds a statement cannot raise
+    replay       a verified WAL onto the engine, gated, batched where exact
+    sql          the lexer: used only on text the engine vouched for
+
+May import: `durable_obj.errors`, each other, and `durable_obj.engine` for
+types only (an `Engine` is passed in). The engine imports back only the pure
+parts: `sql` (quoting), `isolation.Scope` (name mapping), `bounds` (data).
 """

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
+from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine

@@ -1,6 +1,6 @@
 """The text the engine reads: the first step of every statement.
 
-Our lexer (`durable_obj.sql`) is a second parser, and a second parser drifts
+Our lexer (`durable_obj.gate.sql`) is a second parser, and a second parser drifts
 from the engine's: ClickHouse nests `/* */` comments, takes heredoc tags with
 digits (`$a1$ ... $a1$`), reads Unicode quotation marks as quotes and
 non-ASCII letters as part of a name. A statement built on such a difference
@@ -35,7 +35,7 @@ import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.sql import tokenize_head
+from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine

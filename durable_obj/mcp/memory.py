@@ -53,7 +53,7 @@ def _quote(text: str) -> str:
     `\\xHH` (nothing unprintable reaches the engine or the WAL raw). A text
     that is not valid Unicode (a lone surrogate, which JSON can carry) has
     no UTF-8 form and is refused. Written here rather than taken from
-    `durable_obj.sql`, which is the core's lexer, not public API.
+    `durable_obj.gate.sql`, which is the core's lexer, not public API.
     """
     try:
         text.encode("utf-8")

@@ -21,6 +21,7 @@ import pytest
 import durable_obj
 from durable_obj import Bounds, errors
 from durable_obj.engine import acquire
+from durable_obj.gate.replay import gated
 from durable_obj.object import DurableObject
 
 SECRET = "SECRET-25b1"
@@ -269,7 +270,7 @@ def test_a_replayed_statement_passes_the_same_gate(tmp_path: Path) -> None:
             HIDE + f"INSERT INTO FUNCTION file('{host}', RawBLOB) SELECT 'pwned'" + TAIL,
         ):
             with pytest.raises(errors.EngineError):
-                engine.replay(sql)
+                engine.replay(gated(engine, sql))
         assert host.read_text() == "x"
     finally:
         engine.release()

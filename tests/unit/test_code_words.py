@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from durable_obj.sql import code_words, tokenize
+from durable_obj.gate.sql import code_words, tokenize
 
 _pieces = st.sampled_from(
     [

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import durable_obj
-from durable_obj.sql import insert_shape, split_rows, tokenize
+from durable_obj.gate.sql import insert_shape, split_rows, tokenize
 
 PREFIX = "INSERT INTO t (a, b) VALUES"
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from durable_obj import engine as engine_mod
 from durable_obj.engine import Engine
-from durable_obj.sql import (
+from durable_obj.gate.sql import (
     depth_zero,
     evaluated_from,
     find_calls,

@@ -14,8 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import Corrupt, EngineError
-from durable_obj.sql import insert_shape, is_insert, split_rows, tokenize_head
+from durable_obj.errors import ClassificationRefused, Corrupt, EngineError
+from durable_obj.gate import reach
+from durable_obj.gate.reading import engine_text
+from durable_obj.gate.sql import insert_shape, is_insert, split_rows, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -24,6 +26,18 @@ if TYPE_CHECKING:
 BATCHABLE_ENGINES = frozenset({"MergeTree", "Log", "TinyLog", "StripeLog", "Memory"})
 MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_BATCH_STATEMENTS = 10_000
+
+
+def gated(engine: Engine, sql: str) -> str:
+    """A committed statement through the same gate as a new one: the
+    engine's reading of it, and what it may reach (`EngineError` if it
+    reaches past the object, which replay reports as `Corrupt`)."""
+    try:
+        text = engine_text(engine, sql)
+        reach.check(engine, text)
+    except ClassificationRefused as exc:
+        raise EngineError(str(exc)) from None
+    return text
 
 
 @dataclass
@@ -76,7 +90,7 @@ class Replayer:
     def _run(self, sql: str, where: str) -> None:
         self.engine_calls += 1
         try:
-            self._engine.replay(sql)
+            self._engine.replay(gated(self._engine, sql))
         except EngineError as exc:
             # The segment passed its size and SHA-256 check, so these are the
             # committed bytes: a statement in them that no longer runs means

@@ -5,23 +5,23 @@ the host or anything outside the object gives another result on every
 replay, and every replica silently differs from the writer. For each
 `execute()` this module decides, from the engine's own catalogue
 (`system.functions.deterministic`, `system.table_functions`) and the lexer
-of `durable_obj.sql`, which knows ClickHouse strings, quoted identifiers and
+of `durable_obj.gate.sql`, which knows ClickHouse strings, quoted identifiers and
 comments (so `'now()'`, `` `now()` `` and `-- now()` are not calls):
 
 * deterministic: logged unchanged;
 * pinnable: evaluated once now and replaced by a literal of the same type
-  (`durable_obj.literals`: exact, and the same in every time zone), and the
+  (`durable_obj.gate.literals`: exact, and the same in every time zone), and the
   writer runs the pinned text, so writer and replay agree exactly:
   - any non-deterministic call inside the rows of `INSERT ... VALUES` (each
     occurrence is evaluated once per row anyway),
   - a query-constant call anywhere (`now()`, `today()`, `randConstant()`, ...),
   - an omitted column whose DEFAULT / MATERIALIZED expression is
-    non-deterministic (`durable_obj.defaults`: the value is made explicit);
+    non-deterministic (`durable_obj.gate.defaults`: the value is made explicit);
 * refused with `Nondeterministic` otherwise: per-row randomness outside
   VALUES, table functions that read outside the object (`url`, `file`, `s3`,
   `remote`, ...), `system.*` tables other than pure generators, calls whose
   value cannot be computed on its own, and DDL that gives existing rows a
-  value computed at read or merge time (`durable_obj.defaults`).
+  value computed at read or merge time (`durable_obj.gate.defaults`).
 
 Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 """
@@ -32,11 +32,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable_obj.defaults import ColumnRules
 from durable_obj.errors import Nondeterministic
-from durable_obj.literals import Literals
-from durable_obj.params import bind as bind_params
-from durable_obj.sql import (
+from durable_obj.gate.defaults import ColumnRules
+from durable_obj.gate.literals import Literals
+from durable_obj.gate.params import bind as bind_params
+from durable_obj.gate.sql import (
     Call,
     Token,
     code_words,
@@ -210,7 +210,7 @@ class Pinner:
         return self._known
 
     def bind(self, sql: str, params: Mapping[str, Any]) -> str:
-        """`sql` with its placeholders bound to exact literals (`durable_obj.params`)."""
+        """`sql` with its placeholders bound to exact literals (`durable_obj.gate.params`)."""
         return bind_params(sql, params, self._literals, self._tz)
 
     def schema_changed(self) -> None:

@@ -26,8 +26,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import Nondeterministic
-from durable_obj.literals import Literals
-from durable_obj.sql import (
+from durable_obj.gate.literals import Literals
+from durable_obj.gate.sql import (
     Call,
     InsertShape,
     Token,

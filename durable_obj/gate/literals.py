@@ -28,7 +28,7 @@ import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import DurableError, InvalidArgument
-from durable_obj.sql import (
+from durable_obj.gate.sql import (
     match_parens,
     quote_string,
     splice,
@@ -96,7 +96,7 @@ class Literals:
 
     def bound(self, items: list[tuple[tuple[str, str], str]]) -> list[str]:
         """The exact literal of each ((name, type), text): `text` read by the
-        engine as a query parameter of that type (`durable_obj.params`).
+        engine as a query parameter of that type (`durable_obj.gate.params`).
         `InvalidArgument` naming the parameter (never its value) if one does
         not read as its type."""
         if not items:

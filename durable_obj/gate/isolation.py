@@ -38,7 +38,7 @@ import re
 from dataclasses import dataclass
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.sql import (
+from durable_obj.gate.sql import (
     Token,
     code_words,
     find_calls,

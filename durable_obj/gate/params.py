@@ -4,7 +4,7 @@ Python values before a statement is judged, run or logged.
 Each value goes to the engine as a query parameter, so ClickHouse itself
 reads it as the type the placeholder names: a value is never SQL, whatever
 text it holds (no quoting by hand, no injection). The engine then writes
-the value back as an exact literal (`durable_obj.literals`: the same value
+the value back as an exact literal (`durable_obj.gate.literals`: the same value
 in every time zone and every reader), and that literal takes the
 placeholder's place. What the gates judge, what runs and what the WAL logs
 is that one literal statement, so a bound mutation replays exactly, and
@@ -35,10 +35,10 @@ from zoneinfo import ZoneInfo
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate import fits
-from durable_obj.sql import Token, quote_ident, splice, tokenize
+from durable_obj.gate.sql import Token, quote_ident, splice, tokenize
 
 if TYPE_CHECKING:
-    from durable_obj.literals import Literals
+    from durable_obj.gate.literals import Literals
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 #: What a placeholder's type may hold: a data type's own tokens, nothing else.

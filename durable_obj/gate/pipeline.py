@@ -1,0 +1,152 @@
+"""The statement gate, in one straight line.
+
+Every statement an object is given passes here before the engine runs it,
+in this order, each step reading the text the previous one vouched for:
+
+read (`Gate.read`), for query() and every read:
+  1. `reading.engine_text`: the engine's reading (plain text, or the engine's
+     canonical text; anything else refused); this text is what runs;
+  2. `reach.check`: allow-lists of engines, sources, settings; functions and
+     table functions that reach outside refused (a read's opt-in aside);
+  3. `isolation.Scope.localize`: names mapped to the object's database,
+     anything qualified by another refused;
+  4. `classify.check_read` on chdb-core's analysis: one read-only statement;
+  5. `Engine.query_tree`: what the engine resolved (`EXPLAIN QUERY TREE`):
+     every table the object's, every function on the allow-list.
+
+mutation (`Gate.mutation`), for execute() and every write:
+  1. the engine's reading, as above; this text is what runs and is logged;
+  2. isolation (`localize`); a refusal there still reports V1's category
+     first (a secret, a control statement), as chdb.durable would;
+  3. `classify.check_mutation` in V1's order; then `reach.check`, whatever
+     flag is set;
+  4. `determinism.Pinner.prepare`: pinned or refused
+     (`allow_nondeterministic` lifts this step only).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import ClassificationRefused
+from durable_obj.gate import reach
+from durable_obj.gate.classify import check_mutation, check_read
+from durable_obj.gate.determinism import Pinner, catalog
+from durable_obj.gate.isolation import refuse
+from durable_obj.gate.reading import engine_text
+from durable_obj.gate.sql import code_words, find_calls, tokenize, tokenize_head
+
+if TYPE_CHECKING:
+    from durable_obj.engine import Engine
+
+#: First words of a statement meant as a query.
+_QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
+
+
+@dataclass
+class Gate:
+    """The gate of one object: its URL (for warnings) and what its reads
+    may reach outside (`Options.external_reads`)."""
+
+    url: str
+    external: tuple[str, ...] = ()
+
+    def read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool]:
+        """`sql` as it runs, once it is proved one read-only statement that
+        reads only this object's database (anything else is refused unrun),
+        and whether the engine's messages about it must be withheld (it
+        carries a credential)."""
+        text = engine_text(engine, sql)
+        reach.check(engine, text, self.external)
+        self._refuse_outside_calls(engine, text, self.external)  # before anything resolves
+        files = any(w.startswith("/") for w in self.external)
+        local = engine.localize(text, frozenset({"file"}) if files else frozenset())
+        analysis = engine.analyze(local, db)
+        syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
+        check_read(analysis, syntax)
+        first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
+        if first in ("select", "with") or local.lstrip().startswith("("):
+            tree = engine.query_tree(local)
+            if tree is not None:
+                self._check_resolved(engine, tree)
+        return local, analysis.has_secrets
+
+    def _check_resolved(self, engine: Engine, tree: str) -> None:
+        """What the engine resolved: every table the object's own (or an
+        allowed system table), every table function pure or opted in, every
+        function on the allow-list."""
+        allowed = {reach.EXTERNAL_FUNCTIONS[w] for w in ("url", "s3") if w in self.external}
+        if any(w.startswith("/") for w in self.external):
+            allowed.add("file")
+        engine.scope.check_tree(tree, frozenset(allowed))
+        reach.check_resolved(engine, tree)
+
+    def mutation(
+        self,
+        engine: Engine,
+        sql: str,
+        db: str,
+        pinner: Pinner | None,
+        *,
+        allow_nondeterministic: bool,
+    ) -> str:
+        """The text of a mutation to run and log (naming the logical
+        database, as logged; `LocalCopy.run_logged` localizes it)."""
+        text = engine_text(engine, sql)
+        try:
+            local = engine.localize(text)
+        except ClassificationRefused:
+            # What the statement is, and whether it reads outside, are judged
+            # first (and keep their categories); then it is refused here.
+            self._check_alone(engine, text, db, pinner if not allow_nondeterministic else None)
+            raise
+        analysis = engine.analyze(local, db)
+        syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
+        if analysis.query_class == "READ_ONLY" and not analysis.has_secrets:
+            first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
+            if first not in _QUERY_WORDS and not local.lstrip().startswith("("):
+                # An implicit SELECT, most likely a mistyped mutation: `DELETE
+                # t WHERE ...` (no FROM) reads as `SELECT DELETE AS t WHERE
+                # ...`. When it would not run either, the engine's own error
+                # says more than "use query()".
+                reach.check(engine, text)
+                self._refuse_outside_calls(engine, text)
+                engine.check_implicit_select(local)
+        check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
+        reach.check(engine, text)
+        if allow_nondeterministic:
+            warnings.warn(
+                f"{self.url}: logging a statement unchecked for determinism; replicas "
+                "may replay it to other values",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return text
+        assert pinner is not None
+        return pinner.prepare(text, db)
+
+    @staticmethod
+    def _refuse_outside_calls(engine: Engine, sql: str, external: tuple[str, ...] = ()) -> None:
+        """Refuse a call of a table function that reads outside the object
+        (url, s3, mysql, ...) before anything runs: even resolving one (the
+        schema inference of an EXPLAIN) reaches the network or the disk."""
+        outside = catalog(engine).table_functions
+        if not code_words(sql) & outside:
+            return
+        tokens = tokenize(sql)
+        for call in find_calls(tokens):
+            if external and reach.external_call(tokens, call, external):
+                continue
+            if call.name in outside:
+                raise refuse(f"the table function {call.shown[:60]}()")
+
+    @staticmethod
+    def _check_alone(engine: Engine, sql: str, db: str, pinner: Pinner | None) -> None:
+        analysis = engine.analyze(sql, db)
+        syntax = engine.syntax_error(sql) if analysis.query_class == "UNKNOWN" else ""
+        check_mutation(analysis, db, syntax)
+        reach.check(engine, sql)
+        if pinner is not None:
+            pinner.refuse_outside_reads(sql)
