@@ -518,6 +518,12 @@ def open(
         at=; a writer records it in the head, each checkpoint first archives
         the manifest it supersedes (history/), and gc keeps every base and
         segment a point inside the window needs. 0: no history (V1's gc).
+    external_reads=(): what a read-only query() may reach outside the object:
+        "url" (url()), "s3" (s3()), absolute folders whose files file() may
+        read. Off by default; never a mutation (README, What a statement can reach).
+    query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
+        memory) every query() runs under unless it passes its own; the
+        statement cannot raise it.
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)
