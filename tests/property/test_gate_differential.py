@@ -16,6 +16,7 @@ and white space between a name and its dot, bound params. For each:
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 
@@ -102,7 +103,7 @@ def _ast(engine: Engine, sql: str) -> str | None:
 
 
 @settings(
-    max_examples=300,
+    max_examples=int(os.environ.get("DURABLE_GATE_EXAMPLES", "300")),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
