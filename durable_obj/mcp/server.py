@@ -116,13 +116,16 @@ def build_server(
 
     if allow_sql:
 
-        @server.tool(annotations=reads)
         async def sql(statement: str) -> dict[str, Any]:
-            """Run one read-only ClickHouse SQL statement over this memory's own tables
-            (the memories table is `%s`); rows come back as JSON objects."""
             return await guarded(mem.sql(statement))
 
-        sql.__doc__ = (sql.__doc__ or "") % table
+        # the description is read when the tool is registered: written first
+        sql.__doc__ = (
+            "Run one read-only ClickHouse SQL statement over this memory's own tables "
+            f"(the memories table is `{table}`); rows come back as JSON objects. It runs "
+            "under a time and size bound, and cannot reach files, the network or other data."
+        )
+        server.tool(annotations=reads)(sql)
 
     return server
 

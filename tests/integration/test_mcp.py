@@ -341,6 +341,20 @@ def test_remember_says_what_a_failed_store_left_and_a_retry_stores_once(tmp_path
     run(main)
 
 
+def test_sql_tool_description_names_the_table(url: str) -> None:
+    """Issue 27: the description showed a literal `%s` (it was read before
+    the table was put in)."""
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, allow_sql=True)) as client:
+                tools = (await client.list_tools()).tools
+                (described,) = [t.description or "" for t in tools if t.name == "sql"]
+                assert "%s" not in described and "`memories`" in described
+
+    run(main)
+
+
 def test_sql_tool_passes_the_statement_gate(url: str, tmp_path: Path) -> None:
     """Issue 25: the nested-comment prefix read a host file through the sql tool."""
     host = tmp_path / "host.txt"
