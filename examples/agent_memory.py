@@ -44,17 +44,11 @@ SCHEMA = [
 ]
 
 
-def lit(value: str) -> str:
-    """A ClickHouse string literal."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def now_literal() -> str:
-    # Computed here, logged as a literal: replay must see the writer's time.
-    return lit(dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3])
-
-
 class AgentMemory:
+    """Every value goes in as a query parameter ({name:Type}): model output
+    and user text are never pasted into SQL, and the WAL logs each value's
+    exact literal, so every replay reads the same value."""
+
     def __init__(self, obj: durable_obj.DurableObject, agent: str) -> None:
         self.obj = obj
         self.agent = agent
@@ -62,15 +56,28 @@ class AgentMemory:
             obj.execute(ddl)
 
     def _append(self, memory_id: str, op: str, content: str, note: str) -> int:
-        current = self.obj.query(
-            f"SELECT max(version) FROM memory_history WHERE memory_id = {lit(memory_id)}", "TSV"
-        ).strip()
+        [(current,)] = self.obj.rows(
+            "SELECT max(version) FROM memory_history WHERE memory_id = {id:String}",
+            params={"id": memory_id},
+        )
         version = int(current or 0) + 1
+        now = dt.datetime.now(dt.timezone.utc)
         self.obj.execute(
-            "INSERT INTO memory_history VALUES ("
-            f"{lit(memory_id)}, {version}, {lit(op)}, {lit(content)}, {lit(self.agent)}, "
-            f"{now_literal()}, {lit(f'{memory_id}@{version - 1}' if version > 1 else '')}, "
-            f"{lit(note)})"
+            "INSERT INTO memory_history VALUES ({id:String}, {version:UInt32}, {op:String}, "
+            "{content:String}, {agent:String}, {at:DateTime64(3, 'UTC')}, {prev:String}, "
+            "{note:String})",
+            params={
+                "id": memory_id,
+                "version": version,
+                "op": op,
+                "content": content,
+                "agent": self.agent,
+                # computed here, logged as a literal: replay sees the writer's time
+                # (to the millisecond: a DateTime64(3) parameter must fit exactly)
+                "at": now.replace(microsecond=now.microsecond // 1000 * 1000),
+                "prev": f"{memory_id}@{version - 1}" if version > 1 else "",
+                "note": note,
+            },
         )
         return version
 
@@ -86,18 +93,19 @@ class AgentMemory:
         return self._append(memory_id, "forget", "", note)
 
     def recall(self, contains: str = "") -> str:
-        where = f"WHERE positionCaseInsensitive(content, {lit(contains)}) > 0" if contains else ""
         return self.obj.query(
             "SELECT memory_id, latest AS version, content FROM memories "
-            f"{where} ORDER BY edited_at",
+            "WHERE positionCaseInsensitive(content, {q:String}) > 0 ORDER BY edited_at",
             "PrettyCompactMonoBlock",
+            params={"q": contains},
         )
 
     def history(self, memory_id: str) -> str:
         return self.obj.query(
             "SELECT version, op, content, edited_by, edited_at, note FROM memory_history "
-            f"WHERE memory_id = {lit(memory_id)} ORDER BY version",
+            "WHERE memory_id = {id:String} ORDER BY version",
             "PrettyCompactMonoBlock",
+            params={"id": memory_id},
         )
 
 

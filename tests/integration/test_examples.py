@@ -50,3 +50,26 @@ def test_ray_agents_write_through_actors_and_the_fleet_is_read_from_parquet(
     assert "exported 6 Parquet file(s)" in out
     assert "fleet total: 21 memories" in out
     assert len(list((tmp_path / "durable-data" / "fleet").glob("agent-*/head.json"))) == 6
+
+
+@pytest.mark.slow
+def test_agent_memory_writes_with_parameters_and_the_second_run_starts_from_the_first(
+    tmp_path: Path,
+) -> None:
+    """The README's first command runs this example: every value goes in as a
+    parameter (its WAL holds the values as literals), and a second run opens
+    what the first flushed."""
+    import json
+
+    first = _run(tmp_path, "agent_memory.py")
+    assert "flushed: seq 1" in first and "eu-west-1" in first
+    second = _run(tmp_path, "agent_memory.py")
+    assert second.count("eu-west-1") >= 3  # both runs' revisions, and the history
+    wal = tmp_path / "durable-data" / "agents" / "checkout-api" / "wal"
+    logged = [
+        json.loads(line)["sql"]
+        for segment in sorted(wal.iterdir())
+        for line in segment.read_text().splitlines()
+    ]
+    assert any("deploy region is eu-central-1" in sql for sql in logged)
+    assert not any("{content:String}" in sql for sql in logged)  # bound, not placeholders
