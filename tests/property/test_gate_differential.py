@@ -130,3 +130,62 @@ def test_the_gate_reads_what_the_engine_reads(engine: Engine, sql: str) -> None:
     if refused:
         with pytest.raises(ClassificationRefused):
             reach.check(engine, text)
+
+
+#: Pieces inside or after VALUES rows, where the gate must read the data the
+#: way the engine does or refuse the statement.
+ROW_NOISE = ["", " ", "\n", " /* c */ ", " -- c\n", " $$d$$ ", " 'it''s' ", " '\\'' "]
+VALUES_ = [
+    "'a'",
+    "'b''c'",
+    "'d\\'e'",
+    "concat('x', 'y')",
+    "upper('q')",
+    "'/* not a comment */'",
+    "'-- nor this'",
+    "$h1$heredoc$h1$",
+    "\u2018curly\u2019",
+]
+
+
+@st.composite
+def inserts(draw: st.DrawFn) -> str:
+    head = draw(st.sampled_from(["INSERT INTO rows_t VALUES", "INSERT INTO rows_t (s) VALUES"]))
+    head = head.replace(" VALUES", draw(st.sampled_from(["", " /* h */", " -- h\n"])) + " VALUES")
+    rows = [
+        "(" + draw(st.sampled_from(ROW_NOISE)) + draw(st.sampled_from(VALUES_)) + ")"
+        for _ in range(draw(st.integers(1, 3)))
+    ]
+    sep = draw(st.sampled_from([", ", ",", " , ", ", /* r */ "]))
+    return head + " " + sep.join(rows) + draw(st.sampled_from(["", " -- end", ";"]))
+
+
+def _rows_after(engine: Engine, sql: str) -> list[list[object]] | None:
+    """The table's rows after running `sql` on an empty one; None if it fails."""
+    engine.run("TRUNCATE TABLE rows_t")
+    try:
+        engine.run(sql)
+    except EngineError:
+        return None
+    return engine.json_rows("SELECT s FROM rows_t ORDER BY s")
+
+
+@settings(
+    max_examples=int(os.environ.get("DURABLE_GATE_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(sql=inserts())
+def test_the_gate_keeps_what_an_insert_writes(engine: Engine, sql: str) -> None:
+    """An INSERT the gate accepts writes the same rows as the statement as
+    written; one it cannot read as the engine does is refused."""
+    engine.run("CREATE TABLE IF NOT EXISTS rows_t (s String) ENGINE = Memory")
+    STATS["statements"] += 1
+    try:
+        text = engine_text(engine, sql)
+    except ClassificationRefused:
+        STATS["refused"] += 1
+        return
+    STATS["plain" if text == sql else "canonical"] += 1
+    assert is_plain(text)
+    assert _rows_after(engine, text) == _rows_after(engine, sql), (sql, text)
