@@ -33,10 +33,9 @@ from typing import TYPE_CHECKING
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach
 from durable_obj.gate.classify import check_mutation, check_read
-from durable_obj.gate.determinism import Pinner, catalog
-from durable_obj.gate.isolation import refuse
+from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.reading import engine_text
-from durable_obj.gate.sql import code_words, find_calls, tokenize, tokenize_head
+from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.engine import Engine
@@ -59,8 +58,7 @@ class Gate:
         and whether the engine's messages about it must be withheld (it
         carries a credential)."""
         text = engine_text(engine, sql)
-        reach.check(engine, text, self.external)
-        self._refuse_outside_calls(engine, text, self.external)  # before anything resolves
+        reach.check(engine, text, self.external)  # before anything resolves a table function
         files = any(w.startswith("/") for w in self.external)
         local = engine.localize(text, frozenset({"file"}) if files else frozenset())
         analysis = engine.analyze(local, db)
@@ -111,8 +109,7 @@ class Gate:
                 # t WHERE ...` (no FROM) reads as `SELECT DELETE AS t WHERE
                 # ...`. When it would not run either, the engine's own error
                 # says more than "use query()".
-                reach.check(engine, text)
-                self._refuse_outside_calls(engine, text)
+                reach.check(engine, text)  # before the engine resolves it
                 engine.check_implicit_select(local)
         check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
         reach.check(engine, text)
@@ -126,21 +123,6 @@ class Gate:
             return text
         assert pinner is not None
         return pinner.prepare(text, db)
-
-    @staticmethod
-    def _refuse_outside_calls(engine: Engine, sql: str, external: tuple[str, ...] = ()) -> None:
-        """Refuse a call of a table function that reads outside the object
-        (url, s3, mysql, ...) before anything runs: even resolving one (the
-        schema inference of an EXPLAIN) reaches the network or the disk."""
-        outside = catalog(engine).table_functions
-        if not code_words(sql) & outside:
-            return
-        tokens = tokenize(sql)
-        for call in find_calls(tokens):
-            if external and reach.external_call(tokens, call, external):
-                continue
-            if call.name in outside:
-                raise refuse(f"the table function {call.shown[:60]}()")
 
     @staticmethod
     def _check_alone(engine: Engine, sql: str, db: str, pinner: Pinner | None) -> None:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
+from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
 from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
@@ -51,11 +52,6 @@ ALLOWED_ENGINES = frozenset(
 ALLOWED_SOURCES = frozenset({"clickhouse", "null"})
 #: Dictionary layouts that keep data in a file of their own.
 REFUSED_LAYOUTS = frozenset({"ssd_cache", "complex_key_ssd_cache"})
-#: Table functions that compute their rows from their arguments alone.
-PURE_TABLE_FUNCTIONS = frozenset(
-    {"numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries"}
-    | {"values", "null", "view", "format", "generaterandom"}
-)
 #: Function categories (system.functions.categories) refused whole: calls
 #: to a model over the network, the engine's own binary and threads, model files.
 REFUSED_CATEGORIES = frozenset({"AI", "Introspection", "Machine Learning"})

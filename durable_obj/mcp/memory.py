@@ -33,14 +33,7 @@ from durable_obj.mcp.limits import (
 )
 from durable_obj.object import DurableObject
 
-#: Table functions that compute their rows from their arguments alone: the
-#: only ones the SQL tool lets through.
-_PURE_TABLE_FUNCTIONS = frozenset(
-    {"numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries"}
-    | {"values", "null", "view"}
-)
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_AST_FUNCTION = re.compile(r"Function (\S+)")
 
 
 # -- literals ---------------------------------------------------------------------
@@ -430,25 +423,8 @@ class MemoryServer:
             raise InvalidArgument("the statement is empty")
         if self.read_only:
             await self.obj.arefresh()
-        # Parse only (no schema inference, nothing fetched): refuse every
-        # table function but the pure generators before the engine runs it.
-        ast = str(await self.obj.aquery("EXPLAIN AST " + statement, fmt="TSVRaw"))
-        lines = ast.split("\n")
-        for n, line in enumerate(lines[:-1]):
-            if line.strip().startswith("TableExpression"):
-                depth = len(line) - len(line.lstrip())
-                child = lines[n + 1]
-                found = _AST_FUNCTION.match(child.strip())
-                if (
-                    found
-                    and len(child) - len(child.lstrip()) > depth
-                    and found.group(1).lower() not in _PURE_TABLE_FUNCTIONS
-                ):
-                    raise ToolError(
-                        f"classification_refused: the table function {found.group(1)}() reaches "
-                        "outside this memory; the SQL tool reads only this object's tables. "
-                        "Nothing was run."
-                    )
+        # The statement gate (`durable_obj.gate`) refuses every table function
+        # but the pure generators before anything resolves one.
         limits = self.limits
         bounds = Bounds(
             seconds=limits.sql_seconds,

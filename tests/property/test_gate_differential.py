@@ -83,6 +83,14 @@ def statements(draw: st.DrawFn) -> str:
 _FUNCTION = re.compile(r"^\s*Function (\w+)", re.MULTILINE)
 
 
+#: Each test's budget: 300 examples in CI; DURABLE_GATE_EXAMPLES for more.
+BUDGET = settings(
+    max_examples=int(os.environ.get("DURABLE_GATE_EXAMPLES", "300")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
 @pytest.fixture(scope="module")
 def engine() -> Iterator[Engine]:
     eng = acquire()
@@ -102,11 +110,7 @@ def _ast(engine: Engine, sql: str) -> str | None:
         return None
 
 
-@settings(
-    max_examples=int(os.environ.get("DURABLE_GATE_EXAMPLES", "300")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@BUDGET
 @given(sql=statements())
 def test_the_gate_reads_what_the_engine_reads(engine: Engine, sql: str) -> None:
     STATS["statements"] += 1
@@ -170,11 +174,7 @@ def _rows_after(engine: Engine, sql: str) -> list[list[object]] | None:
     return engine.json_rows("SELECT s FROM rows_t ORDER BY s")
 
 
-@settings(
-    max_examples=int(os.environ.get("DURABLE_GATE_EXAMPLES", "300")),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@BUDGET
 @given(sql=inserts())
 def test_the_gate_keeps_what_an_insert_writes(engine: Engine, sql: str) -> None:
     """An INSERT the gate accepts writes the same rows as the statement as
