@@ -132,16 +132,12 @@ _CODE_SCAN = re.compile(
 )
 
 
-#: Statements up to this size have their code words cached (16 of them: at
-#: most 4 MiB held), as the gate's steps ask for them one after another.
-_CACHED_WORDS = 256 * 1024
-
-
 def code_words(sql: str) -> frozenset[str]:
     """Lower-cased identifiers of `sql` outside strings and comments (quoted
     ones by their words): a superset of the names the lexer's tokens carry,
-    at the cost of a regex scan instead of a full lexing."""
-    return _cached_words(sql) if len(sql) <= _CACHED_WORDS else _code_words(sql)
+    at the cost of a regex scan instead of a full lexing. The last 16
+    statements up to 256 KiB are cached: the gate's steps ask in turn."""
+    return _cached_words(sql) if len(sql) <= 256 * 1024 else _code_words(sql)
 
 
 @functools.lru_cache(maxsize=16)
