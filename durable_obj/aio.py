@@ -61,7 +61,7 @@ import contextlib
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -72,6 +72,7 @@ from durable_obj.gate.bounds import Bounds
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
 from durable_obj.queries import Params
+from durable_obj.units import Batch, Statement, collect, collecting, plan
 
 __all__ = ["IO_WORKERS", "LOCAL_WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
 
@@ -244,6 +245,9 @@ class AsyncDurableObject:
         #: per thread). Touched only by this object's lane, one call at a time.
         self._owed: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._last_flush: concurrent.futures.Future[str | None] | None = None
+        #: The group commit in flight for `awrite`/`abatch` (see `_durable`):
+        #: it returns its key and the buffer position it covered.
+        self._round: asyncio.Future[tuple[str | None, int]] | None = None
 
     @classmethod
     def wrap(cls, sync: DurableObject) -> AsyncDurableObject:
@@ -280,6 +284,10 @@ class AsyncDurableObject:
     ) -> None:
         """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
 
+        batch = collecting(self._sync)
+        if batch is not None:  # an abatch() block of this task: joins its unit
+            batch.execute(sql, params=params, allow_nondeterministic=allow_nondeterministic)
+            return
         task = asyncio.current_task()
 
         def run() -> None:
@@ -288,6 +296,86 @@ class AsyncDurableObject:
                 self._owed.add(task)
 
         await _await(self._call(run, io=False))
+
+    async def awrite(
+        self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
+    ) -> str | None:
+        """`DurableObject.write`: run `statements` as one unit and make it
+        durable; on return every one of them survives the machine, or (an
+        error) none of them ran or was kept. Each is a SQL string (bound with
+        `params`) or a `(sql, params)` pair. Returns the commit's key.
+
+        The statements run as one call of this object's lane (local work);
+        the commit then joins the group commit of this face: one commit of
+        the object in flight at a time, taking every unit buffered by then,
+        so fifty tasks writing to one object share a few commits and none
+        waits behind another's network round trips. If the commit fails the
+        unit stays buffered whole (as after a failed aflush): the next flush
+        commits it. Inside an `abatch()` block of this task it joins that
+        unit instead and returns None."""
+        planned = plan(statements, params, allow_nondeterministic)
+        batch = collecting(self._sync)
+        if batch is not None:
+            batch.planned += planned
+            return None
+        return await self._write(planned)
+
+    @contextlib.asynccontextmanager
+    async def abatch(self) -> AsyncIterator[Batch]:
+        """`DurableObject.batch` for this task: `aexecute` (or the yielded
+        batch's `execute`) inside the block collects statements; when the
+        block ends without an error they run as one unit and are durable
+        when it exits (`awrite`); if it raises, none of them runs."""
+        with collect(self._sync) as (batch, new):
+            yield batch
+        if new and batch.planned:
+            batch.key = await self._write(batch.planned)
+
+    async def _write(self, planned: list[Any]) -> str | None:
+        sync = self._sync
+        task = asyncio.current_task()
+
+        def run() -> int | None:
+            with sync._lock:
+                target = sync._run_unit(planned)
+                if task is not None:
+                    self._owed.discard(task)
+                return None if not sync._buf and sync._buf.start == target else target
+
+        target = await _await(self._call(run, io=False))
+        return None if target is None else await self._durable(target)
+
+    async def _durable(self, target: int) -> str | None:
+        """Every line before buffer position `target` committed: by the
+        commit in flight if it covers it, else by the next, which this call
+        starts once that one ended. One commit of this face in flight at a
+        time; waiting tasks hold no thread. Cancelling a waiting task
+        cancels nothing: the commit goes on for the others."""
+        sync = self._sync
+        while True:
+            current = self._round
+            if current is None or current.done():  # (its done callback may not have run)
+                current = self._round = asyncio.wrap_future(
+                    _shared_pool().submit(self._commit_round)
+                )
+                current.add_done_callback(self._round_done)
+            key, upto = await asyncio.shield(current)
+            if upto >= target:
+                return key if key is not None else sync._buf.last_key
+
+    def _commit_round(self) -> tuple[str | None, int]:
+        """One group commit (a worker thread): everything buffered now."""
+        sync = self._sync
+        with sync._lock:
+            sync._require_writable(engine=False)
+            upto = sync._buf.end
+            return sync._durable_through(upto), upto
+
+    def _round_done(self, fut: asyncio.Future[tuple[str | None, int]]) -> None:
+        if self._round is fut:
+            self._round = None
+        if not fut.cancelled():
+            fut.exception()  # retrieved: each waiter was handed it
 
     async def aquery(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None

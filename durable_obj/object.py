@@ -50,7 +50,7 @@ from durable_obj import unclosed
 from durable_obj.commit import HeadWriter
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.export import check_format, export_tables
-from durable_obj.gate.sql import is_insert
+from durable_obj.group import GroupCommit
 from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.heartbeat import BUSY, Heartbeat
 from durable_obj.local import LocalCopy
@@ -61,6 +61,7 @@ from durable_obj.protocol import mint_checkpoint_key
 from durable_obj.queries import Params, Queries
 from durable_obj.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.surface import Result as Result
+from durable_obj.units import Units, collecting
 from durable_obj.v1base import DefaultBase
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 
-class DurableObject(Queries):
+class DurableObject(Queries, Units):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     def __init__(
@@ -111,6 +112,8 @@ class DurableObject(Queries):
         )
         self._local.gate.external = options.external_reads
         self._buf = Pending()
+        self._group = GroupCommit(self._lock, self._buf)
+        self._diverged = False
         self._hb: Heartbeat | None = None
         self._fence_note = ""
         self._warned = False
@@ -244,22 +247,17 @@ class DurableObject(Queries):
         EXISTS` of an existing name, or a `DROP ... IF EXISTS` of an absent
         one, runs but is not logged: it changed nothing.
         """
+        batch = collecting(self)
+        if batch is not None:  # a batch() block of this thread or task: joins its unit
+            batch.execute(sql, params=params, allow_nondeterministic=allow_nondeterministic)
+            return
         with self._lock:
-            engine = self._require_writable()
-            self._buf.buf.admit(sql)  # limits before anything runs
-            sql = self._local.bind(sql, params)
-            text = self._local.prepare(
-                engine, sql, self.db, allow_nondeterministic=allow_nondeterministic
-            )
-            line = self._buf.buf.admit(text)
-            if not self._local.run_logged(engine, text, self.db):
+            line = self._run_one(sql, params, allow_nondeterministic)
+            if line is None:
                 return
             self._buf.add(line)
             if self._auto_flush_due():
                 self._flush_locked()
-                self._maybe_fold()
-            if not is_insert(text) and self._local.pinner is not None:
-                self._local.pinner.schema_changed()
 
     def snapshot(self) -> str:
         """A full BACKUP of the local state as a `.tar` in this object's scratch
@@ -306,12 +304,10 @@ class DurableObject(Queries):
         stay buffered and a later flush() retries them under a new key.
         """
         with self._lock:
-            self._require_writable()
+            self._require_writable(engine=False)
             if not self._buf:
                 return self._buf.answer()
-            key = self._flush_locked(caller_told=True)
-            self._maybe_fold()
-            return key
+            return self._durable_through(self._buf.end)
 
     def _auto_flush_due(self) -> bool:
         return bool(self._buf) and self._opts.auto_flush_due(self._buf.buf.nbytes, self._buf.age())
@@ -330,18 +326,12 @@ class DurableObject(Queries):
                 # time, so a failure is reported, never raised over a success.
                 log.warning("%s: folding the WAL failed (%s); will retry", self.url, exc)
 
-    def _flush_locked(self, *, caller_told: bool = False) -> str | None:
-        if not self._buf:
-            return None
-        try:
-            ref = self._w.commit_segment(self._buf.buf.serialize(), scratch=self._local.work)
-        except LeaseFenced as exc:
-            self._fenced_by(exc)
-            raise
-        count = len(self._buf)
-        self._buf.committed(ref.key, caller_told=caller_told)
-        log.debug("%s: flushed %d statement(s) as %s", self.url, count, ref.key)
-        return ref.key
+    def _flush_locked(self) -> None:
+        """Commit everything buffered, joining a commit in flight (group.py);
+        nobody is told the key (an auto-flush, close)."""
+        if self._buf:
+            self._group.through(self._buf.end, self._commit_payload)
+            self._maybe_fold()
 
     def checkpoint(self) -> str:
         """Snapshot the database as a new base and empty the WAL list.
@@ -354,6 +344,7 @@ class DurableObject(Queries):
             return self._checkpoint_locked(caller_told=True)
 
     def _checkpoint_locked(self, *, caller_told: bool = False) -> str:
+        self._group.idle()  # never beside a commit in flight; the lock is held from here
         engine, work = self._local.engine, self._local.work
         assert engine is not None and work is not None
         started = time.monotonic()
@@ -435,8 +426,7 @@ class DurableObject(Queries):
         try:
             if self._auto_flush_due():
                 self._flush_locked()  # its commit renews the lease too
-                self._maybe_fold()
-            elif renew:
+            elif renew and not self._group.in_flight:  # (one in flight renews it)
                 self._w.commit()
         except LeaseFenced as exc:
             self._fenced_by(exc)
@@ -475,6 +465,7 @@ class DurableObject(Queries):
         self._stop_heartbeat()
         with self._lock:
             try:
+                self._group.idle()  # another thread's commit in flight ends first
                 if self._w.fenced:
                     lost = self._buf.drop()
                     if lost and not discard:

@@ -110,15 +110,23 @@ class Surface:
             f"seq={self.seq}, pending={self.pending})"
         )
 
-    def _require_open(self) -> Engine:
+    def _require_open(self, *, engine: bool = True) -> Engine:
+        """The engine of an open object (lock held). A copy left diverged by a
+        failed unit (`units.py`) is rebuilt first, unless `engine` is False
+        (a flush or close, which commit the buffer and need no engine)."""
         if self._state in (_CLOSED, _CLOSING):
             raise Closed(f"{self.url} is closed")
+        if engine and self.__dict__.get("_diverged"):
+            self._heal()
         if self._state != _OPEN or self._local.engine is None:
             raise DurableError(f"{self.url} is not open")
         return self._local.engine
 
-    def _require_writable(self) -> Engine:
-        engine = self._require_open()
+    def _heal(self) -> None:
+        raise NotImplementedError  # units.Units
+
+    def _require_writable(self, *, engine: bool = True) -> Engine:
+        engine_ = self._require_open(engine=engine)
         if self._read_only:
             raise ClassificationRefused(
                 f"{self.url} is read-only (opened with read_only=True): execute(), flush() "
@@ -130,7 +138,7 @@ class Surface:
                 "accepts no writes (its local copy can still be read). Close it and reopen "
                 "to continue from the last flushed state."
             )
-        return engine
+        return engine_
 
     def _fenced_by(self, exc: LeaseFenced) -> None:
         """Remember what fenced us, for every later refusal."""

@@ -41,11 +41,12 @@ class WalBuffer:
         self._lines: list[bytes] = []
         self._bytes = 0
 
-    def admit(self, sql: str) -> bytes:
-        """The encoded line for `sql` if the buffer can take it, else raise.
-        Call before running the statement; `append` the line after."""
+    def admit(self, sql: str, extra: int = 0) -> bytes:
+        """The encoded line for `sql` if the buffer can take it (beside
+        `extra` bytes of a unit's earlier lines), else raise. Call before
+        running the statement; `append` the line after."""
         line = encode_statement(sql)
-        if self._bytes + len(line) > MAX_WAL_SEGMENT_BYTES:
+        if self._bytes + extra + len(line) > MAX_WAL_SEGMENT_BYTES:
             raise LimitExceeded(
                 f"the pending WAL segment holds {self._bytes} bytes and this statement would "
                 f"take it over the V1 limit of {MAX_WAL_SEGMENT_BYTES}; it was not run. "
@@ -70,6 +71,15 @@ class WalBuffer:
     def clear(self) -> None:
         self._lines = []
         self._bytes = 0
+
+    def drop_first(self, count: int) -> None:
+        """Forget the first `count` lines (a commit published them)."""
+        gone, self._lines = self._lines[:count], self._lines[count:]
+        self._bytes -= sum(len(line) for line in gone)
+
+    def lines(self) -> list[bytes]:
+        """The buffered lines, in order (a copy)."""
+        return list(self._lines)
 
 
 def parse_segment(segment: bytes, key: str) -> list[str]:
