@@ -23,6 +23,7 @@ from durable_obj.digest import file_digest
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
 from durable_obj.object import DurableObject, Result
+from durable_obj.opening import reclaim_rule
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import mint_checkpoint_key, object_key
 from durable_obj.stores import open_store
@@ -49,6 +50,8 @@ class Namespace:
     `url` is a namespace URL, or a `Store` instance (a custom store, or one
     wrapped in `durable_obj.testing.FaultyStore`). `owner` names this
     process's writers in their leases (default: a random name);
+    `reclaim` is the default of every `open()` here (see `open`: True takes
+    back at once a live lease held under `owner` by an earlier process);
     `storage_options` go to the store as-is (endpoint_url, key, secret, ...);
     `progress` is an fsspec callback for large transfers.
 
@@ -68,12 +71,15 @@ class Namespace:
         url: str | Store,
         *,
         owner: str | None = None,
+        reclaim: bool | Callable[[str], bool] = False,
         storage_options: dict[str, Any] | None = None,
         progress: Callback | None = None,
         **options: Any,
     ) -> None:
         self._options: Options = make_options(options)
         self._owner = owner
+        reclaim_rule(reclaim, owner)  # refused here, before any open
+        self._reclaim = reclaim
         self._progress = progress
         self._storage_options = storage_options
         self.store: Store = url if isinstance(url, Store) else open_store(url, storage_options)
@@ -91,24 +97,29 @@ class Namespace:
         create: bool = True,
         description: str | None = None,
         at: int | datetime | None = None,
-        reclaim: Callable[[str], bool] | None = None,
+        reclaim: bool | Callable[[str], bool] | None = None,
     ) -> DurableObject:
         """Open the object `oid`; a writer open creates it if absent, unless
         `create=False` (then a missing object is `NotFound`, nothing written).
         `description`: a short text for the object if this open creates it
         (this namespace's `description` option otherwise), shown by `list()`.
-        See `durable_obj.open` for every argument, `at` included.
+        See `durable_obj.open` for every argument, `at` and `reclaim=True`
+        included; `reclaim` None is this namespace's `reclaim`.
 
-        `reclaim`: for a host that is restarted by a supervisor (a Ray actor,
-        a systemd unit) under a fresh owner name per incarnation. Called with
-        the owner of a live lease held by someone else; True takes it at once,
-        as `force` does, without waiting for it to expire: only say True for
-        an earlier incarnation of this same host, which the supervisor has
-        declared dead. That holder is fenced at its next commit (the owner
-        changes, so the generation moves). Every other holder keeps the
-        normal `LeaseHeld` rule."""
+        `reclaim` may also be a callable, for a host that is restarted by a
+        supervisor (a Ray actor, a systemd unit) under a fresh owner name
+        per incarnation. Called with the owner of a live lease held by
+        someone else under another name; an answer True takes it at once, as
+        `force` does, without waiting for it to expire: only answer True for an earlier
+        incarnation of this same host, which the supervisor has declared
+        dead. That holder is fenced at its next commit (the owner changes,
+        so the generation moves). A callable never takes a lease held under
+        this writer's own name (that may be a live namesake: reclaim=True
+        is how to say it is not). Every other holder keeps the normal
+        `LeaseHeld` rule."""
         check_oid(oid)
         check_at(at, read_only=read_only)
+        rule = reclaim_rule(self._reclaim if reclaim is None else reclaim, self._owner)
         options = self._options
         if description is not None:
             given = options.model_dump(exclude_unset=True)
@@ -122,7 +133,7 @@ class Namespace:
             progress=self._progress,
             at=at,
         )
-        obj._open(force, create, reclaim)
+        obj._open(force, create, rule)
         return obj
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
@@ -369,6 +380,7 @@ def open(
     owner: str | None = None,
     read_only: bool = False,
     force: bool = False,
+    reclaim: bool | Callable[[str], bool] = False,
     create: bool = True,
     storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
@@ -390,6 +402,17 @@ def open(
     read_only: take no lease, never create; the view moves only on refresh().
     force: take a lease another writer holds (it is fenced, and loses what
         it did not flush); only when that writer is known to be gone.
+    reclaim: True says `owner` is this writer's identity (a service
+        replica, an MCP server, a saver: one live process per name): a live
+        lease held under the same owner name by another instance, i.e. an
+        earlier process of this writer (killed, crashed, restarted), is taken
+        at once instead of waiting lease_ttl + clock_skew for it to expire.
+        The generation moves, so that process, if it still runs, fails its
+        next commit with lease_fenced and loses what it did not flush. A
+        lease held by any other owner is still LeaseHeld. Needs an explicit
+        owner= (InvalidArgument otherwise: a random name is never the same
+        twice). A callable is the form for hosts renamed on each restart:
+        see `Namespace.open`.
     create: a writer open of a missing object creates it (default True, as
         chdb.durable V1 does and "open or create" per agent id needs); pass
         create=False when the id must already exist (a mistyped id is then
@@ -447,4 +470,4 @@ def open(
     ns = Namespace(
         namespace, owner=owner, storage_options=storage_options, progress=progress, **options
     )
-    return ns.open(oid, read_only=read_only, force=force, create=create, at=at)
+    return ns.open(oid, read_only=read_only, force=force, create=create, at=at, reclaim=reclaim)
