@@ -147,6 +147,7 @@ class Opener:
     def _once(self) -> bool:
         writer, local, options = self.writer, self.local, self.options
         read_only, force = self.read_only, self.force
+        self.reclaimed = False  # decided anew on each attempt's head
         # The process's engine starts in the background while the head is
         # read; the base and the segments download while the open goes on.
         prestart()
