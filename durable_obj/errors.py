@@ -58,9 +58,29 @@ class LeaseError(DurableError):
 
 
 class LeaseHeld(LeaseError):
-    """Another writer holds an unexpired lease on the object."""
+    """Another writer holds an unexpired lease on the object.
+
+    When the holder is known, `holder` is its owner name, `generation` its
+    lease generation and `wait` the seconds until a normal writer open
+    succeeds if it does not renew (its expiry plus the clock_skew
+    allowance); otherwise they are None. An integration (the CLI, the MCP
+    server, the LangGraph saver) reads them to say the same thing in its own
+    words, with the flags it really has."""
 
     category = "lease_held"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        holder: str | None = None,
+        generation: int | None = None,
+        wait: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.holder = holder
+        self.generation = generation
+        self.wait = wait
 
 
 class LeaseFenced(LeaseError):

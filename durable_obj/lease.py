@@ -34,19 +34,42 @@ def held_by_other(lease: Lease, me: Holder, now: float, clock_skew: float) -> bo
     return now <= lease.expires_at + clock_skew
 
 
-def check_free(lease: Lease, me: Holder, now: float, *, clock_skew: float) -> None:
+def check_free(
+    lease: Lease, me: Holder, now: float, *, clock_skew: float, reclaiming: bool = False
+) -> None:
     """Raise `LeaseHeld` if someone else holds `lease` at `now` (allowing for
-    their clock); a writer checks this before it does anything else."""
-    if held_by_other(lease, me, now, clock_skew):
-        # The real wait: a normal takeover also waits out the skew allowance.
-        wait = (lease.expires_at or now) + clock_skew - now
-        raise LeaseHeld(
-            f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
-            f"generation {lease.generation}); a writer open succeeds in {max(wait, 0.0):.1f} s "
-            f"if it is not renewed (its expiry plus the {clock_skew:g} s clock_skew allowance); "
-            "nothing was changed. Open it read_only=True, wait for the lease to expire, or "
-            "pass force=True if that writer is known to be gone (its unflushed writes are lost)."
+    their clock); a writer checks this before it does anything else.
+    `reclaiming`: the open passed reclaim=True (only for the message: it
+    did not apply, since the holder has another owner name)."""
+    if not held_by_other(lease, me, now, clock_skew):
+        return
+    # The real wait: a normal takeover also waits out the skew allowance.
+    wait = max((lease.expires_at or now) + clock_skew - now, 0.0)
+    if lease.owner == me.owner:
+        what = (
+            f"It carries this writer's own owner name: if it is an earlier process of "
+            f"{me.owner!r} (killed or restarted), open with reclaim=True to take it at once "
+            "(that process, if it still runs, is fenced at its next commit). Otherwise, open "
+            "it read_only=True, wait for the lease to expire, "
         )
+    elif reclaiming:
+        what = (
+            f"reclaim=True takes only a lease held under this writer's own owner name "
+            f"({me.owner!r}), and this one is another owner's. Open it read_only=True, wait "
+            "for the lease to expire, "
+        )
+    else:
+        what = "Open it read_only=True, wait for the lease to expire, "
+    raise LeaseHeld(
+        f"the object is held by {lease.owner!r} (instance {str(lease.instance)[:8]}, "
+        f"generation {lease.generation}); a writer open succeeds in {wait:.1f} s "
+        f"if it is not renewed (its expiry plus the {clock_skew:g} s clock_skew allowance); "
+        f"nothing was changed. {what}or pass force=True if that writer is known to be gone "
+        "(its unflushed writes are lost).",
+        holder=lease.owner,
+        generation=lease.generation,
+        wait=wait,
+    )
 
 
 def acquire(

@@ -3,7 +3,8 @@
     Namespace("s3://bucket/agents").open("checkout-api")
     durable_obj.open("s3://bucket/agents/checkout-api")      # the same object
 
-The last path segment of an object URL is its id; the rest is the namespace.
+The last path segment of an object URL is its id; the rest is the namespace
+(the checks of URLs, ids and `at=` are in `addressing.py`; re-exported here).
 """
 
 from __future__ import annotations
@@ -11,119 +12,36 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-import unicodedata
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durable_obj import history, ops
+from durable_obj.addressing import check_at, check_oid, split_destination, split_object_url
 from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
 from durable_obj.object import DurableObject, Result
+from durable_obj.opening import reclaim_rule
 from durable_obj.options import Options, make_options
-from durable_obj.protocol import mint_checkpoint_key, object_key, valid_oid
-from durable_obj.stores import open_store, url_object_id
+from durable_obj.protocol import mint_checkpoint_key, object_key
+from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
-
-def split_object_url(url: str) -> tuple[str, str]:
-    """(namespace URL, object id) of an object URL."""
-    if not isinstance(url, str) or not url.strip():
-        raise InvalidArgument("an object URL must be a non-empty string")
-    if url.endswith("/"):
-        raise InvalidArgument(
-            f"{url!r} ends with '/', so it names a folder (a namespace), not an object: "
-            "open one object as <namespace>/<id> (durable_obj.open), or the folder as "
-            "durable_obj.Namespace(url). Nothing was opened."
-        )
-    trimmed = url
-    scheme, sep, rest = trimmed.partition("://")
-    if not sep:
-        scheme, rest = "", trimmed
-    head, slash, oid = rest.rpartition("/")
-    if not slash:
-        head, oid = "", rest
-    if not oid:
-        raise InvalidArgument(f"{url!r} names no object: its last path segment is the object id")
-    namespace = f"{scheme}://{head}" if sep else (head or ".")
-    if not sep and rest.startswith("/") and not head:
-        namespace = "/"
-    return namespace, url_object_id(url, oid)  # file: URLs are percent-encoded
-
-
-def check_oid(oid: str) -> str:
-    """`oid` when it may name an object: one path segment (`valid_oid`),
-    valid UTF-8, and nothing invisible that would show one id as another
-    (bidi controls, a BOM, zero-width and other format characters)."""
-    if not isinstance(oid, str) or not valid_oid(oid):
-        raise InvalidArgument(
-            f"invalid object id {oid!r}: one path segment of at most 255 bytes, with no '/', "
-            "no backslash, no control character, and not '.' or '..'"
-        )
-    hidden = next((ch for ch in oid if unicodedata.category(ch) in _HIDDEN), None)
-    if hidden is not None:
-        what = "not valid UTF-8" if unicodedata.category(hidden) == "Cs" else "invisible"
-        raise InvalidArgument(
-            f"invalid object id {oid!r}: it holds U+{ord(hidden):04X}, which is {what} "
-            "(an id is shown to people and tools; bidi controls, BOMs, zero-width and "
-            "unpaired surrogate characters are refused). Nothing was opened."
-        )
-    return oid
-
-
-#: Unicode categories an object id may not hold: format characters (bidi
-#: controls, BOM, zero-width), surrogates, private use, line/paragraph separators.
-_HIDDEN = frozenset({"Cf", "Cs", "Co", "Zl", "Zp"})
-
-
-def check_at(at: object, *, read_only: bool) -> None:
-    """`at=` is a seq or an aware datetime, and only for a read-only open."""
-    if at is None:
-        return
-    if not read_only:
-        raise InvalidArgument(
-            "at= opens a past state, which is read-only: pass read_only=True (or fork it "
-            "with fork(..., at=) to write from there). Nothing was opened."
-        )
-    if isinstance(at, bool) or not isinstance(at, int | datetime):
-        raise InvalidArgument(
-            f"at= is a seq (int) or a timezone-aware datetime, not {type(at).__name__}; "
-            "nothing was opened"
-        )
-    if isinstance(at, int) and at < 1:
-        raise InvalidArgument(f"at={at}: the first commit is seq 1; nothing was opened")
-
-
-def split_destination(dst: str) -> tuple[str | None, str]:
-    """(namespace URL, object id) of a fork's destination; the namespace is
-    None for a bare id (beside the source). A URL has a scheme (`s3://`,
-    `file:`, `local:`) or is a path: absolute, or relative starting with `./`
-    or `../`. Anything else must be an object id: `a/b` is refused rather
-    than guessed to be a relative path."""
-    if not isinstance(dst, str) or not dst.strip():
-        raise InvalidArgument("a fork destination must be a non-empty string")
-    lowered = dst.lower()
-    if (
-        "://" in dst
-        or lowered.startswith(("file:", "local:"))
-        or os.path.isabs(dst)
-        or dst.startswith(("./", "../"))
-    ):
-        namespace, oid = split_object_url(dst)
-        return namespace, check_oid(oid)
-    if not valid_oid(dst):
-        raise InvalidArgument(
-            f"invalid fork destination {dst!r}: give an object id beside the source (one path "
-            "segment: no '/', no backslash, no control character, not '.' or '..') or an "
-            "object URL (s3://bucket/ns/id, /abs/path/ns/id, or ./ns/id for a relative path). "
-            "Nothing was written."
-        )
-    return None, dst
+__all__ = [
+    "Namespace",
+    "check_at",
+    "check_oid",
+    "export",
+    "fork",
+    "open",
+    "split_destination",
+    "split_object_url",
+]
 
 
 class Namespace:
@@ -132,6 +50,8 @@ class Namespace:
     `url` is a namespace URL, or a `Store` instance (a custom store, or one
     wrapped in `durable_obj.testing.FaultyStore`). `owner` names this
     process's writers in their leases (default: a random name);
+    `reclaim` is the default of every `open()` here (see `open`: True takes
+    back at once a live lease held under `owner` by an earlier process);
     `storage_options` go to the store as-is (endpoint_url, key, secret, ...);
     `progress` is an fsspec callback for large transfers.
 
@@ -151,12 +71,15 @@ class Namespace:
         url: str | Store,
         *,
         owner: str | None = None,
+        reclaim: bool | Callable[[str], bool] = False,
         storage_options: dict[str, Any] | None = None,
         progress: Callback | None = None,
         **options: Any,
     ) -> None:
         self._options: Options = make_options(options)
         self._owner = owner
+        reclaim_rule(reclaim, owner)  # refused here, before any open
+        self._reclaim = reclaim
         self._progress = progress
         self._storage_options = storage_options
         self.store: Store = url if isinstance(url, Store) else open_store(url, storage_options)
@@ -174,24 +97,29 @@ class Namespace:
         create: bool = True,
         description: str | None = None,
         at: int | datetime | None = None,
-        reclaim: Callable[[str], bool] | None = None,
+        reclaim: bool | Callable[[str], bool] | None = None,
     ) -> DurableObject:
         """Open the object `oid`; a writer open creates it if absent, unless
         `create=False` (then a missing object is `NotFound`, nothing written).
         `description`: a short text for the object if this open creates it
         (this namespace's `description` option otherwise), shown by `list()`.
-        See `durable_obj.open` for every argument, `at` included.
+        See `durable_obj.open` for every argument, `at` and `reclaim=True`
+        included; `reclaim` None is this namespace's `reclaim`.
 
-        `reclaim`: for a host that is restarted by a supervisor (a Ray actor,
-        a systemd unit) under a fresh owner name per incarnation. Called with
-        the owner of a live lease held by someone else; True takes it at once,
-        as `force` does, without waiting for it to expire: only say True for
-        an earlier incarnation of this same host, which the supervisor has
-        declared dead. That holder is fenced at its next commit (the owner
-        changes, so the generation moves). Every other holder keeps the
-        normal `LeaseHeld` rule."""
+        `reclaim` may also be a callable, for a host that is restarted by a
+        supervisor (a Ray actor, a systemd unit) under a fresh owner name
+        per incarnation. Called with the owner of a live lease held by
+        someone else under another name; an answer True takes it at once, as
+        `force` does, without waiting for it to expire: only answer True for an earlier
+        incarnation of this same host, which the supervisor has declared
+        dead. That holder is fenced at its next commit (the owner changes,
+        so the generation moves). A callable never takes a lease held under
+        this writer's own name (that may be a live namesake: reclaim=True
+        is how to say it is not). Every other holder keeps the normal
+        `LeaseHeld` rule."""
         check_oid(oid)
         check_at(at, read_only=read_only)
+        rule = reclaim_rule(self._reclaim if reclaim is None else reclaim, self._owner)
         options = self._options
         if description is not None:
             given = options.model_dump(exclude_unset=True)
@@ -205,7 +133,7 @@ class Namespace:
             progress=self._progress,
             at=at,
         )
-        obj._open(force, create, reclaim)
+        obj._open(force, create, rule)
         return obj
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
@@ -452,6 +380,7 @@ def open(
     owner: str | None = None,
     read_only: bool = False,
     force: bool = False,
+    reclaim: bool | Callable[[str], bool] = False,
     create: bool = True,
     storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
@@ -473,6 +402,17 @@ def open(
     read_only: take no lease, never create; the view moves only on refresh().
     force: take a lease another writer holds (it is fenced, and loses what
         it did not flush); only when that writer is known to be gone.
+    reclaim: True says `owner` is this writer's identity (a service
+        replica, an MCP server, a saver: one live process per name): a live
+        lease held under the same owner name by another instance, i.e. an
+        earlier process of this writer (killed, crashed, restarted), is taken
+        at once instead of waiting lease_ttl + clock_skew for it to expire.
+        The generation moves, so that process, if it still runs, fails its
+        next commit with lease_fenced and loses what it did not flush. A
+        lease held by any other owner is still LeaseHeld. Needs an explicit
+        owner= (InvalidArgument otherwise: a random name is never the same
+        twice). A callable is the form for hosts renamed on each restart:
+        see `Namespace.open`.
     create: a writer open of a missing object creates it (default True, as
         chdb.durable V1 does and "open or create" per agent id needs); pass
         create=False when the id must already exist (a mistyped id is then
@@ -530,4 +470,4 @@ def open(
     ns = Namespace(
         namespace, owner=owner, storage_options=storage_options, progress=progress, **options
     )
-    return ns.open(oid, read_only=read_only, force=force, create=create, at=at)
+    return ns.open(oid, read_only=read_only, force=force, create=create, at=at, reclaim=reclaim)

@@ -10,6 +10,11 @@ elsewhere answers `lease_held` before anything local to this process can
 fail (the engine, say), and nothing is written
 before every check that can refuse has passed. When the head changes
 between reading it and taking the lease, the open starts over.
+
+A live lease of another writer is `lease_held`, except with `force` (any
+holder) or `reclaim` (an earlier process of this same writer: `SameOwner`
+for reclaim=True, or the caller's callable): then it is taken at once, the
+generation moves, and the old holder's next commit fails its CAS.
 """
 
 from __future__ import annotations
@@ -18,13 +23,13 @@ import logging
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from durable_obj import history, restore
 from durable_obj import lease as leases
 from durable_obj.commit import Stored
 from durable_obj.engine import prestart
-from durable_obj.errors import LeaseHeld, NotFound
+from durable_obj.errors import InvalidArgument, LeaseHeld, NotFound
 from durable_obj.protocol import HEAD_KEY
 
 if TYPE_CHECKING:
@@ -49,6 +54,49 @@ class HeadMoved(Exception):
     """The head changed between reading it and taking the lease: start over."""
 
 
+class SameOwner:
+    """`reclaim=True` as an open carries it: the owner name is this writer's
+    identity, so a live lease held under the same name by another instance
+    (an earlier process of this writer: killed, restarted, or still running
+    as a zombie) is taken at once. Exactly the namesakes a `reclaim`
+    callable never takes; every other owner keeps the `LeaseHeld` rule."""
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def __call__(self, owner: str) -> bool:
+        return owner == self.owner
+
+    def __repr__(self) -> str:
+        return f"SameOwner({self.owner!r})"
+
+
+def reclaim_rule(reclaim: object, owner: str | None) -> Callable[[str], bool] | None:
+    """What an open's `reclaim=` means for a writer named `owner` (None or
+    empty: a random name): None (False, the default), `SameOwner` (True), or
+    the caller's callable. `InvalidArgument`, before anything is read, for
+    True without an owner name and for anything that is neither."""
+    if reclaim is None or reclaim is False:
+        return None
+    if reclaim is True:
+        if not owner:
+            raise InvalidArgument(
+                "reclaim=True takes back a live lease held under this writer's own owner "
+                "name by an earlier process, but no owner= was given: this writer's name is "
+                "random (anon-...) and never the same twice, so it has nothing to reclaim. "
+                "Pass owner= with a name that stays the same across restarts (a service "
+                "replica, a worker, a server), used by one live process at a time. Nothing "
+                "was opened."
+            )
+        return SameOwner(owner)
+    if callable(reclaim) and not isinstance(reclaim, int | str):
+        return cast("Callable[[str], bool]", reclaim)
+    raise InvalidArgument(
+        f"reclaim= is True, False or a callable (owner name -> bool), not "
+        f"{type(reclaim).__name__}; nothing was opened"
+    )
+
+
 class Opener:
     """One open() of `writer`'s object into `local`, with its retries. The
     caller cleans up after any failure: `local` and `writer` hold what was
@@ -68,8 +116,9 @@ class Opener:
         reclaim: Callable[[str], bool] | None = None,
     ) -> None:
         self.writer = writer
+        #: `reclaim_rule`'s answer: None, `SameOwner`, or the caller's callable.
         self.reclaim = reclaim
-        #: The live lease this open took back from an earlier self (`reclaim`).
+        #: This open takes back a live lease from an earlier self (`reclaim`).
         self.reclaimed = False
         self.local = local
         self.options = options
@@ -98,6 +147,7 @@ class Opener:
     def _once(self) -> bool:
         writer, local, options = self.writer, self.local, self.options
         read_only, force = self.read_only, self.force
+        self.reclaimed = False  # decided anew on each attempt's head
         # The process's engine starts in the background while the head is
         # read; the base and the segments download while the open goes on.
         prestart()
@@ -115,6 +165,7 @@ class Opener:
                     writer.holder,
                     writer.clock.time(),
                     clock_skew=options.clock_skew,
+                    reclaiming=isinstance(self.reclaim, SameOwner),
                 )
         elif read_only:
             raise NotFound(
@@ -194,19 +245,29 @@ class Opener:
         return Stored(history.manifest_at(got.head, point), got.version)
 
     def _reclaims(self, lease: Lease) -> bool:
-        """May this open take `lease` at once, though it is live? Only when
-        the caller's `reclaim` says its owner is an earlier self (an earlier
-        incarnation of a restarted host): every other holder keeps the
+        """May this open take `lease` at once, though it is live? With
+        reclaim=True (`SameOwner`), when it is held under this writer's
+        owner name by another instance; with a `reclaim` callable, when the
+        callable says its (other) owner is an earlier self (an earlier
+        incarnation of a restarted host). Every other holder keeps the
         normal `LeaseHeld` rule."""
         if self.reclaim is None or lease.released or lease.owner is None:
             return False
         holder = self.writer.holder
         assert holder is not None
-        if lease.instance == holder.instance or lease.owner == holder.owner:
-            return False  # our own instance; or a namesake, which may be alive
+        if lease.instance == holder.instance:
+            return False  # our own instance: nothing to take back
+        if isinstance(self.reclaim, SameOwner):
+            return lease.owner == holder.owner
+        if lease.owner == holder.owner:
+            return False  # a namesake, which may be alive: only reclaim=True takes it
         return bool(self.reclaim(lease.owner))
 
     def _take_lease(self, engine: Engine, got: Stored, force: bool) -> None:
+        """Take the lease, and say so once: one log record per takeover of a
+        lease that was ever held, plus the RuntimeWarning of a `force` take
+        (the warning is what a caller sees; the record is at INFO so that
+        the two are not the same line twice at the default log level)."""
         writer = self.writer
         taken = writer.take(
             got,
@@ -217,12 +278,15 @@ class Opener:
         if taken is None:
             raise HeadMoved()
         previous = got.head.lease
+        generation = taken.lease.generation
         if taken.forced and self.reclaimed:
             log.warning(
-                "%s: took the lease back at once from %r, an earlier incarnation of this "
-                "writer (reclaim); its next commit fails with lease_fenced",
+                "%s: took the lease at once from %r (an earlier process of this writer: "
+                "reclaim) at generation %d; that process, if it still runs, is fenced at its "
+                "next commit and loses what it did not flush",
                 writer.url,
                 previous.owner,
+                generation,
             )
         elif taken.forced:
             message = (
@@ -232,13 +296,18 @@ class Opener:
             )
             # _take_lease, _once, run, DurableObject._open, Namespace.open: its caller
             warnings.warn(message, RuntimeWarning, stacklevel=6)
-            log.warning(message)
-        if previous.generation and not previous.released:
             log.info(
-                "%s: took the lease from %r at generation %d",
+                "%s: took the lease by force from %r at generation %d",
                 writer.url,
                 previous.owner,
-                taken.lease.generation,
+                generation,
+            )
+        elif previous.generation and not previous.released:
+            log.info(
+                "%s: took the lease from %r at generation %d (its lease had expired)",
+                writer.url,
+                previous.owner,
+                generation,
             )
 
 

@@ -87,10 +87,14 @@ class Pool:
     kept open at most (default 64; exceeded only while all are in use).
     `idle_close`: seconds after its last use an unused object is closed
     (default 300; None: never for idleness). `clock`: the monotonic clock
-    idleness is measured with (a test drives it). `reclaim`: for a pool
-    inside a supervised host restarted under a new owner name each time (see
-    `Namespace.open`): says which live leases are an earlier self's, taken
-    at once instead of waiting for them to expire.
+    idleness is measured with (a test drives it). `reclaim`: True when
+    `owner` is this pool's identity (a service replica restarted under the
+    same name): a live lease an earlier process held under that name is
+    taken at once (`durable_obj.open`); or a callable, for a pool inside a
+    supervised host restarted under a new owner name each time (see
+    `Namespace.open`), saying which live leases are an earlier self's.
+    Either way instead of waiting for them to expire; True without `owner`
+    is `InvalidArgument`.
 
     A read-only pool's cached objects see new writes only on `obj.refresh()`.
     """
@@ -105,7 +109,7 @@ class Pool:
         idle_close: float | None = DEFAULT_IDLE_CLOSE,
         storage_options: dict[str, Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
-        reclaim: Callable[[str], bool] | None = None,
+        reclaim: bool | Callable[[str], bool] | None = False,
         **options: Any,
     ) -> None:
         if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
@@ -117,7 +121,11 @@ class Pool:
         ):
             raise InvalidArgument(f"idle_close must be seconds > 0 or None, not {idle_close!r}")
         self.namespace = Namespace(
-            namespace_url, owner=owner, storage_options=storage_options, **options
+            namespace_url,
+            owner=owner,
+            reclaim=reclaim or False,
+            storage_options=storage_options,
+            **options,
         )
         self.read_only = read_only
         self.reclaim = reclaim
@@ -211,7 +219,7 @@ class Pool:
                 entry.ready.wait()  # another thread opens it; then look again
                 continue
             try:
-                entry.obj = self.namespace.open(oid, read_only=self.read_only, reclaim=self.reclaim)
+                entry.obj = self.namespace.open(oid, read_only=self.read_only)
             except BaseException:
                 with self._lock:
                     entry.error = True

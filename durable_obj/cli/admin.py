@@ -12,7 +12,7 @@ from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import session, storage_options, to_options
+from durable_obj.cli.session import reclaim_option, session, storage_options, to_options
 from durable_obj.cli.write import default_owner
 from durable_obj.namespace import split_destination
 
@@ -25,9 +25,14 @@ from durable_obj.namespace import split_destination
     is_flag=True,
     help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
 )
+@reclaim_option
 @storage_options
 def checkpoint_cmd(
-    object_url: str, owner: str | None, force: bool, storage_options: dict[str, Any]
+    object_url: str,
+    owner: str | None,
+    force: bool,
+    reclaim: bool,
+    storage_options: dict[str, Any],
 ) -> None:
     """Fold the WAL into a new base snapshot (open as writer, checkpoint, close)."""
     namespace, oid = parse_object_url(object_url)
@@ -39,7 +44,7 @@ def checkpoint_cmd(
             progress=bar,
         )
         ns.info(oid)  # a writer open would create a missing object: refuse instead
-        with ns.open(oid, force=force) as obj:
+        with ns.open(oid, force=force, reclaim=reclaim) as obj:
             key = obj.checkpoint()
             head = obj.head
     assert head is not None and head.manifest.base is not None

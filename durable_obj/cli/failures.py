@@ -7,6 +7,9 @@ folded onto one line.
 The library's messages speak to a Python caller ("pass force=True", "use
 query()"); `cli_words` says the same in the command line's words ("pass
 --force", "use 'durable-obj sql'") without changing the library's text.
+The lease words (--force, --reclaim) are flags of the writer commands
+`exec` and `checkpoint`; `mcp`, which has other flags, words its own
+lease_held before a message gets here.
 """
 
 from __future__ import annotations
@@ -51,7 +54,10 @@ _CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
     (re.compile(pattern), words)
     for pattern, words in (
         # LeaseHeld, and a writer feature this library lacks
-        (r"\b[Oo]pen it read_only=True( instead)?", "read it with 'durable-obj sql' (no lease)"),
+        (r"\bOpen it read_only=True( instead)?", "Read it with 'durable-obj sql' (no lease)"),
+        (r"\bopen it read_only=True( instead)?", "read it with 'durable-obj sql' (no lease)"),
+        (r"\bopen with reclaim=True\b", "run it again with --reclaim"),
+        (r"\breclaim=True\b", "--reclaim"),
         (r"\bpass force=True\b", "pass --force"),
         (r"\bforce=True\b", "--force"),
         (r"\bread_only=True\b", "read-only ('durable-obj sql')"),

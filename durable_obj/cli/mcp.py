@@ -6,6 +6,9 @@ goes to stderr), streamable HTTP with `--transport http` (bound to
 it was started on; a second server on the same object is refused, or serves
 read-only with `--if-held read-only`. SIGTERM and the client closing stdin
 both stop it cleanly: the object is flushed, closed and its lease released.
+A server killed without that (kill -9, a crash) leaves its lease live until
+it expires; started again under the same owner name with `--reclaim`, it
+takes that lease at once instead of waiting.
 
 Needs the `mcp` extra: `pip install 'durable_obj[mcp]'`.
 """
@@ -22,11 +25,39 @@ import click
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.session import session, storage_options
+from durable_obj.errors import LeaseHeld
 
 
 def default_owner() -> str:
     """The lease owner of a memory server: durable-obj-mcp@HOST."""
     return f"durable-obj-mcp@{socket.gethostname() or 'localhost'}"
+
+
+def refusal(exc: LeaseHeld, url: str, owner: str, *, reclaim: bool) -> str:
+    """The server's refusal to start on a held lease, in this command's
+    flags (the library's own text names Python arguments, and a --force
+    this command does not have)."""
+    if exc.holder is None:
+        return f"{exc} Start it again, or with --if-held read-only to serve reads."
+    wait = "" if exc.wait is None else f"; a start succeeds in {exc.wait:.1f} s if not renewed"
+    text = f"{url} is held by {exc.holder!r} (generation {exc.generation}){wait}. "
+    text += "Nothing was changed. "
+    if exc.holder == owner:
+        text += (
+            "It carries this server's owner name: if it is an earlier run of this server "
+            "(killed or restarted), start it with --reclaim to take the lease at once (that "
+            "run, if still alive, is fenced at its next write). "
+        )
+    elif reclaim:
+        text += (
+            f"--reclaim takes only a lease held under this server's own owner name ({owner!r}, "
+            "set with --owner), and this lease is another writer's. "
+        )
+    return text + (
+        "Otherwise stop that writer, wait, or start this server with --if-held read-only (to "
+        "serve reads beside it) or --read-only. If that writer is known to be gone, "
+        f"'durable-obj release {url} --force' frees its lease (what it did not flush is lost)."
+    )
 
 
 def _interrupt(_signum: int, _frame: FrameType | None) -> None:
@@ -65,6 +96,14 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
 )
 @click.option("--read-only", is_flag=True, help="Serve read-only (takes no lease).")
 @click.option(
+    "--reclaim",
+    is_flag=True,
+    help="Take at once a live lease held under this server's owner name by an earlier run "
+    "(killed, restarted) instead of waiting for it to expire; that run, if still alive, is "
+    "fenced. Only when no other live server uses this owner name. Another owner's lease "
+    "still refuses (or --if-held read-only).",
+)
+@click.option(
     "--lease-ttl",
     type=float,
     help="Seconds the lease lasts without renewal (default: the object's default).",
@@ -81,6 +120,7 @@ def mcp_cmd(
     owner: str | None,
     if_held: str,
     read_only: bool,
+    reclaim: bool,
     lease_ttl: float | None,
     storage_options: dict[str, Any],
 ) -> None:
@@ -100,14 +140,19 @@ def mcp_cmd(
         ) from None
     embedder = memory.load_embedder(embed) if embed else None
     options: dict[str, Any] = {} if lease_ttl is None else {"lease_ttl": lease_ttl}
-    obj, reason = memory.open_for_serving(
-        object_url,
-        owner=owner or default_owner(),
-        if_held=cast(Literal["refuse", "read-only"], if_held),
-        read_only=read_only,
-        storage_options=storage_options,
-        **options,
-    )
+    owner = owner or default_owner()
+    try:
+        obj, reason = memory.open_for_serving(
+            object_url,
+            owner=owner,
+            if_held=cast(Literal["refuse", "read-only"], if_held),
+            read_only=read_only,
+            reclaim=reclaim,
+            storage_options=storage_options,
+            **options,
+        )
+    except LeaseHeld as exc:
+        raise Failure("lease_held", refusal(exc, object_url, owner, reclaim=reclaim)) from None
     sess = session()
     try:
         server = memory.build_server(

@@ -87,6 +87,18 @@ def storage_options(f: F) -> F:
     )(f)
 
 
+def reclaim_option(f: F) -> F:
+    """The `--reclaim` flag of a command that opens a writer."""
+    return click.option(
+        "--reclaim",
+        is_flag=True,
+        help="Take at once a live lease held under this same --owner name by an earlier run "
+        "(killed, crashed, restarted), instead of waiting for it to expire; that run, if it "
+        "still runs, is fenced and loses what it did not flush. Only when no other live "
+        "process uses this owner name. A lease of another owner still refuses.",
+    )(f)
+
+
 def to_options(what: str) -> Callable[[F], F]:
     """The repeatable `-t/--to-option KEY=VALUE` option: storage options for
     the destination `what` (default: the `-o` options when it has the same

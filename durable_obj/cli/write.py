@@ -11,7 +11,7 @@ import click
 from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure, cli_words, exit_code
-from durable_obj.cli.session import query_params, session, storage_options
+from durable_obj.cli.session import query_params, reclaim_option, session, storage_options
 from durable_obj.errors import DurableError, NotFound
 from durable_obj.gate.params import placeholders
 
@@ -41,6 +41,7 @@ def _discard(obj: DurableObject) -> None:
     is_flag=True,
     help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
 )
+@reclaim_option
 @click.option("--create", is_flag=True, help="Create the object if it does not exist.")
 @click.option(
     "--allow-nondeterministic",
@@ -54,6 +55,7 @@ def exec_cmd(
     statements: tuple[str, ...],
     owner: str | None,
     force: bool,
+    reclaim: bool,
     create: bool,
     allow_nondeterministic: bool,
     params: dict[str, str],
@@ -81,7 +83,7 @@ def exec_cmd(
             raise Failure(
                 "not_found", f"{exc}; nothing was run. Pass --create to create it."
             ) from None
-    obj = ns.open(oid, force=force)
+    obj = ns.open(oid, force=force, reclaim=reclaim)
     total = len(statements)
     try:
         for n, statement in enumerate(statements, start=1):

@@ -33,9 +33,48 @@ class WriteOwnerHeld(LeaseHeld):
 
     LangGraph's name for the condition is a stale write owner; the attribute
     `is_stale_write_owner_error` lets callers test for it without importing
-    durable_obj."""
+    durable_obj. `holder`, `generation` and `wait` are the `LeaseHeld`'s."""
 
     is_stale_write_owner_error = True
+
+
+def write_owner_held(
+    what: str, target: str, exc: LeaseHeld, owner: str | None, *, reclaim: bool
+) -> WriteOwnerHeld:
+    """`exc` in the saver's and store's words, keeping what it knows (who
+    holds the lease, when a writer open succeeds) and the arguments that
+    really apply: reclaim=True for an earlier process of this same owner
+    name, force=True only for a writer known to be gone."""
+    who = "another writer" if exc.holder is None else f"another writer ({exc.holder!r})"
+    text = (
+        f"{what}: {who} holds the lease on {target}, so this one may not write (a stale "
+        "write owner). Nothing was written."
+    )
+    if exc.wait is not None:
+        text += f" A writer open succeeds in {exc.wait:.1f} s if that lease is not renewed."
+    if exc.holder is not None and owner and exc.holder == owner:
+        text += (
+            f" It carries this {what}'s owner name: if it is an earlier process of {owner!r} "
+            "(a killed or restarted worker), pass reclaim=True to take it at once (that "
+            "process, if it still runs, is fenced at its next write)."
+        )
+    elif not owner:
+        text += (
+            f" This {what} has no owner=, so it can never reclaim an earlier process of its "
+            "own: give each worker a stable owner= and pass reclaim=True, and a restarted "
+            "worker takes its lease over at once."
+        )
+    elif reclaim:
+        text += (
+            f" reclaim=True takes only a lease held under this {what}'s own owner name "
+            f"({owner!r}), and this one is another writer's."
+        )
+    text += (
+        " Otherwise wait until that writer closes or its lease expires, open read_only=True "
+        "to read, or pass force=True only when that writer is known to be gone (what it did "
+        "not flush is lost)."
+    )
+    return WriteOwnerHeld(text, holder=exc.holder, generation=exc.generation, wait=exc.wait)
 
 
 class StaleWriteOwner(LeaseFenced):
@@ -121,6 +160,7 @@ class Handle:
         read_only: bool,
         storage_options: dict[str, Any] | None,
         options: dict[str, Any],
+        reclaim: bool | Callable[[str], bool] = False,
     ) -> None:
         if flush not in _MODES:
             raise InvalidArgument(f"flush must be one of {', '.join(_MODES)}, not {flush!r}")
@@ -144,16 +184,12 @@ class Handle:
                     target,
                     owner=owner,
                     read_only=read_only,
+                    reclaim=reclaim,
                     storage_options=storage_options,
                     **options,
                 )
             except LeaseHeld as exc:
-                raise WriteOwnerHeld(
-                    f"{what}: another writer holds the lease on {target}, so this one may not "
-                    "write (a stale write owner). Nothing was written. Wait until that writer "
-                    "closes or its lease expires, open read_only=True to read, or pass "
-                    "force=True only when that writer is known to be gone."
-                ) from exc
+                raise write_owner_held(what, target, exc, owner, reclaim=bool(reclaim)) from exc
         elif isinstance(target, durable_obj.DurableObject):
             self.obj = target
         elif isinstance(target, durable_obj.AsyncDurableObject):
@@ -164,10 +200,12 @@ class Handle:
                 f"{what} needs a URL, a DurableObject or an AsyncDurableObject, "
                 f"not {type(target).__name__}"
             )
-        if not self.owns and (owner is not None or storage_options or options or read_only):
+        if not self.owns and (
+            owner is not None or storage_options or options or read_only or reclaim
+        ):
             raise InvalidArgument(
-                f"{what}: owner, read_only, storage_options and open options apply only when "
-                "it opens the object from a URL"
+                f"{what}: owner, read_only, reclaim, storage_options and open options apply "
+                "only when it opens the object from a URL"
             )
 
     @property

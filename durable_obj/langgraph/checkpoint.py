@@ -92,6 +92,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
     object gets `WriteOwnerHeld`, a saver whose lease was taken gets
     `StaleWriteOwner` and never writes again; both carry
     `is_stale_write_owner_error = True`.
+
+    `owner` names this saver's writer in the lease. A worker restarted as
+    a new process (a crash, a deploy) keeps its owner name and passes
+    `reclaim=True`: the lease its earlier process left live is taken at
+    once instead of after lease_ttl + clock_skew (~35 s by default), and
+    that process, if it still runs, gets `StaleWriteOwner` at its next
+    write. A lease held under another owner name is still `WriteOwnerHeld`.
     """
 
     def __init__(
@@ -104,6 +111,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         batch_seconds: float | None = 2.0,
         table_prefix: str = "lg_",
         owner: str | None = None,
+        reclaim: bool = False,
         read_only: bool = False,
         storage_options: dict[str, Any] | None = None,
         **options: Any,
@@ -121,6 +129,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
             read_only=read_only,
             storage_options=storage_options,
             options=options,
+            reclaim=reclaim,
         )
         self._ck = f"{table_prefix}checkpoints"
         self._wr = f"{table_prefix}writes"

@@ -60,6 +60,8 @@ class DurableStore(BaseStore):
     `index`: LangGraph's IndexConfig (dims, embed, fields) for vector search.
     `ttl`: LangGraph's TTLConfig (default_ttl minutes, refresh_on_read,
     sweep_interval_minutes: start_ttl_sweeper() runs sweep_ttl() that often).
+    `owner` and `reclaim=True`: as for `DurableSaver`, a restarted worker
+    under the same owner name takes its earlier process's lease at once.
     """
 
     supports_ttl: bool = True
@@ -75,6 +77,7 @@ class DurableStore(BaseStore):
         batch_seconds: float | None = 2.0,
         table: str = "lg_store",
         owner: str | None = None,
+        reclaim: bool = False,
         read_only: bool = False,
         storage_options: dict[str, Any] | None = None,
         **options: Any,
@@ -91,6 +94,7 @@ class DurableStore(BaseStore):
             read_only=read_only,
             storage_options=storage_options,
             options=options,
+            reclaim=reclaim,
         )
         self._t = table
         self.ttl_config = ttl

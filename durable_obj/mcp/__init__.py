@@ -15,6 +15,8 @@ tables). What the existing memory servers get wrong, and this one does not:
   that writes holds the object's lease; a second one is refused at start
   (`LeaseHeld`, naming the holder) or, if asked, serves read-only and says
   so in every write tool's error (`if_held="read-only"` / `--if-held`).
+  A server restarted after a crash under the same owner name takes its
+  earlier run's lease at once with `reclaim=True` / `--reclaim`.
 * A crash loses nothing acknowledged: every remember / revise / forget is
   flushed (the durability boundary) before the tool answers.
 * A corrupt or hostile input (a huge string, a bad id, quotes and SQL in

@@ -126,7 +126,9 @@ class MemoryServer:
         if self.read_only:
             why = self.read_only_reason or "it was started read-only"
             raise ToolError(
-                f"lease_held: this memory server is read-only ({why}); nothing was written"
+                f"lease_held: this memory server is read-only: {why}. Nothing was written, "
+                "and retrying will not change that; what is already stored is safe, and "
+                "search, get and list still work."
             )
 
     async def _exists(self) -> bool:

@@ -136,26 +136,58 @@ def open_for_serving(
     owner: str | None = None,
     if_held: Literal["refuse", "read-only"] = "refuse",
     read_only: bool = False,
+    reclaim: bool = False,
     storage_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> tuple[DurableObject, str | None]:
     """Open `url` for a server: as its writer, or read-only (and why).
 
-    If another writer holds the lease, `if_held="refuse"` raises `LeaseHeld`
+    `reclaim=True` (with `owner`): a live lease held under this server's
+    owner name, by an earlier run of it (killed, restarted), is taken at
+    once; that run, if it still runs, is fenced at its next write. If
+    another writer holds the lease, `if_held="refuse"` raises `LeaseHeld`
     (the default: a second server never writes next to the first), and
-    `"read-only"` opens read-only and returns the reason to show."""
+    `"read-only"` opens read-only and returns the reason to show: it is
+    written for the model that calls the write tools, and says what an
+    operator can do."""
     if read_only:
         obj = open_object(url, read_only=True, storage_options=storage_options, **options)
-        return obj, "it was started with --read-only"
+        return obj, (
+            "it was started with --read-only; an operator can restart it without that flag "
+            "to let it write"
+        )
     try:
-        obj = open_object(url, owner=owner, storage_options=storage_options, **options)
+        obj = open_object(
+            url, owner=owner, reclaim=reclaim, storage_options=storage_options, **options
+        )
     except LeaseHeld as exc:
         if if_held != "read-only":
             raise
-        log.warning("%s: serving read-only: %s", url, exc)
+        log.warning(
+            "%s: serving read-only: the write lease is held by %r (generation %s)",
+            url,
+            exc.holder,
+            exc.generation,
+        )
         obj = open_object(url, read_only=True, storage_options=storage_options, **options)
-        return obj, f"another writer holds the lease: {exc}"
+        return obj, held_reason(exc, owner)
     return obj, None
+
+
+def held_reason(exc: LeaseHeld, owner: str | None) -> str:
+    """Why a server that found the lease held serves read-only, for a model:
+    who holds it, and what an operator can do (never a Python argument)."""
+    who = "another writer" if exc.holder is None else f"another writer ({exc.holder!r})"
+    reason = (
+        f"{who} holds this memory's write lease; an operator can restart this server as the "
+        "writer once that writer has stopped"
+    )
+    if exc.holder is not None and exc.holder == owner:
+        reason += (
+            ", or at once with --reclaim, since that writer carries this server's own owner "
+            "name and may be an earlier run of it"
+        )
+    return reason
 
 
 def serve(

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import operator
+import os
+import signal
 import sys
 from typing import Annotated, Any, TypedDict
 
@@ -61,9 +63,14 @@ def build(checkpointer: Any, store: Any = None) -> Any:
 
 
 def to_interrupt(p: dict[str, Any]) -> None:
+    """Run to the interrupt and emit; with "crash", then die by SIGKILL with
+    the saver open (its lease left live), as a killed worker does."""
     from durable_obj.langgraph import DurableSaver
 
-    with DurableSaver(p["url"], storage_options=p.get("options")) as saver:
+    options = {"lease_ttl": p["lease_ttl"]} if "lease_ttl" in p else {}
+    with DurableSaver(
+        p["url"], owner=p.get("owner"), storage_options=p.get("options"), **options
+    ) as saver:
         out = build(saver).invoke({"log": [], "count": 0, "answer": ""}, THREAD)
         state = build(saver).get_state(THREAD)
         emit(
@@ -73,6 +80,8 @@ def to_interrupt(p: dict[str, Any]) -> None:
                 "values": state.values,
             }
         )
+        if p.get("crash"):
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 def resume(p: dict[str, Any]) -> None:

@@ -25,6 +25,7 @@ import durable_obj
 from durable_obj import cli
 from durable_obj.cli import formatting, progress
 from durable_obj.cli.redaction import REDACTED
+from durable_obj.cli.write import default_owner
 from tests import servers
 
 # The S3 server fixtures (session scoped), visible to this module's tests.
@@ -352,7 +353,28 @@ def test_exec_on_a_held_lease_says_force(ns: Path, obj_url: str) -> None:
     assert "pass --force" in message and "force=True" not in message
     assert "read_only" not in message
     out = ok("exec", obj_url, "--force", "--owner", "ops", "INSERT INTO m VALUES (4, 'd')")
-    assert "force takeover" in out.stderr
+    warned = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "force takeover" in warned[0], out.stderr  # said once
+    assert ok("sql", obj_url, "SELECT count() FROM m", "--format", "TSV").stdout == "4\n"
+
+
+def test_exec_and_checkpoint_reclaim_their_own_owner_name_at_once(ns: Path, obj_url: str) -> None:
+    abandon_writer(obj_url, owner="ops")  # an earlier `--owner ops` run, killed
+    insert = "INSERT INTO m VALUES (4, 'd')"
+    message = fails("lease_held", "exec", obj_url, "--owner", "ops", insert)
+    assert "run it again with --reclaim" in message and "reclaim=True" not in message
+    out = ok("exec", obj_url, "--owner", "ops", "--reclaim", insert)
+    warned = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "took the lease at once from 'ops'" in warned[0], out.stderr
+    abandon_writer(obj_url, owner=default_owner())  # the default owner: durable-obj-cli@HOST
+    ok("checkpoint", obj_url, "--reclaim")
+    assert head_doc(ns / "o")["manifest"]["wal"] == []
+    # another owner's lease is never reclaimed
+    abandon_writer(obj_url, owner="someone")
+    message = fails("lease_held", "exec", obj_url, "--owner", "ops", "--reclaim", insert)
+    assert "'someone'" in message and "--reclaim takes only a lease held under" in message
+    message = fails("lease_held", "checkpoint", obj_url, "--reclaim")
+    assert "'someone'" in message and "--reclaim takes only" in message
     assert ok("sql", obj_url, "SELECT count() FROM m", "--format", "TSV").stdout == "4\n"
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -88,6 +89,13 @@ def test_a_second_saver_is_refused_with_the_write_owner_flag(tmp_path: Path) -> 
         assert info.value.is_stale_write_owner_error is True
         assert info.value.category == "lease_held"
         assert isinstance(info.value, durable_obj.DurableError)
+        # the LeaseHeld's detail is kept: who holds it, and when an open succeeds
+        assert info.value.holder == "a" and "('a')" in str(info.value)
+        assert "succeeds in" in str(info.value) and "force=True only when" in str(info.value)
+        with pytest.raises(WriteOwnerHeld, match="reclaim=True takes only a lease held under"):
+            DurableSaver(url, owner="b", reclaim=True)  # another owner: never reclaimed
+        with pytest.raises(WriteOwnerHeld, match=r"has no owner=.*stable owner= and pass reclaim"):
+            DurableSaver(url)
         _put(first, "t")  # the first keeps writing
 
 
@@ -228,6 +236,39 @@ def test_interrupted_in_one_process_resumed_in_another(tmp_path: Path) -> None:
     assert finished["values"] == expected
     assert finished["history"] == history
     assert expected["log"][-2:] == ["asked:yes", "done"]
+
+
+@pytest.mark.slow
+def test_a_restarted_worker_reclaims_its_saver_at_once(tmp_path: Path) -> None:
+    """A worker stops at the interrupt and is killed (SIGKILL) holding a live
+    60 s lease; its replacement, same owner name, reclaim=True, takes over
+    at once and finishes the run as one uninterrupted process would."""
+    url = str(tmp_path / "ns" / "agent")
+    params = {"url": url, "owner": "worker-1", "lease_ttl": 60, "crash": True}
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.integration.langgraph_children",
+        "to_interrupt",
+        json.dumps(params),
+    ]
+    proc = subprocess.run(
+        argv, capture_output=True, text=True, timeout=180, env=_proc.child_env(), cwd=_proc.REPO
+    )
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    marked = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)]
+    stopped = json.loads(marked[-1][len(MARK) :])
+    assert stopped["next"] == ["ask"]
+    # Not waiting: without reclaim the live lease is refused, saying what would work.
+    with pytest.raises(WriteOwnerHeld) as held:
+        DurableSaver(url, owner="worker-1")
+    assert "succeeds in" in str(held.value) and "pass reclaim=True" in str(held.value)
+    with DurableSaver(url, owner="worker-1", reclaim=True, lease_ttl=60) as saver:
+        finished = build(saver).invoke(Command(resume="yes"), THREAD)
+    reference = InMemorySaver()
+    graph = build(reference)
+    graph.invoke({"log": [], "count": 0, "answer": ""}, THREAD)
+    assert finished == graph.invoke(Command(resume="yes"), THREAD)
 
 
 class _WatchedSerde(JsonPlusSerializer):

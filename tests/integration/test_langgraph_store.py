@@ -107,6 +107,24 @@ def test_a_second_store_is_refused(tmp_path: Path) -> None:
         assert info.value.is_stale_write_owner_error is True
 
 
+def test_a_restarted_store_reclaims_its_own_owner_name_at_once(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "mem")
+    first = DurableStore(url, owner="worker-1", lease_ttl=60)
+    first.put(("users", "alice"), "prefs", {"theme": "dark"})
+    first.obj._abandon()  # killed: its live lease stays behind
+    with pytest.raises(WriteOwnerHeld, match="pass reclaim=True") as held:
+        DurableStore(url, owner="worker-1")
+    assert "succeeds in" in str(held.value)
+    with DurableStore(url, owner="worker-1", reclaim=True, lease_ttl=60) as store:
+        item = store.get(("users", "alice"), "prefs")
+        assert item is not None and item.value == {"theme": "dark"}
+        store.put(("users", "alice"), "prefs", {"theme": "light"})
+    first.close()  # its object is gone already: nothing to do
+    with DurableStore(url, read_only=True) as reader:
+        item = reader.get(("users", "alice"), "prefs")
+        assert item is not None and item.value == {"theme": "light"}
+
+
 def test_hostile_text_round_trips(tmp_path: Path) -> None:
     text = "quote ' backslash \\ nul \x00 tab \t newline \n emoji \U0001f600 $$ -- /*"
     label = text.replace("\x00", "")  # LangGraph refuses NUL in a namespace label

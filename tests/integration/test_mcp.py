@@ -500,6 +500,9 @@ def test_second_server_refused_or_read_only(url: str) -> None:
                     ):
                         message = err(await r.call_tool(name, args))
                         assert "read-only" in message and "first" in message
+                        # written for a model: what happened, what is safe, no Python
+                        assert "Nothing was written" in message and "search, get" in message
+                        assert "force" not in message and "=True" not in message
                     assert len(ok(await w.call_tool("list", {}))["memories"]) == 1
             finally:
                 reader.close()
@@ -610,6 +613,53 @@ def test_crash_loses_nothing_acknowledged(url: str, tmp_path: Path) -> None:
     run(main)
     rows = read_back(url, "SELECT id FROM memories FINAL")
     assert sorted(r["id"] for r in rows) == sorted(acknowledged)
+
+
+@pytest.mark.slow
+def test_a_killed_server_restarts_at_once_with_reclaim(url: str, tmp_path: Path) -> None:
+    """kill -9 leaves the server's 60 s lease live; started again under the
+    same (default) owner name, it is refused naming --reclaim (never a
+    --force it does not have), and with --reclaim it serves at once."""
+    pidfile = tmp_path / "server.pid"
+    acknowledged: list[str] = []
+
+    async def crash() -> None:
+        with pytest.raises(Exception):  # noqa: B017 - the transport dies with the server
+            async with Client(_params(url, "--lease-ttl", "60", pidfile=pidfile)) as client:
+                saved = ok(await client.call_tool("remember", {"content": "before the crash"}))
+                acknowledged.append(saved["id"])
+                os.kill(int(pidfile.read_text().strip()), signal.SIGKILL)
+                time.sleep(0.2)
+                await client.call_tool("remember", {"content": "after the crash"})
+
+    run(crash)
+    refused = subprocess.run(
+        [sys.executable, "-m", "durable_obj.cli", "mcp", url, "--lease-ttl", "60"],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert refused.returncode == 1
+    errors = [line for line in refused.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and errors[0].startswith("error: lease_held: "), refused.stderr
+    message = errors[0]
+    assert "start it with --reclaim" in message and "succeeds in" in message
+    assert "pass --force" not in message and "=True" not in message  # no flag mcp lacks
+    assert "--if-held read-only" in message
+
+    async def restart() -> None:
+        async with Client(_params(url, "--reclaim", "--lease-ttl", "60")) as client:
+            got = ok(await client.call_tool("get", {"memory_id": acknowledged[0]}))
+            assert got["content"] == "before the crash"
+            ok(await client.call_tool("remember", {"content": "after the restart"}))
+
+    run(restart)
+    rows = read_back(url, "SELECT content FROM memories FINAL ORDER BY content")
+    assert rows == [{"content": "after the restart"}, {"content": "before the crash"}]
+    with durable_obj.open(url, read_only=True) as obj:
+        assert obj.head is not None and obj.head.lease.owner is None  # released at the end
 
 
 @pytest.mark.slow

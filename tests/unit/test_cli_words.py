@@ -19,7 +19,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "durable_obj"
 #: What a CLI user cannot type: a Python call or keyword argument of the API.
 PYTHON_SPEAK = re.compile(
     r"\b(?:query|execute|flush|checkpoint|close|refresh)\(\)"
-    r"|\b(?:force|read_only|allow_nondeterministic|anon|discard)=(?:True|False)\b"
+    r"|\b(?:force|reclaim|read_only|allow_nondeterministic|anon|discard)=(?:True|False)\b"
     r"|\bstorage_options\b"
 )
 
@@ -33,6 +33,17 @@ def test_lease_held_says_force_flag() -> None:
     message = convert(caught.value, lambda text: text).message
     assert "pass --force" in message  # ... the CLI its own flags
     assert "'durable-obj sql'" in message
+    assert not PYTHON_SPEAK.search(message), message
+
+
+def test_lease_held_by_the_same_owner_says_reclaim_flag() -> None:
+    twin = Lease(generation=3, owner="ops", instance=uuid.uuid4().hex, expires_at=130.0)
+    me = lease.Holder(owner="ops", instance=uuid.uuid4().hex)
+    with pytest.raises(LeaseHeld) as caught:
+        lease.check_free(twin, me, 100.0, clock_skew=5.0)
+    message = convert(caught.value, lambda text: text).message
+    assert "run it again with --reclaim" in message and "pass --force" in message
+    assert "succeeds in 35.0 s" in message
     assert not PYTHON_SPEAK.search(message), message
 
 

@@ -81,3 +81,20 @@ def test_expiry_and_what_became_of_a_lease() -> None:
     assert leases.describe(held(OTHER, 1.0, gen=8)) == (
         "the lease was taken by 'other' (instance i-other) at generation 8"
     )
+
+
+def test_lease_held_carries_the_holder_and_the_wait_and_names_reclaim_for_a_namesake() -> None:
+    twin = leases.Holder("me", "i-twin")
+    with pytest.raises(LeaseHeld) as same:
+        leases.check_free(held(twin, 130.0), ME, 100.0, clock_skew=5)
+    assert (same.value.holder, same.value.generation, same.value.wait) == ("me", 4, 35.0)
+    assert "succeeds in 35.0 s" in str(same.value)
+    assert "open with reclaim=True" in str(same.value)  # the same name: maybe an earlier self
+    assert "force=True" in str(same.value)
+    with pytest.raises(LeaseHeld) as other:
+        leases.check_free(held(OTHER, 130.0), ME, 100.0, clock_skew=5)
+    assert "reclaim" not in str(other.value)  # another owner: reclaim does not apply
+    with pytest.raises(LeaseHeld) as tried:
+        leases.check_free(held(OTHER, 130.0), ME, 100.0, clock_skew=5, reclaiming=True)
+    assert "reclaim=True takes only a lease held under this writer's own" in str(tried.value)
+    assert "'other'" in str(tried.value) and "'me'" in str(tried.value)
