@@ -21,9 +21,10 @@ from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
-from durable_obj.object import DurableObject, Result
+from durable_obj.object import DurableObject
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import mint_checkpoint_key, object_key, valid_oid
+from durable_obj.queries import Params
 from durable_obj.stores import open_store, url_object_id
 from durable_obj.stores.base import Store
 
@@ -271,12 +272,17 @@ class Namespace:
         self,
         sql: str,
         ids: Iterable[str] | None = None,
-        fmt: str = "CSV",
         *,
+        params: Params = None,
         missing_ok: bool = False,
-    ) -> builtins.list[tuple[str, Result]]:
+    ) -> builtins.list[tuple[str, builtins.list[tuple[Any, ...]]]]:
         """Run one read-only query on each object (all of them by default),
-        one after another, each opened read-only and closed before the next.
+        one after another, each opened read-only and closed before the next:
+        `[(id, rows)]`, the rows as `DurableObject.rows()` gives them (tuples
+        of Python values by column type: int, Decimal, aware datetime, ...).
+        `params` binds the `{name:Type}` placeholders, the same for each.
+        (It used to return each object's CSV text, and took `fmt`: for text,
+        open the object and call `query(sql, fmt)`.)
 
         `missing_ok=True` skips ids with no object, as chdb.durable does (a
         fan-out over a tenant list); otherwise a missing one is `NotFound`.
@@ -287,7 +293,7 @@ class Namespace:
         for oid in targets:
             try:
                 with self.open(oid, read_only=True) as obj:
-                    out.append((oid, obj.query(sql, fmt)))
+                    out.append((oid, obj.rows(sql, params=params)))
             except NotFound:
                 if missing_ok:
                     continue
