@@ -210,10 +210,10 @@ class Namespace:
         return obj
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
-        """Every known restorable point of `oid` (seq, kind, key, generation,
-        owner, commit time) and which are restorable in its retention window
-        (the one its head records; else this namespace's `retention`). Reads
-        only: the head, one listing, the history files."""
+        """Every known point of `oid` (seq, kind, key, generation, owner,
+        `committed_at`: an aware UTC datetime) and which are restorable in its
+        retention window (the one its head records; else this namespace's
+        `retention`). Reads only: the head, one listing, the history files."""
         check_oid(oid)
         return ops.history(self.store, oid, default=self._options.retention, now=now)
 
