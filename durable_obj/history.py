@@ -22,7 +22,10 @@ A point's time is the `committed_at` its ref carries (`head.stamp`, set by
 durable_obj when it commits); a ref chdb.durable wrote has none, and falls
 back to the store's modified time of its key (the upload, just before the
 commit); a store that reports none leaves the time unknown, and such a
-point counts as older than any window.
+point counts as older than any window. The head stores epoch seconds; a
+`Point` gives an aware UTC `datetime` (to the microsecond), and every
+comparison here (`at=`, the window's start) is between such datetimes, so a
+point's own `committed_at` passed back as `at=` names exactly that point.
 
 Restorable, for a window of `retention` seconds at `now`: in seq order,
 every point from the last one committed before `now - retention` (the state
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Literal
@@ -84,7 +88,8 @@ class Point:
     key: str
     generation: int | None
     owner: str | None
-    committed_at: float | None
+    #: When it was committed: an aware datetime in UTC; None when unknown.
+    committed_at: datetime | None
     #: "stamp": recorded at commit; "store": the key's modified time; None: unknown.
     time_source: Literal["stamp", "store"] | None
     #: Its chain, and its place there (-1: the base).
@@ -94,13 +99,17 @@ class Point:
     available: bool = True
 
     def to_json(self) -> dict[str, Any]:
+        """The point as JSON values: `committed_at` is ISO 8601 text in UTC
+        to the microsecond (`2026-05-01T14:03:00.250000+00:00`), or None;
+        `datetime.fromisoformat` and `--at` read it back as the same
+        instant."""
         return {
             "seq": self.seq,
             "kind": self.kind,
             "key": self.key,
             "generation": self.generation,
             "owner": self.owner,
-            "committed_at": self.committed_at,
+            "committed_at": iso(self.committed_at),
             "time_source": self.time_source,
             "available": self.available,
         }
@@ -108,7 +117,8 @@ class Point:
 
 @dataclass
 class History:
-    """Every known point of an object, and those restorable in its window."""
+    """Every known point of an object, and those restorable in its window
+    (`retention` seconds back from `now`, epoch seconds)."""
 
     oid: str
     retention: float
@@ -123,8 +133,9 @@ class History:
     unreadable: list[str] = field(default_factory=list)
 
     @property
-    def cutoff(self) -> float:
-        return self.now - self.retention
+    def cutoff(self) -> datetime:
+        """When the window opens: `now - retention`, in UTC."""
+        return window_start(self.now, self.retention)
 
     @property
     def oldest(self) -> Point | None:
@@ -172,8 +183,7 @@ class History:
                 "datetime.now(timezone.utc), or '...Z' / '+02:00' on the command line); a "
                 "naive time means a different instant on every machine. Nothing was opened."
             )
-        t = at.timestamp()
-        timed = [p for p in self.points if p.committed_at is not None and p.committed_at <= t]
+        timed = [p for p in self.points if p.committed_at is not None and p.committed_at <= at]
         if not timed:
             raise NotFound(
                 f"nothing of {self.oid!r} was committed at or before {at.isoformat()} that is "
@@ -208,10 +218,35 @@ class History:
         return keep
 
 
-def when(t: float | None) -> str:
+def utc(t: float | None) -> datetime | None:
+    """Epoch seconds as an aware UTC datetime (rounded to the microsecond);
+    None for None and for what no datetime holds (not finite, or beyond the
+    years 1-9999: a stamp that is not a time)."""
+    if t is None or not math.isfinite(t):
+        return None
+    try:
+        return datetime.fromtimestamp(t, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def window_start(now: float, retention: float) -> datetime:
+    """`now - retention` in UTC; a window reaching before year 1 (retention
+    may be up to 2**53 s) opens at the earliest datetime. Rounding to the
+    microsecond keeps order, so a point committed inside the window stays
+    inside."""
+    return utc(now - retention) or datetime.min.replace(tzinfo=timezone.utc)
+
+
+def iso(t: datetime | None) -> str | None:
+    """`t` as ISO 8601 text in UTC, to the microsecond."""
+    return None if t is None else t.astimezone(timezone.utc).isoformat(timespec="microseconds")
+
+
+def when(t: datetime | None) -> str:
     if t is None:
         return "commit time unknown"
-    return "committed " + datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    return "committed " + t.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def refs_of(point: Point) -> list[ObjectRef]:
@@ -307,7 +342,7 @@ def build(
                 )
             merged[point.seq] = point
     points = [merged[s] for s in sorted(merged)]
-    cutoff = now - retention
+    cutoff = window_start(now, retention)
     inside = [
         i for i, p in enumerate(points) if p.committed_at is not None and p.committed_at >= cutoff
     ]
@@ -336,10 +371,11 @@ def _points(chain: Chain, stored: dict[str, Entry]) -> list[Point]:
     for index, ref in refs:
         entry = stored.get(ref.key)
         available = available and entry is not None
-        committed_at, owner = stamp_of(ref)
+        stamped, owner = stamp_of(ref)
+        committed_at = utc(stamped)
         source: Literal["stamp", "store"] | None = "stamp"
-        if committed_at is None:
-            committed_at = None if entry is None else entry.modified
+        if committed_at is None:  # none, or one no datetime holds
+            committed_at = None if entry is None else utc(entry.modified)
             source = None if committed_at is None else "store"
         name = ref.key.rsplit("/", 1)[-1]
         gen = name.split("-", 1)[0]

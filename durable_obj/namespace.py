@@ -22,10 +22,11 @@ from durable_obj.commit import HeadWriter
 from durable_obj.digest import file_digest
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
-from durable_obj.object import DurableObject, Result
+from durable_obj.object import DurableObject
 from durable_obj.opening import reclaim_rule
 from durable_obj.options import Options, make_options
 from durable_obj.protocol import mint_checkpoint_key, object_key
+from durable_obj.queries import Params
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
 
@@ -137,10 +138,10 @@ class Namespace:
         return obj
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
-        """Every known restorable point of `oid` (seq, kind, key, generation,
-        owner, commit time) and which are restorable in its retention window
-        (the one its head records; else this namespace's `retention`). Reads
-        only: the head, one listing, the history files."""
+        """Every known point of `oid` (seq, kind, key, generation, owner,
+        `committed_at`: an aware UTC datetime) and which are restorable in its
+        retention window (the one its head records; else this namespace's
+        `retention`). Reads only: the head, one listing, the history files."""
         check_oid(oid)
         return ops.history(self.store, oid, default=self._options.retention, now=now)
 
@@ -199,12 +200,17 @@ class Namespace:
         self,
         sql: str,
         ids: Iterable[str] | None = None,
-        fmt: str = "CSV",
         *,
+        params: Params = None,
         missing_ok: bool = False,
-    ) -> builtins.list[tuple[str, Result]]:
+    ) -> builtins.list[tuple[str, builtins.list[tuple[Any, ...]]]]:
         """Run one read-only query on each object (all of them by default),
-        one after another, each opened read-only and closed before the next.
+        one after another, each opened read-only and closed before the next:
+        `[(id, rows)]`, the rows as `DurableObject.rows()` gives them (tuples
+        of Python values by column type: int, Decimal, aware datetime, ...).
+        `params` binds the `{name:Type}` placeholders, the same for each.
+        (It used to return each object's CSV text, and took `fmt`: for text,
+        open the object and call `query(sql, fmt)`.)
 
         `missing_ok=True` skips ids with no object, as chdb.durable does (a
         fan-out over a tenant list); otherwise a missing one is `NotFound`.
@@ -215,7 +221,7 @@ class Namespace:
         for oid in targets:
             try:
                 with self.open(oid, read_only=True) as obj:
-                    out.append((oid, obj.query(sql, fmt)))
+                    out.append((oid, obj.rows(sql, params=params)))
             except NotFound:
                 if missing_ok:
                     continue

@@ -12,6 +12,7 @@ import click
 from rich.table import Table
 
 from durable_obj import Namespace
+from durable_obj import history as histories
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.session import session, storage_options
@@ -61,10 +62,10 @@ def at_option(fn: F) -> F:
     )(fn)
 
 
-def _iso(t: float | None) -> str:
+def _iso(t: datetime | None) -> str:
     if t is None:
         return "-"
-    return datetime.fromtimestamp(t, timezone.utc).isoformat(timespec="seconds")
+    return t.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 @cli.command("history")
@@ -79,7 +80,9 @@ def history_cmd(
 
     One point per committed seq: a WAL segment or a base, with its writer and
     commit time. Restorable: every point inside the retention window, plus
-    the one in effect when the window opens. Reads only."""
+    the one in effect when the window opens. Reads only. With --json, times
+    are ISO 8601 text in UTC, to the microsecond: a point's committed_at
+    given to --at names exactly that point."""
     namespace, oid = parse_object_url(object_url)
     ns = Namespace(namespace, storage_options=storage_options)
     past = ns.history(oid)
@@ -90,7 +93,7 @@ def history_cmd(
         doc = {
             "oid": oid,
             "retention": past.retention,
-            "now": past.now,
+            "now": histories.iso(histories.utc(past.now)),
             "head_seq": past.head_seq,
             "oldest_restorable": None if past.oldest is None else past.oldest.seq,
             "points": [{**p.to_json(), "restorable": p.seq in restorable} for p in shown],

@@ -27,6 +27,10 @@ most the pending writes of the step that was running (LangGraph re-runs
 those tasks on resume); "batch" flushes every `batch_puts` puts or when the
 oldest unflushed write is `batch_seconds` old (checked on each call), and on
 flush() and close(): a crash loses the steps since the last flush.
+LangGraph's own `durability=` (of invoke/stream) decides when put is
+called: with its default "async" a step is saved while the next runs, so a
+crash loses the steps whose saves were in flight; "sync" saves each before
+the next starts; "exit" once per run (README, LangGraph).
 
 The DDL, the statements and the row encodings are in `_checkpoint_sql`.
 """

@@ -6,7 +6,9 @@ LangGraph integration tests run in fresh interpreters:
 `to_interrupt` runs the graph on a durable object until it stops at its
 interrupt, then exits; `resume` opens the same URL in a new process and
 finishes the run. Each emits one MARK line of JSON (as
-tests/integration/children.py does).
+tests/integration/children.py does). `crash` runs it with a LangGraph
+`durability` mode and a slow saver put, and dies (exit code 9, nothing
+closed or flushed) as the fourth `work` step starts.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import operator
 import os
 import signal
 import sys
+import time
 from typing import Annotated, Any, TypedDict
 
 from tests.integration.children import emit
@@ -29,8 +32,9 @@ class State(TypedDict):
     answer: str
 
 
-def build(checkpointer: Any, store: Any = None) -> Any:
-    """plan -> work (x5, a loop) -> ask (interrupt: wait for a human) -> finish."""
+def build(checkpointer: Any, store: Any = None, crash_at: int | None = None) -> Any:
+    """plan -> work (x5, a loop) -> ask (interrupt: wait for a human) -> finish;
+    `crash_at`: the process dies when `work` starts with that count."""
     from langgraph.graph import END, START, StateGraph
     from langgraph.types import interrupt
 
@@ -38,6 +42,8 @@ def build(checkpointer: Any, store: Any = None) -> Any:
         return {"log": ["plan"], "count": 0}
 
     def work(state: State) -> dict[str, Any]:
+        if state["count"] == crash_at:
+            os._exit(9)  # a crash: kill -9, a lost machine
         return {"log": [f"work{state['count']}"], "count": state["count"] + 1}
 
     def ask(state: State) -> dict[str, Any]:
@@ -95,7 +101,23 @@ def resume(p: dict[str, Any]) -> None:
         emit({"values": out, "history": history})
 
 
-PROGRAMS = {"to_interrupt": to_interrupt, "resume": resume}
+def crash(p: dict[str, Any]) -> None:
+    from durable_obj.langgraph import DurableSaver
+
+    saver = DurableSaver(p["url"])
+    real_put = saver.put
+
+    def slow_put(*args: Any) -> Any:
+        time.sleep(p["put_delay"])  # a slow store: the save is still in flight meanwhile
+        return real_put(*args)
+
+    saver.put = slow_put  # type: ignore[method-assign]
+    graph = build(saver, crash_at=3)
+    graph.invoke({"log": [], "count": 0, "answer": ""}, THREAD, durability=p["mode"])
+    raise AssertionError("the graph should have crashed in work, count 3")
+
+
+PROGRAMS = {"to_interrupt": to_interrupt, "resume": resume, "crash": crash}
 
 if __name__ == "__main__":
     PROGRAMS[sys.argv[1]](json.loads(sys.argv[2]))

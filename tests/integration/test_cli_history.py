@@ -43,6 +43,7 @@ def _exercise(url: str, dst: str, opts: list[str]) -> None:
     assert [p["seq"] for p in points] == [1, 2, 3, 4, 5] and doc["oldest_restorable"] == 1
     assert [p["kind"] for p in points] == ["segment"] * 3 + ["base", "segment"]
     assert all(p["owner"] == "maker" and p["restorable"] for p in points)
+    assert datetime.fromisoformat(doc["now"]) >= datetime.fromisoformat(points[-1]["committed_at"])
     table = ok("history", url, *opts).stdout
     assert "5 restorable point(s) of 5 known" in table and "checkpoints/1-4-" in table
 
@@ -54,11 +55,16 @@ def _exercise(url: str, dst: str, opts: list[str]) -> None:
     assert sql("--at", "3") == "1\n2\n"
     assert sql("--at", "4") == "1\n2\n"
     # a time: the last commit at or before it (Z and offsets both read)
-    t3 = points[2]["committed_at"] + 2e-6
-    iso = datetime.fromtimestamp(t3, timezone.utc).isoformat()
+    # committed_at is ISO 8601 in UTC, and names its own point given back
+    assert all(p["committed_at"].endswith("+00:00") for p in points)
+    assert sql("--at", points[2]["committed_at"]) == "1\n2\n"
+    t3 = datetime.fromisoformat(points[2]["committed_at"]) + timedelta(microseconds=2)
+    iso = t3.isoformat()
     assert sql("--at", iso.replace("+00:00", "Z")) == "1\n2\n"
-    tokyo = datetime.fromtimestamp(t3, timezone.utc).astimezone(timezone(timedelta(hours=9)))
+    tokyo = t3.astimezone(timezone(timedelta(hours=9)))
     assert sql("--at", tokyo.isoformat()) == "1\n2\n"
+    before = datetime.fromisoformat(points[2]["committed_at"]) - timedelta(microseconds=1)
+    assert sql("--at", before.isoformat()) == "1\n"
     message = fails("invalid_argument", "sql", url, "SELECT 1", "--at", iso[:19], *opts)
     assert "no time zone" in message
     fails("invalid_argument", "sql", url, "SELECT 1", "--at", "yesterday", *opts)

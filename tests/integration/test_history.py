@@ -113,7 +113,7 @@ def test_history_lists_every_commit_and_opens_at_each(ns_url: str, clock: Frozen
     assert all(
         p.owner == "w" and p.generation == 1 and p.time_source == "stamp" for p in past.points
     )
-    assert past.points[3].committed_at == rec.times[4]
+    assert past.points[3].committed_at == datetime.fromtimestamp(rec.times[4], timezone.utc)
     rec.check_all()
     # a datetime: the last commit at or before it
     at = datetime.fromtimestamp(rec.times[7] + 30, timezone.utc)

@@ -271,6 +271,41 @@ def test_a_restarted_worker_reclaims_its_saver_at_once(tmp_path: Path) -> None:
     assert finished == graph.invoke(Command(resume="yes"), THREAD)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_a_crash_loses_what_the_durability_mode_says(tmp_path: Path, mode: str) -> None:
+    """The README's table of LangGraph's durability modes: a process killed
+    as step 5 starts (plan, work0..2 done), with a slow store (each put
+    0.3 s). "sync": every finished step is there; "async" (LangGraph's
+    default): the steps whose saves were still in flight are lost; "exit":
+    the whole run is."""
+    url = str(tmp_path / "ns" / "agent")
+    params = {"url": url, "mode": mode, "put_delay": 0.3}
+    argv = [sys.executable, "-m", "tests.integration.langgraph_children", "crash"]
+    proc = subprocess.run(
+        [*argv, json.dumps(params)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=_proc.child_env(),
+        cwd=_proc.REPO,
+        check=False,
+    )
+    assert proc.returncode == 9, proc.stderr
+    with DurableSaver(url, read_only=True) as saver:
+        state = build(saver).get_state(THREAD)
+        saved = saver.get_tuple(THREAD)
+    done = ["plan", "work0", "work1", "work2"]
+    if mode == "sync":
+        assert state.values == {"log": done, "count": 3, "answer": ""}
+        assert state.next == ("work",)  # resumes at the step that crashed
+    elif mode == "async":
+        log = state.values.get("log", [])
+        assert log == done[: len(log)] and len(log) < len(done), state.values
+    else:
+        assert state.values == {} and saved is None
+
+
 class _WatchedSerde(JsonPlusSerializer):
     """Records the thread of every dumps_typed; can hold one call in it."""
 

@@ -5,7 +5,11 @@ from __future__ import annotations
 import os
 import time
 from dataclasses import replace
+from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
+from uuid import UUID
+from zoneinfo import ZoneInfo
 
 import pyarrow.parquet as pq
 import pytest
@@ -248,7 +252,41 @@ def test_scan_reads_each_object(ns_url: str) -> None:
         with ns.open(oid) as obj:
             obj.execute(DDL)
             obj.execute(f"INSERT INTO m VALUES ({i}, '{oid}')")
-    assert ns.scan("SELECT v FROM m", fmt="TSV") == [("a", "a\n"), ("b", "b\n")]
+    assert ns.scan("SELECT v FROM m") == [("a", [("a",)]), ("b", [("b",)])]
+    assert ns.scan("SELECT k, v FROM m WHERE k > {k:UInt32}", params={"k": 0}) == [
+        ("a", []),
+        ("b", [(1, "b")]),
+    ]
+
+
+def test_scan_rows_are_typed_as_rows_gives_them(ns_url: str) -> None:
+    ns = durable_obj.Namespace(ns_url, owner="w", timezone="Asia/Tokyo")
+    ddl = (
+        "CREATE TABLE typed (k UInt64, d Decimal(18, 4), t DateTime, u UUID, "
+        "a Array(Int32), n Nullable(String), f Float64) ENGINE = MergeTree ORDER BY k"
+    )
+    with ns.open("x") as obj:
+        obj.execute(ddl)
+        obj.execute(
+            "INSERT INTO typed VALUES (18446744073709551615, 1.25, '2026-05-01 14:03:00', "
+            "'00000000-0000-0000-0000-00000000000a', [1, -2], NULL, 0.5), "
+            "(1, -3.5, '2026-01-01 00:00:00', '00000000-0000-0000-0000-000000000001', [], 'z', "
+            "inf)"
+        )
+        expected = obj.rows("SELECT * FROM typed ORDER BY k")
+    [(oid, got)] = ns.scan("SELECT * FROM typed ORDER BY k", ["x"])
+    assert oid == "x" and got == expected
+    assert got[1] == (
+        2**64 - 1,
+        Decimal("1.2500"),
+        datetime(2026, 5, 1, 14, 3, tzinfo=ZoneInfo("Asia/Tokyo")),
+        UUID(int=10),
+        [1, -2],
+        None,
+        0.5,
+    )
+    assert [type(v) for v in got[0]] == [int, Decimal, datetime, UUID, list, str, float]
+    assert got[1][2].utcoffset() == timedelta(hours=9)  # the object's zone
 
 
 def test_scan_skips_missing_ids_when_asked_and_names_the_failing_object(ns_url: str) -> None:
@@ -257,7 +295,7 @@ def test_scan_skips_missing_ids_when_asked_and_names_the_failing_object(ns_url: 
         obj.execute(DDL)
         obj.execute("INSERT INTO m VALUES (1, 'a')")
     ids = ["nope", "a", "gone"]
-    assert ns.scan("SELECT v FROM m", ids, fmt="TSV", missing_ok=True) == [("a", "a\n")]
+    assert ns.scan("SELECT v FROM m", ids, missing_ok=True) == [("a", [("a",)])]
     with pytest.raises(errors.NotFound, match="nope"):
         ns.scan("SELECT v FROM m", ids)
     with pytest.raises(errors.DurableError, match="scan of 'a' failed") as failed:
