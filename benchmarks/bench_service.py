@@ -1,0 +1,276 @@
+"""A service under load: N agents x M concurrent writes, each a 2-statement unit.
+
+    python benchmarks/bench_service.py                  # 50 x 20, folder + S3 (+0 / +20 ms)
+    python benchmarks/bench_service.py --quick          # 10 x 5
+    python benchmarks/bench_service.py --smoke          # tiny: proves it runs
+    python benchmarks/bench_service.py --stores s3-20   # one store
+
+The workload of issue 27's trial: one process, `--objects` durable objects
+(one per agent), `--tasks` concurrent tasks per object, each writing
+`--writes` units of two statements (a memory and its log line, with query
+parameters), closed loop. Each run opens its objects with the run already
+measuring (the event loop's gaps include the opens), in a fresh child
+process per run. Patterns, side by side on the same store:
+
+* `aexecute`: `await aexecute(a); await aexecute(b); await aflush()`, the
+  natural pattern before units of work (it can commit half of a unit);
+* `awrite`:   `await awrite(a, b)` (a unit, group-committed);
+* `threads`:  the sync API on `objects x tasks` threads, `obj.write(a, b)`.
+
+Reported per run: writes/s, ack latency p50/p99 (from a write's start to
+its durable return), commits per write (segments / writes: below 1 means
+group commit), the loop's max tick gap (async patterns), and one flush's
+latency on that store (a solo write, median of 5) to read ack p99 against.
+Ratios are each pattern's writes/s over `aexecute`'s in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _common import pct, s3_bench
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS memories (id String, content String) "
+    "ENGINE = MergeTree ORDER BY id",
+    "CREATE TABLE IF NOT EXISTS log (id String, event String) ENGINE = MergeTree ORDER BY id",
+)
+MEMORY = "INSERT INTO memories VALUES ({id:String}, {content:String})"
+LOG = "INSERT INTO log VALUES ({id:String}, 'remembered')"
+PATTERNS = ("aexecute", "awrite", "threads")
+
+
+def unit(obj: int, task: int, n: int) -> tuple[dict[str, str], dict[str, str]]:
+    ident = f"o{obj}-t{task}-w{n}"
+    return {"id": ident, "content": f"memory {ident}: " + "x" * 180}, {"id": ident}
+
+
+# -- the child: one run ---------------------------------------------------------------
+def child(spec: dict[str, Any]) -> dict[str, Any]:
+    import durable_obj
+
+    url, storage = spec["url"], spec["storage"]
+    n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
+    pattern = spec["pattern"]
+    acks: list[float] = []
+    if pattern == "threads":
+        ns = durable_obj.Namespace(url, owner="svc", storage_options=storage)
+        t0 = time.perf_counter()
+        objs = [ns.open(f"agent-{i}") for i in range(n_obj)]
+        opened = time.perf_counter() - t0
+        for o in objs:
+            o.write(*DDL)
+        seq0 = sum(o.seq for o in objs)
+        first = objs[0]
+        solo = _solo([lambda i=i: first.write(MEMORY, params=unit(-1, i, 0)[0]) for i in range(5)])
+
+        def work(i: int, t: int) -> None:
+            for n in range(n_write):
+                memory, log = unit(i, t, n)
+                s = time.perf_counter()
+                objs[i].write((MEMORY, memory), (LOG, log))
+                acks.append(time.perf_counter() - s)
+
+        started = time.perf_counter()
+        threads = [
+            threading.Thread(target=work, args=(i, t)) for i in range(n_obj) for t in range(n_task)
+        ]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        elapsed = time.perf_counter() - started
+        commits = sum(o.seq for o in objs) - seq0 - 5
+        for o in objs:
+            o.close()
+        return _result(acks, elapsed, commits, n_obj * n_task * n_write, solo, None, opened)
+    return asyncio.run(_async_child(spec, acks))
+
+
+def _solo(calls: list[Any]) -> float:
+    times = []
+    for call in calls:
+        s = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - s)
+    return sorted(times)[len(times) // 2]
+
+
+async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any]:
+    import durable_obj
+
+    url, storage = spec["url"], spec["storage"]
+    n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
+    pattern = spec["pattern"]
+    gaps: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            await asyncio.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.sleep(0.05)
+    gaps.clear()
+    t0 = time.perf_counter()
+    objs = await asyncio.gather(
+        *(
+            durable_obj.aopen(f"{url}/agent-{i}", owner="svc", storage_options=storage)
+            for i in range(n_obj)
+        )
+    )
+    opened = time.perf_counter() - t0
+    open_gap = max(gaps, default=0.0)
+    for o in objs:
+        await o.awrite(*DDL)
+    seq0 = sum(o.sync.seq for o in objs)
+    solo_times = []
+    for i in range(5):
+        s = time.perf_counter()
+        await objs[0].awrite(MEMORY, params=unit(-1, i, 0)[0])
+        solo_times.append(time.perf_counter() - s)
+
+    async def work(i: int, t: int) -> None:
+        o = objs[i]
+        for n in range(n_write):
+            memory, log = unit(i, t, n)
+            s = time.perf_counter()
+            if pattern == "awrite":
+                await o.awrite((MEMORY, memory), (LOG, log))
+            else:
+                await o.aexecute(MEMORY, params=memory)
+                await o.aexecute(LOG, params=log)
+                await o.aflush()
+            acks.append(time.perf_counter() - s)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(work(i, t) for i in range(n_obj) for t in range(n_task)))
+    elapsed = time.perf_counter() - started
+    commits = sum(o.sync.seq for o in objs) - seq0 - 5
+    stop.set()
+    await tick
+    for o in objs:
+        await o.aclose()
+    solo = sorted(solo_times)[2]
+    gap = max(max(gaps, default=0.0), open_gap)
+    return _result(acks, elapsed, commits, n_obj * n_task * n_write, solo, gap, opened)
+
+
+def _result(
+    acks: list[float],
+    elapsed: float,
+    commits: int,
+    writes: int,
+    solo: float,
+    gap: float | None,
+    opened: float,
+) -> dict[str, Any]:
+    return {
+        "writes_s": writes / elapsed,
+        "p50_ms": pct(acks, 0.5) * 1e3,
+        "p99_ms": pct(acks, 0.99) * 1e3,
+        "commits_per_write": commits / writes,
+        "gap_ms": None if gap is None else gap * 1e3,
+        "solo_ms": solo * 1e3,
+        "open_s": opened,
+    }
+
+
+# -- the parent -----------------------------------------------------------------------
+def run_one(spec: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1800,
+    )
+    if out.returncode:
+        raise SystemExit(f"child failed ({spec['pattern']}):\n{out.stderr[-3000:]}")
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--objects", type=int, default=50)
+    p.add_argument("--tasks", type=int, default=20)
+    p.add_argument("--writes", type=int, default=1, help="units per task")
+    p.add_argument("--stores", default="local,s3,s3-20", help="local, s3, s3-20 (comma list)")
+    p.add_argument("--s3-endpoint", default=None, help="an S3 server (default: SeaweedFS here)")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--smoke", action="store_true")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.child:
+        print(json.dumps(child(json.loads(args.child))))
+        return
+    if args.quick:
+        args.objects, args.tasks = 10, 5
+    if args.smoke:
+        args.objects, args.tasks, args.writes, args.stores = 2, 2, 1, "local"
+    sizes = {"objects": args.objects, "tasks": args.tasks, "writes": args.writes}
+    print(f"{args.objects} objects x {args.tasks} tasks x {args.writes} unit(s) of 2 statements")
+    header = (
+        f"{'store':8} {'pattern':9} {'writes/s':>9} {'ratio':>6} {'ack p50':>9} "
+        f"{'ack p99':>9} {'1 flush':>8} {'p99/flush':>9} {'commits/w':>9} {'loop max':>9} "
+        f"{'opens':>6}"
+    )
+    print(header)
+    for store in args.stores.split(","):
+        if store == "local":
+            with tempfile.TemporaryDirectory(prefix="bench-service-") as root:
+                _store_rows(store, {"url": root, "storage": {}}, sizes, None)
+            continue
+        latency = 20.0 if store == "s3-20" else 0.0
+        key, secret = os.environ.get("S3_KEY", ""), os.environ.get("S3_SECRET", "")
+        with s3_bench(args.s3_endpoint, key, secret, "bench", latency, "service") as bench:
+            t = bench.target
+            storage = {
+                "key": t.key,
+                "secret": t.secret,
+                "endpoint_url": t.endpoint,
+                "client_kwargs": {"region_name": "us-east-1"},
+            }
+            url = f"s3://{t.bucket}/{bench.store['prefix']}"
+            _store_rows(store, {"url": url, "storage": storage}, sizes, None)
+
+
+def _store_rows(
+    store: str, where: dict[str, Any], sizes: dict[str, int], env: dict[str, str] | None
+) -> None:
+    base = None
+    for pattern in PATTERNS:
+        spec = {**where, **sizes, "pattern": pattern}
+        spec["url"] = f"{where['url'].rstrip('/')}/{pattern}-{uuid.uuid4().hex[:6]}"
+        r = run_one(spec, env)
+        base = base or r["writes_s"]
+        gap = "-" if r["gap_ms"] is None else f"{r['gap_ms']:.1f} ms"
+        print(
+            f"{store:8} {pattern:9} {r['writes_s']:9.1f} {r['writes_s'] / base:6.2f} "
+            f"{r['p50_ms']:7.0f} ms {r['p99_ms']:7.0f} ms {r['solo_ms']:5.0f} ms "
+            f"{r['p99_ms'] / r['solo_ms']:9.1f} {r['commits_per_write']:9.2f} {gap:>9} "
+            f"{r['open_s']:5.1f}s",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
