@@ -111,6 +111,10 @@ def _solo(calls: list[Any]) -> float:
 
 async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any]:
     import durable_obj
+    import durable_obj.aio
+
+    if spec.get("local_workers"):
+        durable_obj.aio.LOCAL_WORKERS = spec["local_workers"]
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
@@ -138,6 +142,7 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
     )
     opened = time.perf_counter() - t0
     open_gap = max(gaps, default=0.0)
+    gaps.clear()
     for o in objs:
         await o.awrite(*DDL)
     seq0 = sum(o.sync.seq for o in objs)
@@ -215,6 +220,9 @@ def main() -> None:
     p.add_argument("--writes", type=int, default=1, help="units per task")
     p.add_argument("--stores", default="local,s3,s3-20", help="local, s3, s3-20 (comma list)")
     p.add_argument("--s3-endpoint", default=None, help="an S3 server (default: SeaweedFS here)")
+    p.add_argument(
+        "--local-workers", type=int, default=0, help="durable_obj.aio.LOCAL_WORKERS (0: default)"
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -226,7 +234,12 @@ def main() -> None:
         args.objects, args.tasks = 10, 5
     if args.smoke:
         args.objects, args.tasks, args.writes, args.stores = 2, 2, 1, "local"
-    sizes = {"objects": args.objects, "tasks": args.tasks, "writes": args.writes}
+    sizes = {
+        "objects": args.objects,
+        "tasks": args.tasks,
+        "writes": args.writes,
+        "local_workers": args.local_workers,
+    }
     print(f"{args.objects} objects x {args.tasks} tasks x {args.writes} unit(s) of 2 statements")
     header = (
         f"{'store':8} {'pattern':9} {'writes/s':>9} {'ratio':>6} {'ack p50':>9} "
@@ -254,7 +267,7 @@ def main() -> None:
 
 
 def _store_rows(
-    store: str, where: dict[str, Any], sizes: dict[str, int], env: dict[str, str] | None
+    store: str, where: dict[str, Any], sizes: dict[str, Any], env: dict[str, str] | None
 ) -> None:
     base = None
     for pattern in PATTERNS:

@@ -55,7 +55,6 @@ Errors are the sync API's: the same `DurableError` classes and categories.
 from __future__ import annotations
 
 import asyncio
-import collections
 import concurrent.futures
 import contextlib
 import logging
@@ -69,6 +68,7 @@ from typing import Any, TypeVar
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
+from durable_obj.lanes import Lane, wait_for
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
 from durable_obj.queries import Params
@@ -77,8 +77,6 @@ from durable_obj.units import Batch, Statement, collect, collecting, plan
 __all__ = ["IO_WORKERS", "LOCAL_WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
 
 T = TypeVar("T")
-#: One queued call of a lane: its future, the function, its side (io or local).
-_Call = tuple[concurrent.futures.Future[Any], Callable[[], Any], bool]
 
 log = logging.getLogger("durable_obj")
 
@@ -102,107 +100,6 @@ def _shared_pool(io: bool = True) -> concurrent.futures.ThreadPoolExecutor:
                 thread_name_prefix="durable_obj-aio-io" if io else "durable_obj-aio-local",
             )
         return pool
-
-
-class _Lane:
-    """One object's calls, one at a time and in order, on the shared pool.
-
-    A call is a `concurrent.futures.Future` queued here; only the lane's
-    head is ever handed to the pool, so a queued call can still be cancelled
-    (`Future.cancel()` succeeds until `set_running_or_notify_cancel`)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._queue: collections.deque[_Call] = collections.deque()
-        self._busy = False
-
-    def submit(self, fn: Callable[[], T], *, io: bool) -> concurrent.futures.Future[T]:
-        fut: concurrent.futures.Future[T] = concurrent.futures.Future()
-        with self._lock:
-            self._queue.append((fut, fn, io))
-            if self._busy:
-                return fut
-            self._busy = True
-        _shared_pool(io).submit(self._run_next)
-        return fut
-
-    def _run_next(self) -> None:
-        with self._lock:
-            fut, fn, _ = self._queue.popleft()
-        if fut.set_running_or_notify_cancel():
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting task as is
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
-        with self._lock:
-            if not self._queue:
-                self._busy = False
-                return
-            io = self._queue[0][2]
-        _shared_pool(io).submit(self._run_next)
-
-
-class _Waiter(asyncio.Future[T]):
-    """What a task awaits for one lane call: an asyncio future that mirrors
-    the call's `concurrent.futures.Future`, like `asyncio.wrap_future`, but
-    whose `cancel()` cancels the call itself, synchronously.
-
-    That is what makes "cancelled in the queue never runs" exact. The call's
-    future is the lane's compare-and-set: `cancel()` succeeds only while it
-    is pending, and the worker claims it with `set_running_or_notify_cancel()`
-    under the same lock, so exactly one of the two wins. `Task.cancel()` calls
-    `cancel()` on the future the task waits on before it returns; with
-    `wrap_future` the cancel reached the call only from a callback on the
-    loop's next turn, by which time a worker freed by the call ahead could
-    have claimed it, and it ran while its task got `CancelledError`.
-    """
-
-    def __init__(self, call: concurrent.futures.Future[T]) -> None:
-        super().__init__(loop=asyncio.get_running_loop())
-        self._call = call
-        call.add_done_callback(self._call_done)
-
-    def cancel(self, msg: Any | None = None) -> bool:
-        # On the loop, inside Task.cancel(): the call never runs if it has
-        # not been claimed yet; if it has, it runs to completion (the module
-        # docstring's contract) and only this future, the task's, is cancelled.
-        self._call.cancel()
-        return super().cancel(msg)
-
-    def _call_done(self, call: concurrent.futures.Future[T]) -> None:
-        """The call finished or was cancelled (a worker thread, or the loop)."""
-        loop = self.get_loop()
-        if loop.is_closed():
-            return
-        with contextlib.suppress(RuntimeError):  # it closed meanwhile: nobody awaits it
-            loop.call_soon_threadsafe(self._copy, call)
-
-    def _copy(self, call: concurrent.futures.Future[T]) -> None:
-        if self.done():  # cancelled: the task was told already
-            return
-        if call.cancelled():
-            super().cancel()
-            return
-        exc = call.exception()
-        if exc is None:
-            self.set_result(call.result())
-        elif type(exc) is concurrent.futures.CancelledError:
-            self.set_exception(asyncio.CancelledError(*exc.args))
-        elif isinstance(exc, StopIteration):  # a future cannot hold one
-            err = RuntimeError(f"a call raised {type(exc).__name__}")
-            err.__cause__ = exc
-            self.set_exception(err)
-        else:
-            self.set_exception(exc)
-
-
-async def _await(fut: concurrent.futures.Future[T]) -> T:
-    """Await a lane call. Cancelling the awaiting task cancels a call not
-    yet claimed by a worker, at the moment of `task.cancel()`: it never
-    runs. One already claimed runs to completion (see the module docstring)."""
-    return await _Waiter(fut)
 
 
 @dataclass(frozen=True)
@@ -239,7 +136,7 @@ class AsyncDurableObject:
                 f"AsyncDurableObject wraps a DurableObject, not {type(sync).__name__}"
             )
         self._sync = sync
-        self._lane = _Lane()
+        self._lane = Lane(_shared_pool)
         #: Tasks that executed statements through this face since a call of
         #: theirs was told a key (aflush's answer is per task, as flush()'s is
         #: per thread). Touched only by this object's lane, one call at a time.
@@ -295,7 +192,7 @@ class AsyncDurableObject:
             if task is not None:
                 self._owed.add(task)
 
-        await _await(self._call(run, io=False))
+        await wait_for(self._call(run, io=False))
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -332,17 +229,8 @@ class AsyncDurableObject:
             batch.key = await self._write(batch.planned)
 
     async def _write(self, planned: list[Any]) -> str | None:
-        sync = self._sync
-        task = asyncio.current_task()
-
-        def run() -> int | None:
-            with sync._lock:
-                target = sync._run_unit(planned)
-                if task is not None:
-                    self._owed.discard(task)
-                return None if not sync._buf and sync._buf.start == target else target
-
-        target = await _await(self._call(run, io=False))
+        call = _Unit(self, planned, asyncio.current_task())
+        target = await wait_for(self._call(call, io=False))
         return None if target is None else await self._durable(target)
 
     async def _durable(self, target: int) -> str | None:
@@ -404,11 +292,11 @@ class AsyncDurableObject:
         return await self._read(lambda: self._sync.df(sql, params=params))
 
     async def _read(self, fn: Callable[[], T]) -> T:
-        return await _await(self._call(fn, io=False))
+        return await wait_for(self._call(fn, io=False))
 
     async def atables(self) -> list[str]:
         """`DurableObject.tables` in a worker."""
-        return await _await(self._call(self._sync.tables, io=False))
+        return await wait_for(self._call(self._sync.tables, io=False))
 
     async def aflush(self) -> str | None:
         """`DurableObject.flush` in a worker: on return, every statement
@@ -424,7 +312,7 @@ class AsyncDurableObject:
         task = asyncio.current_task()
         fut = self._call(lambda: self._flush(task))
         self._last_flush = fut
-        return await _await(fut)
+        return await wait_for(fut)
 
     def _flush(self, task: asyncio.Task[Any] | None) -> str | None:
         sync = self._sync
@@ -477,12 +365,12 @@ class AsyncDurableObject:
                 self._owed.discard(task)
             return key
 
-        return await _await(self._call(run))
+        return await wait_for(self._call(run))
 
     async def arefresh(self) -> bool:
         """`DurableObject.refresh` in a worker (a reader's view moves to the
         state last committed)."""
-        return await _await(self._call(self._sync.refresh))
+        return await wait_for(self._call(self._sync.refresh))
 
     async def asettle(self) -> None:
         """Wait until every call started on this face so far has finished
@@ -493,7 +381,7 @@ class AsyncDurableObject:
     async def aclose(self, *, discard: bool = False) -> None:
         """`DurableObject.close` in a worker, after every call queued before
         it: flush, release the lease, drop the local copy."""
-        await _await(self._call(lambda: self._sync.close(discard=discard)))
+        await wait_for(self._call(lambda: self._sync.close(discard=discard)))
 
     # -- composite calls (for integrations built on this face) -------------------
     async def arun(self, fn: Callable[[], T], *, io: bool = True) -> T:
@@ -511,7 +399,43 @@ class AsyncDurableObject:
         it either commits or leaves the buffer intact) and only the awaiting
         task gets `CancelledError`. Statements `fn` executes do not count
         for `aflush()`'s per-task answer."""
-        return await _await(self._call(fn, io=io))
+        return await wait_for(self._call(fn, io=io))
+
+
+class _Unit:
+    """One `awrite`/`abatch` unit as a lane call. Units queued one behind the
+    other on a lane run together (`lanes.Together`): one lock hold, their
+    INSERTs merged per table (`DurableObject._run_units`), each buffered
+    whole. The outcome: the buffer position to commit through, or None when
+    nothing is to be committed."""
+
+    def __init__(
+        self, face: AsyncDurableObject, planned: list[Any], task: asyncio.Task[Any] | None
+    ) -> None:
+        self.face, self.planned, self.task = face, planned, task
+
+    def __call__(self) -> int | None:
+        outcome = self.run_together([self])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    def joins(self, other: Callable[[], Any]) -> bool:
+        return isinstance(other, _Unit) and other.face is self.face
+
+    def run_together(self, calls: list[Any]) -> list[Any]:
+        face = self.face
+        sync = face._sync
+        with sync._lock:
+            outcomes: list[Any] = sync._run_units([call.planned for call in calls])
+            for n, (call, outcome) in enumerate(zip(calls, outcomes, strict=True)):
+                if isinstance(outcome, BaseException):
+                    continue
+                if call.task is not None:
+                    face._owed.discard(call.task)
+                if not sync._buf and sync._buf.start == outcome:
+                    outcomes[n] = None  # nothing of it logged, nothing else buffered
+        return outcomes
 
 
 async def aopen(
@@ -549,7 +473,7 @@ async def aopen(
 
     fut = _shared_pool().submit(run)
     try:
-        return AsyncDurableObject(await _await(fut))
+        return AsyncDurableObject(await wait_for(fut))
     except asyncio.CancelledError:
         fut.add_done_callback(_close_orphan)
         raise

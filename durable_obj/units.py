@@ -34,6 +34,7 @@ import logging
 from collections.abc import Iterator, Mapping
 
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
+from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert
 from durable_obj.group import GroupCommit
 from durable_obj.queries import Params
@@ -198,6 +199,72 @@ class Units(Surface):
                 self._heal()
             raise
         return self._buf.add(*lines)
+
+    def _run_units(self, units: list[list[_Planned]]) -> list[int | Exception]:
+        """Several units of several callers (lock held), each buffered whole:
+        per unit the position after it, or its own error. Units made only of
+        batchable INSERTs run in one engine call per target (`_run_merged`);
+        any other mix runs unit by unit."""
+        merged = self._run_merged(units) if len(units) > 1 else None
+        if merged is not None:
+            return merged
+        outcomes: list[int | Exception] = []
+        for planned in units:
+            try:
+                outcomes.append(self._run_unit(planned))
+            except Exception as exc:
+                outcomes.append(exc)
+        return outcomes
+
+    def _run_merged(self, units: list[list[_Planned]]) -> list[int | Exception] | None:
+        """Run `units` made only of plain `INSERT ... VALUES` into tables where
+        one INSERT of rows A+B equals INSERT A then INSERT B and no view
+        depends on them (the replay rule, `gate.replay`), grouped by target:
+        one engine call per target, and logged in that order, which is the
+        order they ran in (rows into one table keep their order; INSERTs into
+        independent tables commute). None when they are not all such
+        INSERTs, or when a merged INSERT failed (the copy is then rebuilt):
+        the caller runs them one by one instead, so each gets its own error.
+        A unit the gate refuses gets its error and the others go on."""
+        engine = self._require_writable()
+        splitter = Replayer(engine, self.db)
+        outcomes: list[int | Exception | None] = [None] * len(units)
+        groups: dict[str, tuple[list[str], list[bytes]]] = {}
+        size = 0
+        for i, planned in enumerate(units):
+            parts: list[tuple[str, list[str], bytes]] = []
+            try:
+                for sql, params, allow in planned:
+                    self._buf.buf.admit(sql, size)
+                    sql = self._local.bind(sql, params)
+                    text = self._local.prepare(engine, sql, self.db, allow_nondeterministic=allow)
+                    split = splitter.split(text)
+                    if split is None:
+                        return None
+                    line = self._buf.buf.admit(text, size)
+                    parts.append((split[0], split[1], line))
+                    size += len(line)
+            except Exception as exc:
+                size -= sum(len(line) for _, _, line in parts)
+                outcomes[i] = exc
+                continue
+            for prefix, rows, line in parts:
+                group = groups.setdefault(prefix, ([], []))
+                group[0].extend(rows)
+                group[1].append(line)
+        if size > MAX_BATCH_BYTES:
+            return None
+        ran = False
+        try:
+            for prefix, (rows, _) in groups.items():
+                engine.run(engine.localize(f"{prefix} {', '.join(rows)}"))
+                ran = True
+        except Exception:
+            if ran:
+                self._heal()
+            return None
+        end = self._buf.add(*(line for _, lines in groups.values() for line in lines))
+        return [end if outcome is None else outcome for outcome in outcomes]
 
     def _heal(self) -> None:
         """Rebuild the local copy from the committed state and the buffer

@@ -35,7 +35,7 @@ from zoneinfo import ZoneInfo
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate import fits
-from durable_obj.gate.sql import Token, quote_ident, splice, tokenize
+from durable_obj.gate.sql import Token, quote_ident, splice, tokenize, typed_literal
 
 if TYPE_CHECKING:
     from durable_obj.gate.literals import Literals
@@ -121,11 +121,17 @@ def bind(sql: str, params: Mapping[str, Any] | None, literals: Literals, timezon
         )
     zone = ZoneInfo(timezone)
     typed: dict[tuple[str, str], str] = {}  # (name, type) -> wire text, in order
+    values: dict[tuple[str, str], str] = {}
     for p in found:
-        if p.type_name.lower() != "identifier" and (p.name, p.type_name) not in typed:
+        key = (p.name, p.type_name)
+        if p.type_name.lower() != "identifier" and key not in typed and key not in values:
             fits.check(params[p.name], p.type_name, p.name, zone)  # checked, not converted
-            typed[(p.name, p.type_name)] = encode(params[p.name], p.name, zone)
-    values = dict(zip(typed, literals.bound(list(typed.items())), strict=True))
+            direct = _direct(params[p.name], p.type_name)
+            if direct is not None:
+                values[key] = direct
+            else:
+                typed[key] = encode(params[p.name], p.name, zone)
+    values.update(zip(typed, literals.bound(list(typed.items())), strict=True))
     replacements = []
     for p in found:
         if p.type_name.lower() == "identifier":
@@ -136,6 +142,28 @@ def bind(sql: str, params: Mapping[str, Any] | None, literals: Literals, timezon
         else:
             replacements.append((p.start, p.end, values[(p.name, p.type_name)]))
     return splice(sql, replacements)
+
+
+#: The integer types whose text form is Python's `str(int)`.
+_INTEGERS = frozenset(
+    f"{sign}Int{bits}" for sign in ("", "U") for bits in (8, 16, 32, 64, 128, 256)
+)
+
+
+def _direct(value: Any, type_name: str) -> str | None:
+    """The exact literal of `value` as `type_name` without an engine round
+    trip, for the two cases where the engine's reading of the parameter is
+    the value itself: a `str` as `String` (its UTF-8 bytes) and an `int` as
+    an integer type (its decimal digits; `fits.check` proved the range).
+    The same literal `Literals.bound` makes from the engine's answer."""
+    if type(value) is str and type_name == "String":
+        try:
+            return typed_literal("String", value.encode("utf-8"))
+        except UnicodeEncodeError:  # a lone surrogate: the engine decides
+            return None
+    if type(value) is int and type_name in _INTEGERS:
+        return typed_literal(type_name, str(value).encode("ascii"))
+    return None
 
 
 def encode(value: Any, name: str, zone: ZoneInfo) -> str:

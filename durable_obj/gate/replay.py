@@ -101,6 +101,10 @@ class Replayer:
                 f"engine; the object was not opened and nothing was changed. {exc}"
             ) from exc
 
+    def split(self, sql: str) -> tuple[str, list[str]] | None:
+        """(text up to VALUES, [row texts]) of a batchable INSERT, else None."""
+        return self._split(sql)
+
     def _split(self, sql: str) -> tuple[str, list[str]] | None:
         """(text up to and including VALUES, [row texts]) of a batchable INSERT.
         Only the head is lexed; the rows are delimited by `split_rows`."""
