@@ -12,26 +12,27 @@ our own Python work on the way would otherwise hold the loop for as long as
 it takes (a service that wrapped only the I/O saw the loop stall 42-52 ms).
 
 Threads: one bounded executor shared by every object of the process, not a
-thread per object. It has two sides. Local calls (aexecute, aquery, atables:
-lexing, pinning and chDB, no network) run on `LOCAL_WORKERS` threads, one by
-default: a thread running Python holds the GIL for up to
-`sys.getswitchinterval()` (5 ms) before it must yield, and every such thread
-queued ahead of the event loop's is another stall of that length. With fifty
-agents remembering and flushing beside a 100k-row checkpoint
-(benchmarks/bench_async.py), two local threads put the loop's p99 tick gap
-at 7.2-7.8 ms and one at 4.5-4.9 ms, for about 30 % fewer statements per
-second: the GIL runs one thread's Python at a time anyway, and chDB still
-spreads one statement over every core. A service that values throughput over
-the loop's latency sets `durable_obj.aio.LOCAL_WORKERS` (and `IO_WORKERS`)
-before its first async call. Storage calls (aopen, aflush, acheckpoint,
-arefresh, aclose), which mostly wait on the network or the disk with the GIL
-released, run on up to `IO_WORKERS` threads so that fifty agents' flushes
-wait on the store together, not in turn. Each object has a *lane*: its calls
-run one at a time, in the order they were started (the order their
-coroutines first ran: the order of the awaits, or of
-`create_task`/`gather`), each on whichever thread of its side is free. A
-long call of one object (a checkpoint) holds one thread, never the others'
-turns.
+thread per object. It has two sides. Local calls (aexecute, awrite's
+statements, aquery, atables: lexing, pinning and chDB, no network) run on
+`LOCAL_WORKERS` threads, four by default: chDB releases the GIL while it
+runs a statement, so a long query or a large INSERT of one object holds one
+thread and the others' calls go on beside it (objects never queue behind
+each other's engine work, beyond the engine's own sharing of the CPU). Our
+own Python (the statement gate) still runs one thread at a time under the
+GIL. Storage calls (aopen, aflush, acheckpoint, arefresh, aclose and
+awrite's commits), which mostly wait on the network or the disk with the
+GIL released, run on up to `IO_WORKERS` threads so that fifty agents'
+flushes wait on the store together, not in turn. A service sets
+`durable_obj.aio.LOCAL_WORKERS` (and `IO_WORKERS`) before its first async
+call to change them. Each object has a *lane*: its calls run one at a
+time, in the order they were started (the order their coroutines first
+ran: the order of the awaits, or of `create_task`/`gather`), each on
+whichever thread of its side is free. A long call of one object (a
+checkpoint) holds one thread, never the others' turns. Units of work
+(`awrite`, `abatch`) queued one behind the other on a lane run as one call
+(`lanes.py`), their INSERTs merged per table, and their commits are group
+commits: one commit of an object in flight at a time, taking every unit
+buffered by then (`group.py`).
 
 Cancellation. Cancelling the task that awaits a call cancels the call only
 if it has not started: it then never runs (an `aflush` cancelled in the
@@ -80,9 +81,9 @@ T = TypeVar("T")
 
 log = logging.getLogger("durable_obj")
 
-#: Threads for local calls (lexing, pinning, chDB): one, for the loop's sake
-#: (see the module docstring). Read when the first async call starts.
-LOCAL_WORKERS = 1
+#: Threads for local calls (lexing, pinning, chDB; see the module docstring).
+#: Read when the first async call starts.
+LOCAL_WORKERS = 4
 #: Threads for storage calls (open, flush, checkpoint, refresh, close).
 IO_WORKERS = 16
 

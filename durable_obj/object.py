@@ -420,13 +420,15 @@ class DurableObject(Queries, Units):
         finally:
             self._lock.release()
 
-    def _heartbeat_locked(self, *, renew: bool) -> bool:
+    def _heartbeat_locked(self, *, renew: bool) -> bool | Literal["busy"]:
         if self._state != _OPEN or self._w.fenced:
             return False
+        if self._group.in_flight:
+            return BUSY  # a commit on the wire renews the lease; never wait for it here
         try:
             if self._auto_flush_due():
                 self._flush_locked()  # its commit renews the lease too
-            elif renew and not self._group.in_flight:  # (one in flight renews it)
+            elif renew:
                 self._w.commit()
         except LeaseFenced as exc:
             self._fenced_by(exc)

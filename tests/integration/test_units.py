@@ -246,3 +246,30 @@ def test_tasks_awriting_beside_aflush_never_split_a_unit(ns_url: str) -> None:
         await o.aclose()
 
     asyncio.run(main())
+
+
+def test_a_long_query_on_one_object_never_holds_up_anothers_write(ns_url: str) -> None:
+    """Objects do not queue behind each other: while one object's query runs
+    in the engine, another object's unit runs and commits beside it."""
+
+    async def main() -> None:
+        slow = await durable_obj.aopen(f"{ns_url}/slow", owner="units")
+        quick = await durable_obj.aopen(f"{ns_url}/quick", owner="units")
+        await quick.awrite(*DDL)
+        query = asyncio.ensure_future(
+            slow.aquery(
+                "SELECT sum(sipHash64(number)) FROM numbers(40000000000)",
+                bounds=durable_obj.Bounds(seconds=4),  # the engine stops it then
+            )
+        )
+        await asyncio.sleep(0.2)  # the query is in the engine
+        assert not query.done()
+        await quick.awrite((MEMORY, {"id": 1, "v": "beside"}), (LOG, {"id": 1}))
+        assert not query.done(), "the write waited for the other object's query"
+        with pytest.raises(durable_obj.DurableError):
+            await query  # stopped by its bound
+
+        await quick.aclose()
+        await slow.aclose()
+
+    asyncio.run(main())
