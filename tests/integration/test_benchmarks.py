@@ -141,6 +141,21 @@ def test_bench_history_smoke_run(tmp_path: Path) -> None:
     assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
 
 
+def test_bench_service_and_restart_smoke_run() -> None:
+    """benchmarks/bench_service.py --smoke (the three write patterns, a row
+    each) and benchmarks/bench_restart.py --smoke (a service and the MCP
+    server restarted with reclaim after SIGKILL), on a local folder."""
+    proc = bench("bench_service.py", "--smoke")
+    rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("local ")]
+    assert [row[1] for row in rows] == ["aexecute", "awrite", "threads"], proc.stdout
+    for row in rows:
+        assert float(row[2]) > 0 and math.isfinite(float(row[2])), row
+    proc = bench("bench_restart.py", "--smoke")
+    assert "service, 2 objects: serves" in proc.stdout, proc.stdout
+    assert "without reclaim: " in proc.stdout and "succeeds in" in proc.stdout
+    assert "mcp server: answers" in proc.stdout
+
+
 def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
     """benchmarks/bench_obstore.py --smoke: both S3 clients on one SeaweedFS,
     and the semantics a transport must keep, checked on both."""
