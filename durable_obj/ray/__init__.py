@@ -50,6 +50,10 @@ Failure handling:
     handle pending, is `CommitAmbiguous` (they may have been committed just
     before the death): read back, then execute what is missing again. With
     nothing pending it is retried once.
+  - `write(*statements, params=...)` is `DurableObject.write` on the
+    actor, in one call: a unit, all or none. One whose actor died during the
+    call is `CommitAmbiguous`, as a flush with statements pending; a unit
+    whose commit failed stays buffered there and counts as the handle's.
   - `query()` is retried once: a read is safe to repeat.
   - a call that reached a superseded incarnation raises `LeaseFenced`;
     call again through the handle.

@@ -9,11 +9,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from durable_obj import Result
-from durable_obj.errors import CommitAmbiguous, DurableError, HostLost, Timeout
+from durable_obj.errors import CommitAmbiguous, DurableError, HostLost, InvalidArgument, Timeout
 from durable_obj.ray.host import _ray
 
 if TYPE_CHECKING:
     from durable_obj.ray.hosts import Hosts
+
+#: One statement of `Handle.write`: its text, or its text and its parameters.
+Statement = str | tuple[str, Mapping[str, Any] | None]
 
 
 class Handle:
@@ -124,39 +127,51 @@ class Handle:
                 return key
         raise AssertionError("unreachable")
 
-    def write(self, *statements: str | tuple[str, Mapping[str, Any] | None]) -> str | None:
-        """Execute the statements (each a SQL string, or `(sql, params)`) and
-        flush, in one call to the actor: a batch costs one round trip instead
-        of one per statement plus the flush. Durable on return; the key of the
-        segment committed, as flush() returns it.
+    def write(
+        self,
+        *statements: Statement,
+        params: Mapping[str, Any] | None = None,
+        allow_nondeterministic: bool = False,
+    ) -> str | None:
+        """`DurableObject.write` on the object's actor, in one call: the
+        statements (each a SQL string, bound with `params` if given, or a
+        `(sql, params)` pair) run there as one unit and are flushed with
+        everything buffered before them. Durable on return, all or none; the
+        key of the commit, as `DurableObject.write` returns it (None if
+        nothing was logged and nothing was buffered).
 
-        If the actor dies during the call, whether the batch (and whatever
-        this handle executed before it) was committed is unknown:
-        `CommitAmbiguous`, never a re-run. A statement refused on the actor
-        leaves the ones before it buffered, as execute() would."""
-        batch = [(s, None) if isinstance(s, str) else (s[0], s[1]) for s in statements]
+        A statement refused or failing on the actor leaves nothing of the
+        unit there (what this handle executed before stays pending). If the
+        commit failed, the unit stays buffered there, whole, and counts as
+        this handle's pending statements: a later flush() commits it, or says
+        `HostLost` if the actor died meanwhile. If the actor dies during the
+        call, whether the unit (and whatever this handle executed before it)
+        was committed is unknown: `CommitAmbiguous`, never a re-run."""
+        if not statements:
+            raise InvalidArgument("write() needs at least one statement; nothing was run")
         with self._lock:
             expect = self._pending
             try:
-                key: str | None = self._call("write", batch, expect)
+                key: str | None = self._call(
+                    "write", list(statements), params, allow_nondeterministic, expect
+                )
             except HostLost:
                 self._forget()
                 raise
             except DurableError as exc:
                 session: str | None = getattr(exc, "session", None)
-                executed: int = getattr(exc, "executed", 0)
-                if session is not None and executed:
+                if session is not None:  # the unit may still be buffered there, whole
                     self._pending = session
-                    self._count += executed
+                    self._count += len(statements)
                 raise
             except Exception as exc:
                 if not self._died(exc):
                     raise
-                count = self._count + len(batch)
+                count = self._count + len(statements)
                 self._forget()
                 raise CommitAmbiguous(
                     f"{self.oid}: the actor hosting it died during write() "
-                    f"({type(exc).__name__}); whether its {count} statement(s) (this batch and "
+                    f"({type(exc).__name__}); whether its {count} statement(s) (this unit and "
                     "what this handle executed before it since its last flush) were committed "
                     "is unknown; nothing was sent again. Read back (query) through this "
                     "handle, which reaches the restarted actor, then write what is missing."

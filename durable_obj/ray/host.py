@@ -27,11 +27,18 @@ from typing import Any
 
 from durable_obj import DurableObject, Pool
 from durable_obj.errors import (
+    ClassificationRefused,
+    Closed,
     DurableError,
+    EngineError,
     HostLost,
+    InvalidArgument,
     LeaseError,
     LeaseFenced,
+    LimitExceeded,
     MissingDependency,
+    Nondeterministic,
+    SecretRefused,
 )
 
 log = logging.getLogger("durable_obj")
@@ -43,6 +50,19 @@ DEFAULT_CONCURRENCY = 16
 #: The Ray namespace the named actors live in.
 RAY_NAMESPACE = "durable_obj"
 _HINT = 'durable_obj.ray needs Ray: pip install "durable_obj[ray]"'
+
+
+#: Errors of `DurableObject.write` that refused or failed a statement of the
+#: unit before the unit joined the buffer: none of its statements was kept.
+_NOT_BUFFERED = (
+    ClassificationRefused,
+    Closed,
+    EngineError,
+    InvalidArgument,
+    LimitExceeded,
+    Nondeterministic,
+    SecretRefused,
+)
 
 
 def _ray() -> Any:
@@ -189,7 +209,10 @@ class ObjectHost:
                     self._last[oid] = (obj, epoch)
                 yield obj, f"{self.incarnation}.{epoch}"
         except LeaseError as exc:
-            raise self._lost_lease(oid, exc) from exc
+            lost = self._lost_lease(oid, exc)
+            if lost is not exc and hasattr(exc, "session"):  # a write's unit may be buffered
+                lost.session = exc.session  # type: ignore[attr-defined]
+            raise lost from exc
 
     def _same_session(self, oid: str, session: str, expect: str | None, verb: str) -> None:
         if expect is not None and expect != session:
@@ -222,24 +245,32 @@ class ObjectHost:
     def write(
         self,
         oid: str,
-        statements: list[tuple[str, Mapping[str, Any] | None]],
+        statements: list[str | tuple[str, Mapping[str, Any] | None]],
+        params: Mapping[str, Any] | None,
+        allow_nondeterministic: bool,
         expect: str | None,
     ) -> str | None:
-        """Execute each statement, then flush: one call for a whole batch. A
-        failure leaves the statements executed before it buffered (as
-        execute() does), and its error carries the session token and their
-        number, so the handle keeps track of them."""
+        """`DurableObject.write` on the object, in one call: the statements
+        run as one unit and are flushed with everything buffered before
+        them; durable on return, all or none.
+
+        A unit refused or failed before it joined the buffer (one of
+        `_NOT_BUFFERED`) left nothing of it behind, and its error is raised as
+        it is. Any other error may come after the unit was buffered (its
+        commit failed: a storage error, a timeout, a lease error), where it
+        stays, whole: that error carries the session token (`session`), so
+        the handle counts the unit as pending on this incarnation and never
+        lets a flush elsewhere report it as committed."""
         with self.use(oid) as (obj, session):
             self._same_session(oid, session, expect, "write")
-            executed = 0
             try:
-                for sql, params in statements:
-                    obj.execute(sql, params=params)
-                    executed += 1
-                return obj.flush()
+                return obj.write(
+                    *statements, params=params, allow_nondeterministic=allow_nondeterministic
+                )
+            except _NOT_BUFFERED:
+                raise
             except DurableError as exc:
                 exc.session = session  # type: ignore[attr-defined]
-                exc.executed = executed  # type: ignore[attr-defined]
                 raise
 
     def query(self, oid: str, sql: str, fmt: str, params: Mapping[str, Any] | None) -> str:
