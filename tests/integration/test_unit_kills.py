@@ -9,10 +9,10 @@ table (`children.unit_writer`). The writer is SIGKILLed at random moments
 and restarted under the same owner with reclaim=True, which takes the
 killed process's lease at once (no force, no waiting for it to expire).
 
-After each kill, and at the end, a fresh read-only open in another process
-reads what is stored and the test checks: every acknowledged unit is in
-both tables, no unit is in one table and not the other, no row is there
-twice.
+After each kill a fresh read-only open in a reader process (a long-lived
+child, one open per check), and at the end one in a new process, reads what
+is stored, and the test checks: every acknowledged unit is in both tables,
+no unit is in one table and not the other, no row is there twice.
 """
 
 from __future__ import annotations
