@@ -167,6 +167,87 @@ def loop_writer(p: Params) -> None:
         batch += 1
 
 
+#: The tables of `unit_writer`: a unit is one row in memories and one in log,
+#: both keyed by (child, task, n); noise holds unrelated single rows.
+UNIT_TABLES = (
+    "CREATE TABLE IF NOT EXISTS memories (child UInt32, task UInt32, n UInt32, text String) "
+    "ENGINE = MergeTree ORDER BY (child, task, n)",
+    "CREATE TABLE IF NOT EXISTS log (child UInt32, task UInt32, n UInt32, event String) "
+    "ENGINE = MergeTree ORDER BY (child, task, n)",
+    "CREATE TABLE IF NOT EXISTS noise (child UInt32, i UInt32) ENGINE = MergeTree ORDER BY i",
+)
+MEMORY = "INSERT INTO memories VALUES ({c:UInt32}, {t:UInt32}, {n:UInt32}, {text:String})"
+LOG = "INSERT INTO log VALUES ({c:UInt32}, {t:UInt32}, {n:UInt32}, 'remembered')"
+
+
+@program
+def unit_writer(p: Params) -> None:
+    """Write units of work from `tasks` asyncio tasks until killed.
+
+    Opens `oid` as `owner` with reclaim=True (a restarted child takes its
+    killed predecessor's lease at once), creates the tables if absent, and
+    emits {"opened": ...} with the lease takeovers it logged and the
+    warnings it got. Then each task writes units n = 0, 1, ... of its own,
+    alternately with awrite(memory, log) and with an abatch() block of two
+    aexecute() calls, and emits {"ack": [task, n, child]} once a unit is
+    durable. Beside them one task calls aflush() at random moments and one
+    aexecute()s single rows into noise: neither may ever commit part of a
+    unit."""
+    import asyncio
+    import logging
+    import random
+
+    import durable_obj
+
+    child, rng = p["child"], random.Random(p["seed"])
+    takeovers: list[str] = []
+
+    class Takeovers(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "took the lease" in record.getMessage():
+                takeovers.append(record.getMessage())
+
+    logging.getLogger("durable_obj").addHandler(Takeovers())
+
+    async def main() -> None:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            obj = await durable_obj.aopen(
+                f"{p['url']}/{p['oid']}",
+                owner=p["owner"],
+                reclaim=True,
+                storage_options=p.get("options") or {},
+            )
+        await obj.awrite(*UNIT_TABLES)
+        emit({"opened": {"takeovers": takeovers, "warnings": [str(w.message) for w in caught]}})
+
+        async def units(task: int) -> None:
+            for n in range(2**31):
+                key = {"c": child, "t": task, "n": n}
+                if n % 2 == 0:
+                    await obj.awrite((MEMORY, {**key, "text": f"memory {n}"}), (LOG, key))
+                else:
+                    async with obj.abatch():
+                        await obj.aexecute(MEMORY, params={**key, "text": f"memory {n}"})
+                        await obj.aexecute(LOG, params=key)
+                emit({"ack": [task, n, child]})
+
+        async def flusher() -> None:
+            while True:
+                await asyncio.sleep(rng.uniform(0, 0.02))
+                await obj.aflush()
+
+        async def noise() -> None:
+            for i in range(2**31):
+                await obj.aexecute(
+                    "INSERT INTO noise VALUES ({c:UInt32}, {i:UInt32})", params={"c": child, "i": i}
+                )
+
+        await asyncio.gather(*(units(t) for t in range(p["tasks"])), flusher(), noise())
+
+    asyncio.run(main())
+
+
 @program
 def replay_writer(p: Params) -> None:
     """Create table e, try `sql`, flush; emit the outcome and what the writer reads."""

@@ -42,7 +42,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import pytest
 
 import durable_obj
-from durable_obj import CommitAmbiguous, HostLost, LeaseFenced
+from durable_obj import CommitAmbiguous, EngineError, HostLost, LeaseFenced
 from tests import servers
 
 pytestmark = [
@@ -241,6 +241,36 @@ def test_sigkill_of_actor_workers_keeps_every_acknowledged_flush(
         assert all(v == (2, 2) for v in stored.values()), f"{oid}: a batch is not whole: {stored}"
     assert sum(len(v) for v in acked.values()) > OBJECTS
     print(f"kills {killed}; acknowledged {sum(len(v) for v in acked.values())}; {dict(failures)}")
+
+
+def test_handle_write_is_one_unit_with_params_on_the_actor(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    from durable_obj.ray import Hosts
+
+    url = str(tmp_path / "ns")
+    hosts = Hosts(url, shards=1, name=f"write-{uuid.uuid4().hex[:6]}", lease_ttl=10)
+    handle = hosts.get("agent")
+    try:
+        handle.write("CREATE TABLE t (n UInt32, kind String) ENGINE = MergeTree ORDER BY n")
+        key = handle.write(
+            ("INSERT INTO t VALUES ({n:UInt32}, 'memory')", {"n": 1}),
+            "INSERT INTO t VALUES ({n:UInt32}, 'log')",
+            params={"n": 2},
+        )
+        assert key is not None
+        # a statement refused on the actor: none of the unit is kept there
+        with pytest.raises(EngineError):
+            handle.write("INSERT INTO t VALUES (3, 'memory')", "INSERT INTO missing VALUES (3)")
+        assert handle.pending == 0
+        assert handle.flush() is None
+    finally:
+        hosts.shutdown()
+    with durable_obj.Namespace(url).open("agent", read_only=True) as obj:
+        assert obj.query("SELECT n, kind FROM t ORDER BY n", "CSV").split() == [
+            '1,"memory"',
+            '2,"log"',
+        ]
 
 
 def test_frozen_node_thawed_is_fenced_and_writes_nothing(

@@ -4,15 +4,36 @@ The Ray cluster tests (test_ray.py) prove the same with real deaths."""
 
 from __future__ import annotations
 
+import contextlib
+import pickle
 import sys
+import types
 import zlib
+from typing import Any
 
 import pytest
 
-from durable_obj import HostLost, LeaseFenced, LeaseHeld, MissingDependency, Namespace
-from durable_obj.ray import ObjectHost, _ray, shard_of
+from durable_obj import (
+    BackendError,
+    CommitAmbiguous,
+    DurableError,
+    EngineError,
+    HostLost,
+    InvalidArgument,
+    LeaseFenced,
+    LeaseHeld,
+    MissingDependency,
+    Namespace,
+)
+from durable_obj.commit import HeadWriter
+from durable_obj.ray import Hosts, ObjectHost, _ray, shard_of
 
 DDL = "CREATE TABLE t (k UInt32) ENGINE = MergeTree ORDER BY k"
+INSERT = "INSERT INTO t VALUES ({k:UInt32})"
+
+
+def _store_down(*args: object, **kwargs: object) -> None:
+    raise BackendError("the store is down (a test's fault); nothing was written")
 
 
 def host(url: str, name: str = "h-0", owner: str = "svc") -> ObjectHost:
@@ -73,13 +94,27 @@ def test_an_older_incarnation_never_takes_back_from_a_newer_one(ns_url: str) -> 
         second.shutdown()
 
 
-def test_write_is_one_call_and_shard_of_is_stable(ns_url: str) -> None:
+def test_write_is_one_unit_with_params_and_shard_of_is_stable(
+    ns_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     h = host(ns_url)
     try:
-        h.write("a", [(DDL, None), ("INSERT INTO t VALUES ({k:UInt32})", {"k": 5})], None)
+        assert h.write("a", [DDL, (INSERT, {"k": 5})], None, False, None) is not None
+        # a statement of the unit refused: nothing of it kept, nothing to track
+        with pytest.raises(DurableError) as refused:
+            h.write("a", [INSERT, ("INSERT INTO missing VALUES (1)", None)], {"k": 6}, False, None)
+        assert refused.value.category == "engine", refused.value
+        assert not hasattr(refused.value, "session")
+        # the commit failed: the unit stays buffered, whole, and the error
+        # names the session holding it
+        with monkeypatch.context() as patch, pytest.raises(BackendError) as failed:
+            patch.setattr(HeadWriter, "commit_segment", _store_down)
+            h.write("a", [(INSERT, {"k": 7}), INSERT], {"k": 8}, False, None)
+        session = failed.value.session  # type: ignore[attr-defined]
+        assert h.flush("a", session) is not None
     finally:
         h.shutdown()
-    assert rows(ns_url, "a") == ["5"]
+    assert rows(ns_url, "a") == ["5", "7", "8"]
     # crc32, not hash(): the same shard in every process, whatever PYTHONHASHSEED
     assert [shard_of(f"agent-{i}", 8) for i in range(4)] == [
         zlib.crc32(f"agent-{i}".encode()) % 8 for i in range(4)
@@ -90,3 +125,138 @@ def test_a_missing_ray_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "ray", None)
     with pytest.raises(MissingDependency, match=r'pip install "durable_obj\[ray\]"'):
         _ray()
+
+
+# -- Handle, over a stand-in for Ray -------------------------------------------------------
+
+
+class _TaskError(Exception):
+    """Ray's RayTaskError: the actor's exception, as `cause`."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+
+
+class _ActorDied(Exception):
+    """Ray's RayActorError."""
+
+
+class _Actor:
+    """One named actor: an ObjectHost, replaced by a new incarnation on restart()."""
+
+    def __init__(self, cls: type[ObjectHost], args: tuple[Any, ...]) -> None:
+        self.cls, self.args = cls, args
+        self.host = cls(*args)
+        #: The next call runs on the actor, which then dies before answering.
+        self.die_after_call = False
+
+    def restart(self) -> ObjectHost:
+        """Ray restarts the actor: a new incarnation; the old one is returned."""
+        old, self.host = self.host, self.cls(*self.args)
+        return old
+
+    def __getattr__(self, method: str) -> Any:
+        def call(*args: Any) -> Any:
+            try:
+                # through pickle, as Ray sends arguments, results and errors
+                out = getattr(self.host, method)(*pickle.loads(pickle.dumps(args)))
+                result: Any = pickle.loads(pickle.dumps(out))
+            except Exception as exc:
+                result = _TaskError(pickle.loads(pickle.dumps(exc)))
+            if self.die_after_call:
+                self.die_after_call = False
+                result = _ActorDied("the actor died")
+            return result
+
+        return types.SimpleNamespace(remote=call)
+
+
+class _FakeRay(types.ModuleType):
+    """Just enough of Ray for Hosts and Handle in one process: an actor call
+    runs at once; `ray.get` returns its result or raises its error."""
+
+    def __init__(self) -> None:
+        super().__init__("ray")
+        self.exceptions = types.SimpleNamespace(
+            RayTaskError=_TaskError, RayActorError=_ActorDied, GetTimeoutError=TimeoutError
+        )
+        self.actors: list[_Actor] = []
+
+    def remote(self, cls: type[ObjectHost]) -> Any:
+        def options(**_: Any) -> Any:
+            def start(*args: Any) -> _Actor:
+                self.actors.append(_Actor(cls, args))
+                return self.actors[-1]
+
+            return types.SimpleNamespace(remote=start)
+
+        return types.SimpleNamespace(options=options)
+
+    def get(self, ref: Any, timeout: float | None = None) -> Any:
+        if isinstance(ref, list):
+            return [self.get(r) for r in ref]
+        if isinstance(ref, Exception):
+            raise ref
+        return ref
+
+    def kill(self, actor: _Actor, no_restart: bool = True) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_ray(monkeypatch: pytest.MonkeyPatch) -> _FakeRay:
+    ray = _FakeRay()
+    monkeypatch.setitem(sys.modules, "ray", ray)
+    return ray
+
+
+@pytest.mark.parametrize("ns_url", ["file"], indirect=True)
+def test_handle_write_is_one_unit_with_params(ns_url: str, fake_ray: _FakeRay) -> None:
+    hosts = Hosts(ns_url, shards=1, lease_ttl=60, idle_close=None)
+    h = hosts.get("a")
+    try:
+        h.write(DDL)
+        assert h.write((INSERT, {"k": 1}), INSERT, params={"k": 2}) is not None
+        assert h.pending == 0
+        # a unit refused on the actor keeps nothing of it; what this handle
+        # executed before stays pending, and is the only thing flushed
+        h.execute(INSERT, params={"k": 3})
+        with pytest.raises(EngineError):
+            h.write((INSERT, {"k": 4}), "INSERT INTO missing VALUES (5)")
+        assert h.pending == 1
+        h.flush()
+        with pytest.raises(InvalidArgument, match="at least one statement"):
+            h.write()
+    finally:
+        hosts.shutdown()
+    assert rows(ns_url, "a") == ["1", "2", "3"]
+
+
+@pytest.mark.parametrize("ns_url", ["file"], indirect=True)
+def test_a_unit_whose_commit_failed_is_never_reported_committed_by_another_incarnation(
+    ns_url: str, fake_ray: _FakeRay, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    hosts = Hosts(ns_url, shards=1, lease_ttl=60, idle_close=None)
+    h = hosts.get("a")
+    h.write(DDL)
+    with monkeypatch.context() as patch, pytest.raises(BackendError):
+        patch.setattr(HeadWriter, "commit_segment", _store_down)
+        h.write((INSERT, {"k": 1}), (INSERT, {"k": 2}))
+    assert h.pending == 2  # buffered on the actor, whole
+    (actor,) = fake_ray.actors
+    old = actor.restart()  # the actor died with the unit; Ray started another
+    try:
+        with pytest.raises(HostLost, match="another incarnation"):
+            h.flush()
+        assert h.pending == 0
+        # the unit is written again through the handle; the actor dies just
+        # after running it: whether it landed is unknown, never re-sent
+        actor.die_after_call = True
+        with pytest.raises(CommitAmbiguous, match="2 statement"):
+            h.write((INSERT, {"k": 1}), (INSERT, {"k": 2}))
+    finally:
+        with contextlib.suppress(DurableError):
+            old.shutdown(discard=True)
+        hosts.shutdown()
+    assert rows(ns_url, "a") == ["1", "2"]
