@@ -61,6 +61,9 @@ def unit(obj: int, task: int, n: int) -> tuple[dict[str, str], dict[str, str]]:
 # -- the child: one run ---------------------------------------------------------------
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     import durable_obj
+    import durable_obj.aio
+
+    durable_obj.aio.preload()  # chDB's load, before any loop runs (the README's advice)
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
@@ -175,7 +178,9 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
         await o.aclose()
     solo = sorted(solo_times)[2]
     gap = max(max(gaps, default=0.0), open_gap)
-    return _result(acks, elapsed, commits, n_obj * n_task * n_write, solo, gap, opened)
+    out = _result(acks, elapsed, commits, n_obj * n_task * n_write, solo, gap, opened)
+    out["open_gap_ms"], out["run_gap_ms"] = open_gap * 1e3, max(gaps, default=0.0) * 1e3
+    return out
 
 
 def _result(

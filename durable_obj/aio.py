@@ -67,6 +67,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from durable_obj import engine
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
 from durable_obj.lanes import Lane, wait_for
@@ -75,7 +76,15 @@ from durable_obj.object import DurableObject, Result
 from durable_obj.queries import Params
 from durable_obj.units import Batch, Statement, collect, collecting, plan
 
-__all__ = ["IO_WORKERS", "LOCAL_WORKERS", "AsyncDurableObject", "FlushOutcome", "aopen"]
+__all__ = [
+    "IO_WORKERS",
+    "LOCAL_WORKERS",
+    "OPEN_WORKERS",
+    "AsyncDurableObject",
+    "FlushOutcome",
+    "aopen",
+    "preload",
+]
 
 T = TypeVar("T")
 
@@ -87,6 +96,14 @@ LOCAL_WORKERS = 4
 #: Threads for storage calls (open, flush, checkpoint, refresh, close).
 IO_WORKERS = 16
 
+#: Threads for opens (`aopen`): each open is mostly Python (the head, the
+#: restore, the replay), and sixteen of them at once kept the event loop from
+#: the GIL for 50 ms at a time where four kept it under 11 ms, opening 50
+#: objects as fast.
+OPEN_WORKERS = 4
+
+_opens: list[concurrent.futures.ThreadPoolExecutor] = []
+_cold_warned = False
 _pools: dict[bool, concurrent.futures.ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
 
@@ -120,6 +137,45 @@ class FlushOutcome:
     def committed(self) -> bool:
         """Every statement buffered when it ran is durable."""
         return self.ran and self.error is None
+
+
+def _open_pool() -> concurrent.futures.ThreadPoolExecutor:
+    with _pools_lock:
+        if not _opens:
+            _opens.append(
+                concurrent.futures.ThreadPoolExecutor(
+                    max_workers=OPEN_WORKERS, thread_name_prefix="durable_obj-aio-open"
+                )
+            )
+        return _opens[0]
+
+
+def preload() -> None:
+    """Load chDB and start the process's engine now. Call it before the
+    event loop starts (at import, or before `asyncio.run`): loading chDB
+    holds the interpreter for ~0.2 s whatever thread does it, so the first
+    `aopen` of a process that did not preload stalls a running loop that
+    long (it says so in the log, once). It also starts every worker
+    thread of the shared executor: a thread pool starts its threads on
+    demand, and `Thread.start()` waits until the new thread runs, which on
+    a busy interpreter is a stall of the loop that submitted the call."""
+    engine.start()
+    for pool, workers in (
+        (_open_pool(), OPEN_WORKERS),
+        (_shared_pool(True), IO_WORKERS),
+        (_shared_pool(False), LOCAL_WORKERS),
+    ):
+        _start_threads(pool, workers)
+
+
+def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, workers: int) -> None:
+    """Have `pool` start all its `workers` threads now: each holds a task
+    until all are running, so none is reused before the next is started."""
+    barrier = threading.Barrier(workers + 1)
+    for _ in range(workers):
+        pool.submit(barrier.wait, 30)
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(30)
 
 
 class AsyncDurableObject:
@@ -472,7 +528,15 @@ async def aopen(
             **options,
         )
 
-    fut = _shared_pool().submit(run)
+    global _cold_warned
+    if not engine.started() and not _cold_warned:
+        _cold_warned = True
+        log.info(
+            "durable_obj: the first aopen() loads chDB, which holds the interpreter ~0.2 s and "
+            "stalls the event loop that long; call durable_obj.aio.preload() before the loop "
+            "starts to load it then"
+        )
+    fut = _open_pool().submit(run)
     try:
         return AsyncDurableObject(await wait_for(fut))
     except asyncio.CancelledError:

@@ -225,6 +225,22 @@ def prestart() -> None:
         thread.start()
 
 
+def started() -> bool:
+    """Is the process's engine running?"""
+    return "anchor" in _SERVER
+
+
+def start() -> None:
+    """Load chDB and start the process's engine now, if it is not running
+    (waiting for a background start); `EngineError` if it cannot start."""
+    with _START_LOCK:
+        starting = list(_STARTING)
+    for thread in starting:
+        thread.join()
+    with _START_LOCK:
+        _start()
+
+
 def acquire() -> Engine:
     """A new connection to the process's engine (started on first use), for
     one object: any number may be open at once, each in its own database."""
