@@ -34,6 +34,7 @@ import logging
 from collections.abc import Iterator, Mapping
 
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
+from durable_obj.gate.params import placeholders
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert
 from durable_obj.group import GroupCommit
@@ -58,14 +59,25 @@ _OPEN: contextvars.ContextVar[dict[int, Batch] | None] = contextvars.ContextVar(
 def plan(
     statements: tuple[Statement, ...], params: Params, allow_nondeterministic: bool
 ) -> list[_Planned]:
-    """Each statement with its params (a pair's own, else `params`), checked
-    for shape before anything runs."""
+    """Each statement with its params (a pair's own, else the names of the
+    shared `params` its placeholders use), checked for shape before anything
+    runs. A shared param no statement uses is an error, as for one statement."""
     if not statements:
         raise InvalidArgument("write() needs at least one statement; nothing was run")
+    if params is not None and not isinstance(params, Mapping):
+        raise InvalidArgument(
+            f"params must be a dict of name -> value, not {type(params).__name__}"
+        )
     planned: list[_Planned] = []
+    used: set[str] = set()
     for n, item in enumerate(statements, start=1):
         if isinstance(item, str):
-            planned.append((item, params, allow_nondeterministic))
+            own = params
+            if params is not None and len(statements) > 1:
+                names = {p.name for p in placeholders(item)}
+                used |= names
+                own = {k: v for k, v in params.items() if k in names} or None
+            planned.append((item, own, allow_nondeterministic))
         elif (
             isinstance(item, tuple)
             and len(item) == 2
@@ -78,6 +90,12 @@ def plan(
                 f"statement {n} of the unit is a {type(item).__name__}; each is a SQL string "
                 "or a (sql, params) pair with params a mapping. Nothing was run."
             )
+    unused = sorted(set(params or ()) - used) if len(statements) > 1 else []
+    if unused:
+        raise InvalidArgument(
+            f"params {', '.join(map(repr, unused))} appear in no {{name:Type}} placeholder "
+            "of the unit's statements; nothing was run or logged"
+        )
     return planned
 
 

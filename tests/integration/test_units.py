@@ -59,9 +59,12 @@ def test_write_is_durable_on_return_with_its_params(obj: DurableObject) -> None:
     assert key is not None and obj.pending == 0
     assert stored(obj, "SELECT id, v FROM m") == [(1, "a'b")]
     assert stored(obj, "SELECT id FROM g") == [(1,)]
-    # a string statement takes the shared params
-    obj.write(MEMORY, params={"id": 2, "v": "c"})
-    assert stored(obj, "SELECT count() FROM m") == [(2,)]
+    # string statements take the shared params each of them names
+    obj.write(MEMORY, LOG, params={"id": 2, "v": "c"})
+    assert stored(obj, "SELECT id FROM g ORDER BY id") == [(1,), (2,)]
+    with pytest.raises(InvalidArgument, match="'typo'"):
+        obj.write(MEMORY, LOG, params={"id": 3, "v": "c", "typo": 1})
+    assert stored(obj, "SELECT count() FROM m") == [(2,)] and obj.pending == 0
 
 
 def test_a_unit_failing_half_run_keeps_nothing_of_it(obj: DurableObject) -> None:
