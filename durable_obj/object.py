@@ -114,6 +114,8 @@ class DurableObject(Queries, Units):
         self._buf = Pending()
         self._group = GroupCommit(self._lock, self._buf)
         self._diverged = False
+        self._queued: list[Any] = []
+        self._queue_lock = threading.Lock()
         self._hb: Heartbeat | None = None
         self._fence_note = ""
         self._warned = False

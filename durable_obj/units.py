@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import threading
 from collections.abc import Iterator, Mapping
 
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
@@ -143,6 +144,16 @@ def collect(obj: object) -> Iterator[tuple[Batch, bool]]:
         _OPEN.reset(token)
 
 
+class _Queued:
+    """A unit waiting for a thread to run it (`Units._write_queued`)."""
+
+    __slots__ = ("outcome", "planned")
+
+    def __init__(self, planned: list[_Planned]) -> None:
+        self.planned = planned
+        self.outcome: int | Exception | None = None
+
+
 class Units(Surface):
     """`write()`, `batch()` and the group commit under every flush of
     `DurableObject`."""
@@ -150,6 +161,9 @@ class Units(Surface):
     _group: GroupCommit
     #: A unit failed half-run and the rebuild of the local copy did not finish.
     _diverged: bool
+    #: Units of threads waiting to run (`_write_queued`), and their lock.
+    _queued: list[_Queued]
+    _queue_lock: threading.Lock
 
     def write(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -167,8 +181,7 @@ class Units(Surface):
         if batch is not None:
             batch.planned += planned
             return None
-        with self._lock:
-            return self._write_locked(planned)
+        return self._write_queued(planned)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Batch]:
@@ -179,8 +192,7 @@ class Units(Surface):
         with collect(self) as (batch, new):
             yield batch
         if new and batch.planned:
-            with self._lock:
-                batch.key = self._write_locked(batch.planned)
+            batch.key = self._write_queued(batch.planned)
 
     # -- the machinery ----------------------------------------------------------
     def _run_one(self, sql: str, params: Params, allow: bool, extra: int = 0) -> bytes | None:
@@ -196,11 +208,29 @@ class Units(Surface):
             self._local.pinner.schema_changed()
         return line if logged else None
 
-    def _write_locked(self, planned: list[_Planned]) -> str | None:
-        target = self._run_unit(planned)
-        if not self._buf and self._buf.start == target:
-            return None  # nothing of the unit logged, nothing else buffered
-        return self._durable_through(target)
+    def _write_queued(self, planned: list[_Planned]) -> str | None:
+        """Run a unit and make it durable. Threads writing at once combine:
+        the unit waits in a queue, and whichever thread next takes the lock
+        runs every unit queued by then together (`_run_units`: merged
+        INSERTs, each unit buffered whole with its own outcome), so threads
+        share engine calls as their commits share a round (`group.py`)."""
+        mine = _Queued(planned)
+        with self._queue_lock:
+            self._queued.append(mine)
+        with self._lock:
+            if mine.outcome is None:
+                with self._queue_lock:
+                    queued, self._queued = self._queued, []
+                outcomes = self._run_units([q.planned for q in queued])
+                for q, done in zip(queued, outcomes, strict=True):
+                    q.outcome = done
+            outcome = mine.outcome
+            assert outcome is not None
+            if isinstance(outcome, Exception):
+                raise outcome
+            if not self._buf and self._buf.start == outcome:
+                return None  # nothing of the unit logged, nothing else buffered
+            return self._durable_through(outcome)
 
     def _run_unit(self, planned: list[_Planned]) -> int:
         """Run a unit (lock held) and buffer it whole; the position after it."""
