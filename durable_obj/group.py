@@ -98,7 +98,7 @@ class GroupCommit:
                 raise
             else:
                 current.key = key
-                pending.committed(key, caller_told=True, upto=upto)
+                pending.committed(key, caller_told=False, upto=upto)  # callers say
                 return key
             finally:
                 current.finished = True
