@@ -14,12 +14,13 @@ it takes (a service that wrapped only the I/O saw the loop stall 42-52 ms).
 Threads: one bounded executor shared by every object of the process, not a
 thread per object. It has two sides. Local calls (aexecute, awrite's
 statements, aquery, atables: lexing, pinning and chDB, no network) run on
-`LOCAL_WORKERS` threads, four by default: chDB releases the GIL while it
-runs a statement, so a long query or a large INSERT of one object holds one
-thread and the others' calls go on beside it (objects never queue behind
-each other's engine work, beyond the engine's own sharing of the CPU). Our
-own Python (the statement gate) still runs one thread at a time under the
-GIL. Storage calls (aopen, aflush, acheckpoint, arefresh, aclose and
+`LOCAL_WORKERS` threads, four by default, that take turns (`turn.py`): one
+runs at a time, as if there were one thread (every thread running Python
+at once is another wait for the loop's thread at the GIL), but once a call's
+engine statement has run 20 ms (chDB releases the GIL while it runs) the
+next waiting call, of another object, goes on beside it. So a long query or
+a large INSERT of one object never holds up the others' calls beyond the
+engine's own sharing of the CPU. Storage calls (aopen, aflush, acheckpoint, arefresh, aclose and
 awrite's commits), which mostly wait on the network or the disk with the
 GIL released, run on up to `IO_WORKERS` threads so that fifty agents'
 flushes wait on the store together, not in turn. A service sets

@@ -57,6 +57,7 @@ from durable_obj.gate.bounds import RESET, Bounds
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.sql import quote_ident, quote_string, without_format
 from durable_obj.messages import clean, describe_syntax_error
+from durable_obj.turn import Turned
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
 SYNCHRONOUS_SETTINGS = {
@@ -289,7 +290,7 @@ class Engine:
     """
 
     def __init__(self, conn: Any) -> None:
-        self._conn: Any = conn
+        self._conn: Any = Turned(conn)  # gives an async worker's turn up (turn.py)
         self._raw: Any = conn
         self.backups = os.path.join(engine_root(), "backups")
         #: This object's database in the engine: reserved, unguessable, never shown.

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from durable_obj import turn
 from durable_obj.pending import Pending
 
 
@@ -45,7 +46,8 @@ def _released(lock: Any) -> Iterator[None]:
     `threading.Condition.wait` does around its wait."""
     state = lock._release_save()
     try:
-        yield
+        with turn.released():  # (an async worker's turn too: this waits, runs no Python)
+            yield
     finally:
         lock._acquire_restore(state)
 
@@ -67,7 +69,8 @@ class GroupCommit:
     def idle(self) -> None:
         """Wait until no commit is in flight (the lock is held on return)."""
         while self._round is not None:
-            self._cond.wait()
+            with turn.released():
+                self._cond.wait()
 
     def through(self, target: int, commit: Callable[[bytes], str]) -> str | None:
         """Make every line before position `target` durable, with `commit`
@@ -80,7 +83,8 @@ class GroupCommit:
             current = self._round
             if current is not None:
                 while not current.finished:
-                    self._cond.wait()
+                    with turn.released():
+                        self._cond.wait()
                 if current.upto >= target:
                     if current.error is not None:
                         raise current.error

@@ -21,6 +21,8 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from durable_obj import turn
+
 T = TypeVar("T")
 #: One queued call of a lane: its future, the function, its side (io or local).
 _Call = tuple[concurrent.futures.Future[Any], Callable[[], Any], bool]
@@ -70,22 +72,23 @@ class Lane:
 
     def _run_next(self) -> None:
         with self._lock:
-            fut, fn, _ = self._queue.popleft()
+            fut, fn, io = self._queue.popleft()
             riders: list[_Call] = []
             if isinstance(fn, Together):
                 while (
                     self._queue and len(riders) < MAX_TOGETHER - 1 and fn.joins(self._queue[0][1])
                 ):
                     riders.append(self._queue.popleft())
-        if riders:
-            self._run_together([(fut, fn, False), *riders])
-        elif fut.set_running_or_notify_cancel():
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the awaiting task as is
-                fut.set_exception(exc)
-            else:
-                fut.set_result(result)
+        with contextlib.nullcontext() if io else turn.hold():  # local: one at a time in Python
+            if riders:
+                self._run_together([(fut, fn, False), *riders])
+            elif fut.set_running_or_notify_cancel():
+                try:
+                    result = fn()
+                except BaseException as exc:  # handed to the awaiting task as is
+                    fut.set_exception(exc)
+                else:
+                    fut.set_result(result)
         with self._lock:
             if not self._queue:
                 self._busy = False
