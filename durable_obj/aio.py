@@ -63,7 +63,6 @@ import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -71,7 +70,7 @@ from typing import Any, TypeVar
 from durable_obj import engine
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
-from durable_obj.lanes import Lane, wait_for
+from durable_obj.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.namespace import open as _open_sync
 from durable_obj.object import DurableObject, Result
 from durable_obj.queries import Params
@@ -121,25 +120,6 @@ def _shared_pool(io: bool = True) -> concurrent.futures.ThreadPoolExecutor:
         return pool
 
 
-@dataclass(frozen=True)
-class FlushOutcome:
-    """What one `aflush()` did, known once its worker finished.
-
-    ran=False: it was cancelled before its turn and never ran; the buffer is
-    intact. error set: it ran and failed; the statements stay buffered (as
-    after a failed flush()). Otherwise it committed: `key` is what aflush()
-    returned or would have returned."""
-
-    ran: bool
-    key: str | None = None
-    error: BaseException | None = None
-
-    @property
-    def committed(self) -> bool:
-        """Every statement buffered when it ran is durable."""
-        return self.ran and self.error is None
-
-
 def _open_pool() -> concurrent.futures.ThreadPoolExecutor:
     with _pools_lock:
         if not _opens:
@@ -166,17 +146,7 @@ def preload() -> None:
         (_shared_pool(True), IO_WORKERS),
         (_shared_pool(False), LOCAL_WORKERS),
     ):
-        _start_threads(pool, workers)
-
-
-def _start_threads(pool: concurrent.futures.ThreadPoolExecutor, workers: int) -> None:
-    """Have `pool` start all its `workers` threads now: each holds a task
-    until all are running, so none is reused before the next is started."""
-    barrier = threading.Barrier(workers + 1)
-    for _ in range(workers):
-        pool.submit(barrier.wait, 30)
-    with contextlib.suppress(threading.BrokenBarrierError):
-        barrier.wait(30)
+        start_threads(pool, workers)
 
 
 class AsyncDurableObject:
@@ -287,7 +257,7 @@ class AsyncDurableObject:
             batch.key = await self._write(batch.planned)
 
     async def _write(self, planned: list[Any]) -> str | None:
-        call = _Unit(self, planned, asyncio.current_task())
+        call = UnitCall(self, planned, asyncio.current_task())
         target = await wait_for(self._call(call, io=False))
         return None if target is None else await self._durable(target)
 
@@ -458,42 +428,6 @@ class AsyncDurableObject:
         task gets `CancelledError`. Statements `fn` executes do not count
         for `aflush()`'s per-task answer."""
         return await wait_for(self._call(fn, io=io))
-
-
-class _Unit:
-    """One `awrite`/`abatch` unit as a lane call. Units queued one behind the
-    other on a lane run together (`lanes.Together`): one lock hold, their
-    INSERTs merged per table (`DurableObject._run_units`), each buffered
-    whole. The outcome: the buffer position to commit through, or None when
-    nothing is to be committed."""
-
-    def __init__(
-        self, face: AsyncDurableObject, planned: list[Any], task: asyncio.Task[Any] | None
-    ) -> None:
-        self.face, self.planned, self.task = face, planned, task
-
-    def __call__(self) -> int | None:
-        outcome = self.run_together([self])[0]
-        if isinstance(outcome, BaseException):
-            raise outcome
-        return outcome  # type: ignore[no-any-return]
-
-    def joins(self, other: Callable[[], Any]) -> bool:
-        return isinstance(other, _Unit) and other.face is self.face
-
-    def run_together(self, calls: list[Any]) -> list[Any]:
-        face = self.face
-        sync = face._sync
-        with sync._lock:
-            outcomes: list[Any] = sync._run_units([call.planned for call in calls])
-            for n, (call, outcome) in enumerate(zip(calls, outcomes, strict=True)):
-                if isinstance(outcome, BaseException):
-                    continue
-                if call.task is not None:
-                    face._owed.discard(call.task)
-                if not sync._buf and sync._buf.start == outcome:
-                    outcomes[n] = None  # nothing of it logged, nothing else buffered
-        return outcomes
 
 
 async def aopen(

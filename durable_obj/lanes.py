@@ -7,7 +7,9 @@ queued right behind it (up to `MAX_TOGETHER`), and they run as one: the
 units of work of many tasks on one object run their INSERTs in a few
 engine calls (`DurableObject._run_units`), each call still getting its own
 outcome. Only calls already queued ride along, so nothing waits for a
-group to fill.
+group to fill. `UnitCall` is such a call (an `awrite`/`abatch` unit);
+`FlushOutcome` is what `aflush()` did; `start_threads` starts a pool's
+threads ahead of time (`durable_obj.aio.preload`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from durable_obj import turn
@@ -177,3 +180,66 @@ async def wait_for(fut: concurrent.futures.Future[T]) -> T:
     yet claimed by a worker, at the moment of `task.cancel()`: it never
     runs. One already claimed runs to completion (see the module docstring)."""
     return await Waiter(fut)
+
+
+class UnitCall:
+    """One `awrite`/`abatch` unit as a lane call. Units queued one behind the
+    other on a lane run together (`lanes.Together`): one lock hold, their
+    INSERTs merged per table (`DurableObject._run_units`), each buffered
+    whole. The outcome: the buffer position to commit through, or None when
+    nothing is to be committed."""
+
+    def __init__(self, face: Any, planned: list[Any], task: asyncio.Task[Any] | None) -> None:
+        self.face, self.planned, self.task = face, planned, task
+
+    def __call__(self) -> int | None:
+        outcome = self.run_together([self])[0]
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome  # type: ignore[no-any-return]
+
+    def joins(self, other: Callable[[], Any]) -> bool:
+        return isinstance(other, UnitCall) and other.face is self.face
+
+    def run_together(self, calls: list[Any]) -> list[Any]:
+        face = self.face
+        sync = face._sync
+        with sync._lock:
+            outcomes: list[Any] = sync._run_units([call.planned for call in calls])
+            for n, (call, outcome) in enumerate(zip(calls, outcomes, strict=True)):
+                if isinstance(outcome, BaseException):
+                    continue
+                if call.task is not None:
+                    face._owed.discard(call.task)
+                if not sync._buf and sync._buf.start == outcome:
+                    outcomes[n] = None  # nothing of it logged, nothing else buffered
+        return outcomes
+
+
+@dataclass(frozen=True)
+class FlushOutcome:
+    """What one `aflush()` did, known once its worker finished.
+
+    ran=False: it was cancelled before its turn and never ran; the buffer is
+    intact. error set: it ran and failed; the statements stay buffered (as
+    after a failed flush()). Otherwise it committed: `key` is what aflush()
+    returned or would have returned."""
+
+    ran: bool
+    key: str | None = None
+    error: BaseException | None = None
+
+    @property
+    def committed(self) -> bool:
+        """Every statement buffered when it ran is durable."""
+        return self.ran and self.error is None
+
+
+def start_threads(pool: concurrent.futures.ThreadPoolExecutor, workers: int) -> None:
+    """Have `pool` start all its `workers` threads now: each holds a task
+    until all are running, so none is reused before the next is started."""
+    barrier = threading.Barrier(workers + 1)
+    for _ in range(workers):
+        pool.submit(barrier.wait, 30)
+    with contextlib.suppress(threading.BrokenBarrierError):
+        barrier.wait(30)
