@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import durable_obj  # noqa: E402
-from durable_obj import ops  # noqa: E402
+from durable_obj.core import ops  # noqa: E402
 
 DDL = "CREATE TABLE m (id UInt64, v String) ENGINE = MergeTree ORDER BY id"
 

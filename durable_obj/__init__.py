@@ -15,6 +15,7 @@ replaced only by compare-and-swap, with a fenced single-writer lease.
 
 from durable_obj import errors
 from durable_obj.aio import AsyncDurableObject, aopen
+from durable_obj.core.object import DurableObject, Result
 from durable_obj.errors import (
     BackendError,
     ClassificationRefused,
@@ -39,9 +40,8 @@ from durable_obj.errors import (
     UnsupportedStore,
 )
 from durable_obj.gate.bounds import Bounds
-from durable_obj.namespace import Namespace, export, fork, open
-from durable_obj.object import DurableObject, Result
-from durable_obj.pool import Pool
+from durable_obj.service.namespace import Namespace, export, fork, open
+from durable_obj.service.pool import Pool
 
 __version__ = "0.1.0"
 

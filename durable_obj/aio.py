@@ -67,14 +67,14 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from durable_obj import engine
+from durable_obj.core.object import DurableObject, Result
+from durable_obj.core.queries import Params
+from durable_obj.core.units import Batch, Statement, collect, collecting, plan
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
-from durable_obj.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
-from durable_obj.namespace import open as _open_sync
-from durable_obj.object import DurableObject, Result
-from durable_obj.queries import Params
-from durable_obj.units import Batch, Statement, collect, collecting, plan
+from durable_obj.replica import engine
+from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
+from durable_obj.service.namespace import open as _open_sync
 
 __all__ = [
     "IO_WORKERS",

@@ -19,7 +19,7 @@ Values of storage options whose key names a credential (secret, key, token,
 password, credential, connection_string) are replaced by `***` wherever they
 would appear in the output.
 
-The commands use only the public API (`Namespace`, `durable_obj.ops`).
+The commands use only the public API (`Namespace`, `durable_obj.core.ops`).
 Layout: `app` (the command group, failure and warning handling), `read`
 (ls, info, verify, sql), `write` (exec), `admin` (checkpoint, gc, fork,
 release), `exporting` (export), `history` (history, and --at for sql and

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from durable_obj import Namespace, ops
+from durable_obj import Namespace
 from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
@@ -14,7 +14,8 @@ from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import reclaim_option, session, storage_options, to_options
 from durable_obj.cli.write import default_owner
-from durable_obj.namespace import split_destination
+from durable_obj.core import ops
+from durable_obj.service.namespace import split_destination
 
 
 @cli.command("checkpoint")

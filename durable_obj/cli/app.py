@@ -13,7 +13,7 @@ import click
 
 from durable_obj.cli.failures import PASS_THROUGH, cli_words, convert, one_line
 from durable_obj.cli.session import Session, session
-from durable_obj.namespace import check_oid, split_object_url
+from durable_obj.service.namespace import check_oid, split_object_url
 
 #: Warnings meant for the user; any other category goes back to the warnings
 #: machinery (it is meant for developers).

@@ -17,12 +17,13 @@ from typing import Any
 
 import click
 
-from durable_obj import DurableObject, Namespace, ops
+from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import session, storage_options, to_options
-from durable_obj.namespace import check_oid
+from durable_obj.core import ops
+from durable_obj.service.namespace import check_oid
 
 #: namespace export: format -> (engine format of the first object, of the others)
 _TEXT_FORMATS = {"csv": ("CSVWithNames", "CSV"), "jsonl": ("JSONEachRow", "JSONEachRow")}

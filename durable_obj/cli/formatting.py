@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from durable_obj.ops import GcWaiting, ObjectInfo
+from durable_obj.core.ops import GcWaiting, ObjectInfo
 
 
 def clock() -> float:

@@ -12,10 +12,10 @@ import click
 from rich.table import Table
 
 from durable_obj import Namespace
-from durable_obj import history as histories
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.session import session, storage_options
+from durable_obj.core import history as histories
 
 F = TypeVar("F", bound=Callable[..., Any])
 

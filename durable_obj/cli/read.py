@@ -9,13 +9,14 @@ from typing import Any
 import click
 from rich.table import Table
 
-from durable_obj import Namespace, ops
+from durable_obj import Namespace
 from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import query_params, session, storage_options
+from durable_obj.core import ops
 from durable_obj.errors import BackendError
 
 #: How a store says that the bucket (container) of a namespace does not exist.

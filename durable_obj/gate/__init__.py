@@ -18,7 +18,7 @@ checks, in one straight line (the order is drawn in `pipeline`).
     replay       a verified WAL onto the engine, gated, batched where exact
     sql          the lexer: used only on text the engine vouched for
 
-May import: `durable_obj.errors`, each other, and `durable_obj.engine` for
+May import: `durable_obj.errors`, each other, and `durable_obj.replica.engine` for
 types only (an `Engine` is passed in). The engine imports back only the pure
 parts: `sql` (quoting), `isolation.Scope` (name mapping), `bounds` (data).
 """

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from durable_obj.errors import ClassificationRefused, SecretRefused
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Analysis
+    from durable_obj.replica.engine import Analysis
 
 
 def check_read(analysis: Analysis, syntax: str) -> None:

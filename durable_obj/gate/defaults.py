@@ -40,7 +40,7 @@ from durable_obj.gate.sql import (
 )
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 _KINDS = ("DEFAULT", "MATERIALIZED", "ALIAS")
 

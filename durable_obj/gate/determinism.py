@@ -51,7 +51,7 @@ from durable_obj.gate.sql import (
 )
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: Non-deterministic per the engine, but replaying identically inside an
 #: object: the database is pinned, the time zone is pinned, and the rest only

@@ -38,7 +38,7 @@ from durable_obj.gate.sql import (
 )
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: The zone every pinned DateTime is written in.
 WIRE_ZONE = "UTC"

@@ -38,7 +38,7 @@ from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: First words of a statement meant as a query.
 _QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})

@@ -39,7 +39,7 @@ from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
 from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: Table engines whose data lives in the object's own database.
 ALLOWED_ENGINES = frozenset(

@@ -38,7 +38,7 @@ from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: Printable ASCII but the characters that open a quoted token, a comment, a
 #: heredoc or an escape (' " ` # $ \ and the - and / of -- and /*), and ASCII

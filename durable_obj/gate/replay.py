@@ -20,7 +20,7 @@ from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import insert_shape, is_insert, split_rows, tokenize_head
 
 if TYPE_CHECKING:
-    from durable_obj.engine import Engine
+    from durable_obj.replica.engine import Engine
 
 #: Engines where one INSERT of rows A+B equals INSERT A then INSERT B.
 BATCHABLE_ENGINES = frozenset({"MergeTree", "Log", "TinyLog", "StripeLog", "Memory"})

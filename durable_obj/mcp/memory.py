@@ -21,6 +21,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from durable_obj import Bounds
 from durable_obj.aio import AsyncDurableObject
+from durable_obj.core.object import DurableObject
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.mcp.limits import (
     Embedder,
@@ -31,7 +32,6 @@ from durable_obj.mcp.limits import (
     _check_page,
     _check_tags,
 )
-from durable_obj.object import DurableObject
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 

@@ -16,11 +16,11 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
 
 from durable_obj.aio import AsyncDurableObject
+from durable_obj.core.object import DurableObject
 from durable_obj.errors import DurableError, LeaseHeld
 from durable_obj.mcp.limits import Embedder, Limits
 from durable_obj.mcp.memory import MemoryServer
-from durable_obj.namespace import open as open_object
-from durable_obj.object import DurableObject
+from durable_obj.service.namespace import open as open_object
 
 log = logging.getLogger("durable_obj")
 

@@ -31,7 +31,7 @@ from durable_obj.errors import BackendError
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
-    from durable_obj.growing import GrowingFile
+    from durable_obj.stores.growing import GrowingFile
 
 A = TypeVar("A")
 R = TypeVar("R")

@@ -63,7 +63,7 @@ from durable_obj.stores.shared import check_options
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
 
-    from durable_obj.growing import GrowingFile
+    from durable_obj.stores.growing import GrowingFile
 
 _CHUNK = 4 * 1024 * 1024
 #: Files this store (or chdb.durable's local backend) keeps beside keys.

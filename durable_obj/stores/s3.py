@@ -36,7 +36,6 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.growing import GrowingFile, SourceFailed
 from durable_obj.stores import s3reads, s3writes
 from durable_obj.stores.base import (
     Blob,
@@ -44,6 +43,7 @@ from durable_obj.stores.base import (
     Version,
 )
 from durable_obj.stores.cloud import CloudStore
+from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
 from durable_obj.stores.s3reads import Credentials
 

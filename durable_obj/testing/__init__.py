@@ -8,7 +8,7 @@
 
 from __future__ import annotations
 
-from durable_obj.object import DurableObject
+from durable_obj.core.object import DurableObject
 from durable_obj.testing.faulty import Fault, FaultyStore, SimulatedCrash
 
 

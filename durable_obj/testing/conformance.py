@@ -206,7 +206,7 @@ class StoreTests:
     def test_adopt_growing_file(self, store: Store, tmp_path: Any, size: int) -> None:
         # A file its producer still writes (a BACKUP archive) lands whole,
         # once complete; past 16 MiB an S3 store sends it in parts as it grows.
-        from durable_obj.growing import GrowingFile
+        from durable_obj.stores.growing import GrowingFile
 
         data = os.urandom(size)
         sha = hashlib.sha256(data).hexdigest()
@@ -232,7 +232,7 @@ class StoreTests:
 
     def test_adopt_growing_file_whose_producer_fails(self, store: Store, tmp_path: Any) -> None:
         # A BACKUP that fails midway creates nothing, at any size.
-        from durable_obj.growing import GrowingFile, SourceFailed
+        from durable_obj.stores.growing import GrowingFile, SourceFailed
 
         path = os.path.join(str(tmp_path), "failing.tar")
         source = GrowingFile(path)

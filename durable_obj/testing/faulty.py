@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
     from fsspec.callbacks import Callback
 
-    from durable_obj.growing import GrowingFile
+    from durable_obj.stores.growing import GrowingFile
 
 T = TypeVar("T")
 

@@ -22,11 +22,11 @@ import pytest
 
 import durable_obj
 from durable_obj import errors
-from durable_obj import lease as leases
-from durable_obj.head import Lease
-from durable_obj.options import Options
+from durable_obj.core.options import Options
 from durable_obj.stores import open_store
 from durable_obj.testing import abandon
+from durable_obj.wire import lease as leases
+from durable_obj.wire.head import Lease
 from tests.integration import _proc
 
 DDL = "CREATE TABLE m (k String, v UInt32) ENGINE = MergeTree ORDER BY k"

@@ -24,8 +24,8 @@ from hypothesis import strategies as st
 
 import durable_obj
 import durable_obj.errors
-from durable_obj.engine import acquire
 from durable_obj.gate.reading import engine_text
+from durable_obj.replica.engine import acquire
 from tests.integration import replay_child
 
 SCHEMA = [

@@ -12,10 +12,11 @@ import pytest
 from fsspec.callbacks import Callback
 
 import durable_obj
-from durable_obj import errors, ops
-from durable_obj.namespace import split_destination
-from durable_obj.protocol import head_key
+from durable_obj import errors
+from durable_obj.core import ops
+from durable_obj.service.namespace import split_destination
 from durable_obj.stores import open_store
+from durable_obj.wire.protocol import head_key
 from tests import servers
 
 loopback_only_env = servers.loopback_only_env

@@ -20,9 +20,9 @@ import pytest
 
 import durable_obj
 from durable_obj import Bounds, errors
-from durable_obj.engine import acquire
+from durable_obj.core.object import DurableObject
 from durable_obj.gate.replay import gated
-from durable_obj.object import DurableObject
+from durable_obj.replica.engine import acquire
 
 SECRET = "SECRET-25b1"
 #: The nested-comment prefix the issue found: the old lexer saw one string

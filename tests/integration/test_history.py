@@ -14,21 +14,22 @@ from typing import Any
 import pytest
 
 import durable_obj
-import durable_obj.object
-from durable_obj import errors, ops
-from durable_obj import history as histories
-from durable_obj import lease as leases
-from durable_obj.head import Head
+import durable_obj.core.object
+from durable_obj import errors
+from durable_obj.core import history as histories
+from durable_obj.core import ops
 from durable_obj.stores.base import Store
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash, abandon
+from durable_obj.wire import lease as leases
+from durable_obj.wire.head import Head
 
 DDL = "CREATE TABLE t (id UInt32, v UInt32) ENGINE = MergeTree ORDER BY id"
 DAY = 24 * 3600.0
 
 
 class FrozenClock:
-    """The wall clock durable_obj.object (leases, commit stamps, at=) sees."""
+    """The wall clock durable_obj.core.object (leases, commit stamps, at=) sees."""
 
     def __init__(self) -> None:
         self.now = 1_800_000_000.0
@@ -43,7 +44,7 @@ class FrozenClock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrozenClock]:
     c = FrozenClock()
-    monkeypatch.setattr(durable_obj.object, "time", c)
+    monkeypatch.setattr(durable_obj.core.object, "time", c)
     yield c
 
 

@@ -12,11 +12,11 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 import durable_obj
-import durable_obj.object
-from durable_obj import history as histories
-from durable_obj import ops
-from durable_obj.head import EXTENSION, Head
+import durable_obj.core.object
+from durable_obj.core import history as histories
+from durable_obj.core import ops
 from durable_obj.stores.memory import MemoryStore
+from durable_obj.wire.head import EXTENSION, Head
 from tests.integration.test_history import DDL, FrozenClock
 
 #: Sub-microsecond parts (the float grid at 1.8e9 s is ~0.24 us): the first
@@ -27,7 +27,7 @@ FRACTIONS = [4.7e-7, 2.4e-7, 9.6e-7, 0.0, 0.5]
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[FrozenClock]:
     c = FrozenClock()
-    monkeypatch.setattr(durable_obj.object, "time", c)
+    monkeypatch.setattr(durable_obj.core.object, "time", c)
     yield c
 
 

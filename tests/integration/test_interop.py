@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 import durable_obj
-from durable_obj import ops
+from durable_obj.core import ops
 from durable_obj.stores import open_store
 from tests.integration import _proc
 

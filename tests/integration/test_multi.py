@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import pytest
 
 import durable_obj
-from durable_obj import heartbeat
+from durable_obj.core import heartbeat
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import FaultyStore
 

@@ -14,9 +14,9 @@ import pytest
 
 import durable_obj
 from durable_obj import errors
-from durable_obj.protocol import MAX_SQL_BYTES
 from durable_obj.stores import open_store
 from durable_obj.testing import abandon
+from durable_obj.wire.protocol import MAX_SQL_BYTES
 
 DDL = "CREATE TABLE m (k String, v UInt32) ENGINE = MergeTree ORDER BY k"
 

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import durable_obj
-from durable_obj import errors, ops
+from durable_obj import errors
+from durable_obj.core import ops
 from durable_obj.stores import open_store
 from durable_obj.testing import FaultyStore
 

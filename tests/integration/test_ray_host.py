@@ -25,7 +25,7 @@ from durable_obj import (
     MissingDependency,
     Namespace,
 )
-from durable_obj.commit import HeadWriter
+from durable_obj.core.commit import HeadWriter
 from durable_obj.ray import Hosts, ObjectHost, _ray, shard_of
 
 DDL = "CREATE TABLE t (k UInt32) ENGINE = MergeTree ORDER BY k"

@@ -18,8 +18,8 @@ import pytest
 
 import durable_obj
 from durable_obj import DurableError, EngineError, InvalidArgument
-from durable_obj.object import DurableObject
-from durable_obj.protocol import object_key
+from durable_obj.core.object import DurableObject
+from durable_obj.wire.protocol import object_key
 
 DDL = (
     "CREATE TABLE m (id UInt32, v String) ENGINE = MergeTree ORDER BY id",
@@ -119,7 +119,7 @@ def test_another_threads_execute_is_not_part_of_a_batch(obj: DurableObject) -> N
 def test_a_diverged_copy_is_rebuilt_or_refused_while_flush_still_commits(
     obj: DurableObject, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import durable_obj.units as units
+    import durable_obj.core.units as units
 
     obj.execute("INSERT INTO m VALUES (5, 'kept')")
 

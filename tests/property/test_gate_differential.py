@@ -24,11 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durable_obj.engine import Engine, acquire
 from durable_obj.errors import ClassificationRefused, EngineError
 from durable_obj.gate import reach
 from durable_obj.gate.reading import engine_text, is_plain
 from durable_obj.gate.sql import find_calls, tokenize
+from durable_obj.replica.engine import Engine, acquire
 
 STATS = {"statements": 0, "refused": 0, "plain": 0, "canonical": 0}
 

@@ -26,10 +26,10 @@ from hypothesis import strategies as st
 
 import durable_obj
 from durable_obj import errors
-from durable_obj.head import Head
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import FaultyStore
+from durable_obj.wire.head import Head
 
 ALLOWED = {"corrupt", "protocol_unsupported", "limit_exceeded", "engine_incompatible"}
 STATS = {"heads": 0, "segments": 0, "opened": 0, "refused": 0}

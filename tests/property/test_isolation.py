@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 import durable_obj
 from durable_obj import errors
-from durable_obj.object import DurableObject
+from durable_obj.core.object import DurableObject
 
 SECRET = "SECRET-7f3a"
 REFUSED = (errors.ClassificationRefused, errors.Nondeterministic)

@@ -38,11 +38,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 import durable_obj
 from durable_obj import errors
-from durable_obj.engine import Engine
 from durable_obj.gate.isolation import RESERVED_PREFIX
-from durable_obj.head import Head
+from durable_obj.replica.engine import Engine
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash, abandon
+from durable_obj.wire.head import Head
 from tests.property.test_stateful_faults import DDL, State, Stmt, apply, sql_of, table
 
 #: Long enough that no lease runs out within a sequence on the real clock:

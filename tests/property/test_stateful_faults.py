@@ -57,15 +57,16 @@ from hypothesis.stateful import (
 )
 
 import durable_obj
-import durable_obj.object
-from durable_obj import errors, ops
-from durable_obj import lease as leases
-from durable_obj.head import Head, ObjectRef
+import durable_obj.core.object
+from durable_obj import errors
+from durable_obj.core import ops
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash, abandon
+from durable_obj.wire import lease as leases
+from durable_obj.wire.head import Head, ObjectRef
 
 DDL = "CREATE TABLE t (id UInt32, v UInt32) ENGINE = MergeTree ORDER BY id"
 HEAD = "o/head.json"
@@ -144,7 +145,7 @@ def table(obj: durable_obj.DurableObject) -> list[tuple[int, int]]:
 
 
 class FrozenClock:
-    """What durable_obj.object sees as its `time` module: the wall clock is
+    """What durable_obj.core.object sees as its `time` module: the wall clock is
     frozen and moves only when the machine says; monotonic time and sleep are
     real (commit deadlines and backoff)."""
 
@@ -167,7 +168,7 @@ class DurableMachine(RuleBasedStateMachine):
         STATS["sequences"] += 1
         self.clock = FrozenClock()
         self.patch = pytest.MonkeyPatch()
-        self.patch.setattr(durable_obj.object, "time", self.clock)
+        self.patch.setattr(durable_obj.core.object, "time", self.clock)
         self.inner = self.make_inner()
         self.obj: durable_obj.DurableObject | None = None
         #: the state every acknowledged statement leads to ...

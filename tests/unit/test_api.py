@@ -6,8 +6,8 @@ import pytest
 
 import durable_obj
 from durable_obj import errors
-from durable_obj.namespace import check_oid, split_object_url
-from durable_obj.options import Options, make_options
+from durable_obj.core.options import Options, make_options
+from durable_obj.service.namespace import check_oid, split_object_url
 
 
 def test_all_is_pinned() -> None:

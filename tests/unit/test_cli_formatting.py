@@ -9,8 +9,8 @@ from typing import Any
 from rich.console import Console
 
 from durable_obj.cli import formatting as fmt
-from durable_obj.head import Head
-from durable_obj.ops import GcWaiting, ObjectInfo
+from durable_obj.core.ops import GcWaiting, ObjectInfo
+from durable_obj.wire.head import Head
 
 NOW = 1_000_000.0
 SHA = "0" * 64

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from durable_obj import ops
+from durable_obj.core import ops
 from durable_obj.errors import Corrupt, InvalidArgument, NotFound
 from durable_obj.stores import open_store
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from durable_obj import lease
 from durable_obj.cli.failures import cli_words, convert
 from durable_obj.errors import LeaseHeld
-from durable_obj.head import Lease
+from durable_obj.wire import lease
+from durable_obj.wire.head import Lease
 
 PACKAGE = Path(__file__).resolve().parents[2] / "durable_obj"
 

@@ -20,15 +20,16 @@ from typing import Any
 import pytest
 
 import durable_obj
-from durable_obj import errors, ops
-from durable_obj import lease as leases
-from durable_obj.commit import HeadWriter
-from durable_obj.digest import bytes_digest
-from durable_obj.growing import GrowingFile, SourceFailed
-from durable_obj.head import Head, Lease, ObjectRef
+from durable_obj import errors
+from durable_obj.core import ops
+from durable_obj.core.commit import HeadWriter
 from durable_obj.stores.base import Store, Version
+from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, abandon
+from durable_obj.wire import lease as leases
+from durable_obj.wire.digest import bytes_digest
+from durable_obj.wire.head import Head, Lease, ObjectRef
 
 DDL = "CREATE TABLE m (k UInt32) ENGINE = MergeTree ORDER BY k"
 DEADLINE = 0.2

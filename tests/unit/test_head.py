@@ -11,8 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from durable_obj.errors import Corrupt, LimitExceeded
-from durable_obj.head import Head, Lease
-from durable_obj.protocol import (
+from durable_obj.wire.head import Head, Lease
+from durable_obj.wire.protocol import (
     MAX_HEAD_BYTES,
     MAX_SAFE_INT,
     head_key,
@@ -81,7 +81,7 @@ def test_serializing_leaves_the_head_alone_and_writes_text_as_it_is() -> None:
 
 
 def test_release_keeps_generation_and_extras() -> None:
-    from durable_obj import lease as leases
+    from durable_obj.wire import lease as leases
 
     doc = valid_doc()
     doc["lease"]["l_extra"] = 1

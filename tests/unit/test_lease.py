@@ -2,9 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from durable_obj import lease as leases
 from durable_obj.errors import LeaseHeld
-from durable_obj.head import Lease
+from durable_obj.wire import lease as leases
+from durable_obj.wire.head import Lease
 
 ME = leases.Holder("me", "i-me")
 OTHER = leases.Holder("other", "i-other")

@@ -9,8 +9,6 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from durable_obj import engine as engine_mod
-from durable_obj.engine import Engine
 from durable_obj.gate.sql import (
     depth_zero,
     evaluated_from,
@@ -29,6 +27,8 @@ from durable_obj.gate.sql import (
     typed_literal,
     without_format,
 )
+from durable_obj.replica import engine as engine_mod
+from durable_obj.replica.engine import Engine
 
 
 @pytest.fixture(scope="module")

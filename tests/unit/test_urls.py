@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import durable_obj
 from durable_obj.errors import InvalidArgument
-from durable_obj.namespace import split_object_url
+from durable_obj.service.namespace import split_object_url
 from durable_obj.stores import open_store, split_url
 from durable_obj.stores.file import FileStore
 
@@ -197,7 +197,7 @@ def test_any_encoded_path_decodes_as_chdb_durable_does(segments: list[str]) -> N
 
 def test_the_zone_warning_only_when_the_engine_zone_really_differs() -> None:
     """Issue 26: TZ=Etc/UTC warned that the engine's zone "is Etc/UTC, not UTC"."""
-    from durable_obj.engine import _is_utc
+    from durable_obj.replica.engine import _is_utc
 
     for same in ("UTC", "Etc/UTC", "Etc/UCT", "GMT", "Etc/GMT+0", "Zulu", "Universal"):
         assert _is_utc(same), same

@@ -7,8 +7,8 @@ import tarfile
 import time
 from pathlib import Path
 
-from durable_obj.growing import GrowingFile
-from durable_obj.v1base import NEW_CHECKSUM, DefaultBase, rewrite_file
+from durable_obj.stores.growing import GrowingFile
+from durable_obj.wire.v1base import NEW_CHECKSUM, DefaultBase, rewrite_file
 
 OURS = b"CREATE DATABASE default UUID '3a8512dc-0b7d-4d89-8aee-812ec979c541' ENGINE = Atomic"
 INDEX = (

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from durable_obj.errors import Corrupt, LimitExceeded
-from durable_obj.protocol import MAX_SQL_BYTES, MAX_WAL_SEGMENT_BYTES
-from durable_obj.wal import WalBuffer, encode_statement, parse_segment
+from durable_obj.wire.protocol import MAX_SQL_BYTES, MAX_WAL_SEGMENT_BYTES
+from durable_obj.wire.wal import WalBuffer, encode_statement, parse_segment
 
 
 def test_roundtrip_unicode_and_newlines() -> None:

@@ -1,0 +1,20 @@
+"""One durable object: its state machine, from open to close.
+
+    object     DurableObject: execute, query, flush, checkpoint, close
+    opening    one attempt at open(): head, restore, lease
+    commit     a flush or a checkpoint as a head CAS, fenced by generation
+    pending    what was executed and not yet durable, and who is owed an answer
+    group      group commit: concurrent flushes share one commit in flight
+    units      units of work: write(), batch(); whole or not at all
+    rebuild    a writer's copy rebuilt from its committed state and buffer
+    surface    identity, state, and the gates every call passes
+    queries    the reads: local, nothing logged
+    heartbeat  one scheduler renews every writer's lease, runs auto-flush
+    history    time travel: restorable points and their manifests
+    options    every option of an object, with its default
+    ops        list, describe, verify, gc, release: on a store, no object open
+    unclosed   objects left open, warned about and closed
+
+May import: `durable_obj.errors`, `wire`, `stores`, `gate`, `replica` and
+each other; never `service` or a face above it.
+"""

@@ -1,0 +1,556 @@
+"""Every write of a head.json, and the one read-back that settles it.
+
+The head is the only key ever replaced, and it is written only here: `create`
+(a new object, a fork), `take` (a writer's lease CAS), `commit` (renew or
+release the lease, with a new segment or base or none), `release_any` (an
+administrator's), `release_after_failed_open` (one best-effort attempt).
+`publish` creates the immutable keys a head names (and the history file a
+checkpoint writes first, `history.py`).
+
+A write whose answer is lost (timeout, 5xx, lost connection, S3 409: the store
+raises `StoreAmbiguous`) or whose precondition failed (a race lost, or our own
+write met again by a client's resend) is settled one way, in
+`_write`: read the head back. The write counts only if the head read back is
+the one we wrote: the same lease (our instance, our generation, the expiry we
+wrote) and manifest (our unique key at our seq). Anything else goes by the
+write's own rule: write again (the head is still ours, or unchanged: only the
+token moved), a settled outcome, or lost (another's head: a lost race, or for
+a writer the fence), until the commit deadline; after it an unproven outcome
+is `CommitAmbiguous`, never success. An immutable key is settled by reading it
+back and comparing size and SHA-256. `StoreAmbiguous` never leaves here.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+from durable_obj.core.history import archive_of
+from durable_obj.errors import (
+    BackendError,
+    CommitAmbiguous,
+    DurableError,
+    LeaseFenced,
+    LeaseHeld,
+    NotFound,
+    StoreAmbiguous,
+)
+from durable_obj.wire import lease as leases
+from durable_obj.wire.digest import BackgroundDigest, bytes_digest, file_digest, verify
+from durable_obj.wire.head import RETENTION, Head, Lease, ObjectRef, stamp
+from durable_obj.wire.protocol import (
+    BACKUP_FORMAT,
+    COMMIT_BACKOFF_BASE,
+    COMMIT_BACKOFF_MAX,
+    DEFAULT_COMMIT_DEADLINE,
+    DEFAULT_LEASE_TTL,
+    DEFAULT_TIMEZONE,
+    head_key,
+    mint_wal_key,
+    object_key,
+)
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.stores.base import Store, Version
+    from durable_obj.stores.growing import GrowingFile
+
+log = logging.getLogger("durable_obj")
+
+
+class Clock(Protocol):
+    """The wall clock (lease expiry), the monotonic clock (deadlines) and sleep
+    (backoff). The `time` module is one; a test passes a frozen one."""
+
+    def time(self) -> float: ...
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float, /) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """A head as stored, and the token that replaces exactly it."""
+
+    head: Head
+    version: Version
+
+
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """A lease taken, and whether that was a forced takeover of a live holder."""
+
+    lease: Lease
+    forced: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Again:
+    """Write again, replacing `version` (None: create again)."""
+
+    version: Version | None
+
+
+#: What a write's rule makes of a head read back that is not the one written:
+#: write again, a settled outcome, or None (lost: someone else's head).
+_Verdict = _Again | Stored | None
+
+
+def _is_ours(current: Head, written: Head) -> bool:
+    """Our write, or an equivalent earlier one of ours, is what is stored: the
+    same lease (instance, generation, expiry) and manifest (our key, our seq)."""
+    return current.lease == written.lease and current.manifest == written.manifest
+
+
+class HeadWriter:
+    """The head of one object as this process last proved it stored, and
+    every write of it (module docstring).
+
+    `holder` is the writer's identity (None for an administrator or a fork,
+    who hold no lease). `head` and `version` are what the last proven write
+    (or read) left; `expires_at` is the expiry of the lease last committed;
+    `fenced` says this writer must never commit again.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        oid: str,
+        *,
+        holder: leases.Holder | None = None,
+        clock: Clock = time,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        commit_deadline: float = DEFAULT_COMMIT_DEADLINE,
+        retention: float = 0.0,
+    ) -> None:
+        self.store = store
+        self.retention = retention  # time travel: recorded in our heads; > 0 archives
+        self.oid = oid
+        self.url = f"{store.url.rstrip('/')}/{oid}"
+        self.holder = holder
+        self.clock = clock
+        self.lease_ttl = lease_ttl
+        self.commit_deadline = commit_deadline
+        self.head: Head | None = None
+        self.version: Version | None = None
+        self.expires_at = 0.0
+        #: The head as read before `take` replaced it: what a failed open puts back.
+        self.taken_from: Head | None = None
+        #: Lost the lease (a commit found another holder), or gave up on it
+        #: (the writer could not renew in time): nothing more is committed.
+        self.fenced = False
+        self._key = head_key(oid)
+
+    # -- reads ------------------------------------------------------------------
+    def read(self) -> Stored | None:
+        """The head as stored now, or None when there is none."""
+        blob = self.store.get(self._key)
+        return None if blob is None else Stored(Head.parse(blob.data), blob.version)
+
+    def adopt(self, stored: Stored) -> None:
+        """Hold `stored` as the current head (a read-only open writes nothing)."""
+        self.head, self.version = stored.head, stored.version
+
+    def forget(self) -> None:
+        self.head = self.version = self.taken_from = None
+        self.expires_at = 0.0
+
+    def _proven(self, written: Stored) -> None:
+        self.head, self.version = written.head, written.version
+        self.expires_at = leases.expiry(written.head.lease)
+
+    # -- head writes --------------------------------------------------------------
+    def create(self, head: Head) -> bool:
+        """Create the head where there is none. False: another head is there
+        (a lost race); nothing of ours was written."""
+
+        def judge(current: Head | None, version: Version | None) -> _Verdict:
+            # Nothing there: our create did not land. Someone else's: lost.
+            return _Again(None) if current is None else None
+
+        written = self._write(
+            lambda: head,
+            None,
+            judge,
+            what="creating the head",
+            unsettled="Open (or fork) again: that shows whether it exists.",
+            failed="nothing was written",
+        )
+        if written is None:
+            return False
+        self._proven(written)
+        return True
+
+    def create_cold(
+        self, *, db: str, engine_version: str, timezone: str, description: str | None = None
+    ) -> bool:
+        """Create a new object: its first head, leased to us at generation 1,
+        with its description if any. False: another head is there (a lost race)."""
+        assert self.holder is not None
+        head = Head.cold(
+            db=db,
+            engine_version=engine_version,
+            lease=leases.cold(self.holder, self.clock.time(), self.lease_ttl),
+        )
+        head.set_timezone(timezone)
+        head.set_description(description)
+        head.set_extension(RETENTION, self.retention)
+        return self.create(head)
+
+    def take(
+        self, read: Stored, *, force: bool, clock_skew: float, engine_version: str
+    ) -> Taken | None:
+        """Take the lease of the head as `read`: `lease.acquire` (`LeaseHeld`
+        if another writer holds it and not `force`), then compare-and-swap.
+        None: the head moved or went since it was read, and is not held by
+        someone else now (start over)."""
+        assert self.holder is not None
+        head = read.head
+        taken, forced = leases.acquire(
+            head.lease,
+            self.holder,
+            self.clock.time(),
+            self.lease_ttl,
+            clock_skew=clock_skew,
+            force=force,
+        )
+        desired = head.model_copy(deep=True)
+        desired.lease = taken
+        if not desired.records_timezone:
+            # Replay of a head without one runs in UTC; say so from now on.
+            desired.set_timezone(DEFAULT_TIMEZONE)
+        desired.engine.version = engine_version
+        desired.set_extension(RETENTION, self.retention)
+
+        def judge(current: Head | None, version: Version | None) -> _Verdict:
+            # Unchanged since we read it: our write did not land. Else: lost.
+            return _Again(read.version) if current is not None and version == read.version else None
+
+        written = self._write(
+            lambda: desired,
+            read.version,
+            judge,
+            what="taking the lease",
+            unsettled=(
+                "If it landed, the lease is held by this failed open until it expires "
+                "(lease_ttl); nothing else was changed."
+            ),
+            failed="nothing was changed",
+        )
+        if written is None:
+            # Lost the race: refuse if someone now holds it, else start over.
+            current = self.read()
+            if current is not None and not force:
+                leases.check_free(
+                    current.head.lease, self.holder, self.clock.time(), clock_skew=clock_skew
+                )
+            return None
+        self._proven(written)
+        self.taken_from = head
+        return Taken(lease=taken, forced=forced)
+
+    def commit(self, *, release: bool = False) -> None:
+        """Write `self.head` over `self.version` with the lease renewed (or
+        released), and prove it landed. Another instance or generation in the
+        head read back is the fence: `LeaseFenced`, for good."""
+        head, version = self.head, self.version
+        assert head is not None and version is not None and self.holder is not None
+        holder, generation = self.holder, head.lease.generation
+
+        def make() -> Head:
+            lease = head.lease
+            head.lease = (
+                leases.release(lease)
+                if release
+                else leases.renew(lease, self.clock.time(), self.lease_ttl)
+            )
+            return head
+
+        def judge(current: Head | None, version: Version | None) -> _Verdict:
+            if current is None or not leases.owns(current.lease, holder, generation):
+                self._fence(current)
+            # Still ours at another token: an earlier write of ours moved it.
+            self.version = version
+            return _Again(version)
+
+        written = self._write(
+            make,
+            version,
+            judge,
+            what="the head commit",
+            unsettled="The statements stay buffered; the next open shows whether they were "
+            "committed.",
+            failed="nothing was committed and the statements stay buffered",
+        )
+        assert written is not None  # judge never answers "lost": it fences
+        self._proven(written)
+
+    def _fence(self, current: Head | None) -> None:
+        self.fenced = True
+        what = leases.describe(None if current is None else current.lease)
+        log.warning("%s: fenced; %s", self.url, what)
+        raise LeaseFenced(
+            f"{self.url}: this writer lost its lease ({what}); this commit was refused and "
+            "nothing more from this writer will be committed. Unflushed statements are lost; "
+            "reopen to continue from the last flushed state."
+        )
+
+    def release_any(self) -> Head:
+        """Release whoever holds the lease (administrative). Returns the head
+        as released; `LeaseHeld` if it changed meanwhile and is still held."""
+        read = self.read()
+        if read is None:
+            raise NotFound(f"no durable object {self.oid!r} in {self.store.url}")
+        if read.head.lease.released:
+            return read.head
+        desired = read.head.model_copy(deep=True)
+        desired.lease = leases.release(desired.lease)
+
+        def judge(current: Head | None, version: Version | None) -> _Verdict:
+            if current is None or version is None:
+                raise NotFound(f"{self.url} was deleted while releasing its lease")
+            if current.lease.released:
+                return Stored(current, version)  # released meanwhile: done
+            if version == read.version:
+                return _Again(version)  # unchanged: our write did not land
+            raise LeaseHeld(
+                f"the head of {self.oid!r} changed while releasing; nothing was changed"
+            )
+
+        written = self._write(
+            lambda: desired,
+            read.version,
+            judge,
+            what="releasing the lease",
+            unsettled="Run the release again; it is safe to repeat.",
+            failed="nothing was changed",
+        )
+        assert written is not None
+        return written.head
+
+    def release_after_failed_open(self) -> None:
+        """One attempt to put back the head as it was before a failed open
+        took the lease (not as the open rewrote it: engine version, time
+        zone), with the lease released. A failure is only logged: the lease
+        then runs out by itself."""
+        if self.head is None or self.version is None:
+            return
+        released = (self.taken_from or self.head).model_copy(deep=True)
+        released.lease = leases.release(self.head.lease)
+        try:
+            self.store.replace(self._key, released.to_bytes(), self.version)
+        except DurableError:
+            log.warning("%s: could not release the lease after a failed open", self.url)
+
+    def _write(
+        self,
+        make: Callable[[], Head],
+        version: Version | None,
+        judge: Callable[[Head | None, Version | None], _Verdict],
+        *,
+        what: str,
+        unsettled: str,
+        failed: str,
+    ) -> Stored | None:
+        """The one head write: create (version None) or compare-and-swap,
+        settled by reading back (module docstring). None: lost."""
+        deadline = self.clock.monotonic() + self.commit_deadline
+        ambiguous = False
+        attempt = 0
+        while True:
+            attempt += 1
+            head = make()
+            body = head.to_bytes()
+            new: Version | None = None
+            try:
+                if version is None:
+                    new = self.store.create(self._key, body)
+                else:
+                    new = self.store.replace(self._key, body, version)
+            except StoreAmbiguous:
+                ambiguous = True
+            if new is not None:
+                return Stored(head, new)
+            try:
+                blob = self.store.get(self._key)
+            except BackendError:
+                ambiguous = True  # cannot tell: write again, or run out of time
+            else:
+                if blob is None and version is None and not ambiguous:
+                    # The store refused the create (a head is there), yet the
+                    # read does not show it yet: another writer created the
+                    # object that moment. Its lease holds; nothing of ours landed.
+                    raise LeaseHeld(
+                        f"{self.url}: another writer created this object's head at the same "
+                        "moment (our create was refused; the store does not show its head "
+                        "yet), so its lease holds. Nothing was written; open again to see it."
+                    )
+                current = None if blob is None else Head.parse(blob.data)
+                if blob is not None and current is not None and _is_ours(current, head):
+                    return Stored(head, blob.version)
+                verdict = judge(current, None if blob is None else blob.version)
+                if verdict is None or isinstance(verdict, Stored):
+                    return verdict
+                version = verdict.version
+            if self.clock.monotonic() >= deadline:
+                if ambiguous:
+                    raise CommitAmbiguous(
+                        f"{self.url}: could not prove whether {what} landed after {attempt} "
+                        f"attempt(s): the outcome is indeterminate. {unsettled}"
+                    )
+                raise BackendError(
+                    f"{self.url}: {what} did not apply after {attempt} attempt(s); {failed}"
+                )
+            self.clock.sleep(min(COMMIT_BACKOFF_BASE * 2 ** (attempt - 1), COMMIT_BACKOFF_MAX))
+
+    # -- a writer's commits -------------------------------------------------------------
+    def commit_segment(self, payload: bytes, *, scratch: str | None) -> ObjectRef:
+        """Publish `payload` as the next WAL segment and commit it into the
+        head. On failure the manifest is as it was."""
+        head = self.head
+        assert head is not None
+        manifest = head.manifest
+        seq = manifest.seq + 1
+        size, sha256 = bytes_digest(payload)
+        ref = self._stamped(mint_wal_key(head.lease.generation, seq), size, sha256)
+        self.publish(
+            ref,
+            lambda key: self.store.create(key, payload),
+            scratch=scratch,
+            unsettled=" The statements stay buffered; retry flush().",
+        )
+        saved = (list(manifest.wal), manifest.seq)
+        manifest.wal = [*manifest.wal, ref]
+        manifest.seq = seq
+        try:
+            self.commit()
+        except BaseException:
+            manifest.wal, manifest.seq = saved
+            raise
+        return ref
+
+    def commit_base(
+        self,
+        key: str,
+        archive: GrowingFile,
+        *,
+        engine_version: str,
+        scratch: str | None,
+        progress: Callback | None = None,
+    ) -> ObjectRef:
+        """Publish `archive` (BACKUP by `engine_version`, which may still be
+        writing it) as the base `key`, minted for the next seq, and commit it
+        with an empty WAL. The file is given away: a store on its filesystem
+        moves it into place once complete. On failure the head is as it was;
+        a failed BACKUP is `SourceFailed` and nothing was created."""
+        head = self.head
+        assert head is not None and self.holder is not None
+        again = " The statements stay buffered; retry checkpoint()."
+        # Hashed while BACKUP writes it and the store takes it (fsync,
+        # upload): the ref exists once all three are done (growing.py).
+        digest = BackgroundDigest(archive.chunks())
+        try:
+            self._create(
+                key,
+                lambda key: self.store.adopt_growing(key, archive, digest.sha256, progress),
+                lambda: self._stamped(key, *digest.result()),
+                scratch=scratch,
+                unsettled=again,
+            )
+        finally:
+            digest.join()  # before the archive's descriptor closes, whatever the store did
+        ref = self._stamped(key, *digest.result())
+        # Archive the manifest a new base supersedes (proven committed, so an
+        # orphan of a failed commit is harmless: history.py); retention > 0.
+        archived = archive_of(head, self.retention, self.clock.time(), self.holder.owner)
+        if archived is not None:
+            body = archived[1]
+            self.publish(
+                archived[0], lambda k: self.store.create(k, body), scratch=scratch, unsettled=again
+            )
+        saved = head.model_copy(deep=True)
+        head.manifest.base = ref
+        head.manifest.wal = []
+        head.manifest.seq += 1
+        # This engine wrote the archive: it is now the oldest that reads it.
+        head.engine.version = engine_version
+        head.engine.min_reader = engine_version
+        head.engine.backup_format = BACKUP_FORMAT
+        try:
+            self.commit()
+        except BaseException:
+            saved.lease = head.lease
+            self.head = saved
+            raise
+        return ref
+
+    def _stamped(self, key: str, size: int, sha256: str) -> ObjectRef:
+        """A ref that says when and by whom it is committed (`history.py`)."""
+        assert self.holder is not None
+        ref = ObjectRef(key=key, size=size, sha256=sha256)
+        return stamp(ref, committed_at=self.clock.time(), owner=self.holder.owner)
+
+    # -- immutable keys ---------------------------------------------------------------
+    def publish(
+        self,
+        ref: ObjectRef,
+        create: Callable[[str], Version | None],
+        *,
+        scratch: str | None = None,
+        unsettled: str = "",
+    ) -> None:
+        """Create the uniquely named key `ref` with `create(namespace key)`;
+        settle a lost answer by reading it back (same size and SHA-256 means
+        it landed). `scratch`: where the read-back may download to."""
+        self._create(ref.key, create, lambda: ref, scratch=scratch, unsettled=unsettled)
+
+    def _create(
+        self,
+        name: str,
+        create: Callable[[str], Version | None],
+        ref: Callable[[], ObjectRef],
+        *,
+        scratch: str | None,
+        unsettled: str,
+    ) -> None:
+        """`publish` of the key `name`, whose ref (size, SHA-256) is asked
+        for only when a lost answer must be settled."""
+        key = object_key(self.oid, name)
+        try:
+            version = create(key)
+        except StoreAmbiguous as exc:
+            if not self._landed(key, ref(), scratch):
+                raise CommitAmbiguous(
+                    f"{self.url}: uploading {name} got no answer and it cannot be read "
+                    f"back: the upload is indeterminate. Nothing was committed.{unsettled}"
+                ) from exc
+            return
+        # "Already exists" of a key minted unique is our own write met again
+        # when the client resent the request after a dropped connection (the
+        # first one landed); anything else there is not ours.
+        if version is None and not self._landed(key, ref(), scratch):
+            raise BackendError(
+                f"{self.url}: {name} already exists, yet every key is minted unique; "
+                "something else writes under this object's prefix. Nothing was committed."
+            )
+
+    def _landed(self, key: str, ref: ObjectRef, scratch: str | None) -> bool:
+        probe = os.path.join(scratch or tempfile.gettempdir(), f"probe-{uuid.uuid4().hex}")
+        try:
+            if not self.store.download(key, probe):
+                return False
+            verify(*file_digest(probe), ref, "uploaded object")
+            return True
+        except DurableError:
+            return False
+        finally:
+            if os.path.exists(probe):
+                os.unlink(probe)

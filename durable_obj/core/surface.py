@@ -1,0 +1,155 @@
+"""What a durable object shows, and the gates every call passes: its
+identity and state as read-only properties, `Result`, and the checks that
+an object is open, or open for writing. The state machine that moves these
+states is `object.py`; this is only the surface it shows.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING
+
+from durable_obj.core import unclosed
+from durable_obj.errors import ClassificationRefused, Closed, DurableError, LeaseFenced
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.core.commit import HeadWriter
+    from durable_obj.core.heartbeat import Heartbeat
+    from durable_obj.core.options import Options
+    from durable_obj.core.pending import Pending
+    from durable_obj.replica.engine import Engine
+    from durable_obj.replica.local import LocalCopy
+    from durable_obj.wire.head import Head
+
+_NEW, _OPEN, _CLOSING, _CLOSED = "new", "open", "closing", "closed"
+
+
+class Result(str):
+    """A query's output: a `str`, with `.data()` for chdb.durable-style callers."""
+
+    def data(self) -> str:
+        return str(self)
+
+
+class Surface:
+    """The state of one durable object, as `DurableObject` keeps it."""
+
+    _oid: str
+    _opts: Options
+    _read_only: bool
+    _progress: Callback | None
+    _lock: threading.RLock
+    _state: str
+    _w: HeadWriter
+    _local: LocalCopy
+    _buf: Pending
+    _hb: Heartbeat | None
+    #: Why this writer accepts no more writes, once it is fenced.
+    _fence_note: str
+    _warned: bool
+
+    # -- introspection -------------------------------------------------------
+    @property
+    def oid(self) -> str:
+        return self._oid
+
+    @property
+    def url(self) -> str:
+        return self._w.url
+
+    @property
+    def db(self) -> str:
+        return self._opts.db if self._w.head is None else self._w.head.manifest.db
+
+    @property
+    def generation(self) -> int:
+        return 0 if self._w.head is None else self._w.head.lease.generation
+
+    @property
+    def seq(self) -> int:
+        return 0 if self._w.head is None else self._w.head.manifest.seq
+
+    @property
+    def pending(self) -> int:
+        """Statements executed here and not yet made durable by flush()."""
+        return len(self._buf)
+
+    @property
+    def fenced(self) -> bool:
+        return self._w.fenced
+
+    @property
+    def closed(self) -> bool:
+        return self._state == _CLOSED
+
+    @property
+    def read_only(self) -> bool:
+        return self._read_only
+
+    @property
+    def timezone(self) -> str:
+        """The object's session time zone: every statement runs and replays in it."""
+        return self._local.timezone
+
+    @property
+    def head(self) -> Head | None:
+        """A copy of the head as this object last read or wrote it."""
+        return None if self._w.head is None else self._w.head.model_copy(deep=True)
+
+    @property
+    def state(self) -> str:
+        """new, open, fenced (open for reads only: this writer lost its
+        lease), closing or closed."""
+        return "fenced" if self._state == _OPEN and self._w.fenced else self._state
+
+    def __repr__(self) -> str:
+        return (
+            f"DurableObject({self.url!r}, state={self.state}, generation={self.generation}, "
+            f"seq={self.seq}, pending={self.pending})"
+        )
+
+    def _require_open(self, *, engine: bool = True) -> Engine:
+        """The engine of an open object (lock held). A copy left diverged by a
+        failed unit (`units.py`) is rebuilt first, unless `engine` is False
+        (a flush or close, which commit the buffer and need no engine)."""
+        if self._state in (_CLOSED, _CLOSING):
+            raise Closed(f"{self.url} is closed")
+        if engine and self.__dict__.get("_diverged"):
+            self._heal()
+        if self._state != _OPEN or self._local.engine is None:
+            raise DurableError(f"{self.url} is not open")
+        return self._local.engine
+
+    def _heal(self) -> None:
+        raise NotImplementedError  # units.Units
+
+    def _require_writable(self, *, engine: bool = True) -> Engine:
+        engine_ = self._require_open(engine=engine)
+        if self._read_only:
+            raise ClassificationRefused(
+                f"{self.url} is read-only (opened with read_only=True): execute(), flush() "
+                "and checkpoint() need a writer; open it without read_only to write"
+            )
+        if self._w.fenced:
+            raise LeaseFenced(
+                f"{self.url}: this writer lost its lease ({self._fence_note or 'fenced'}); it "
+                "accepts no writes (its local copy can still be read). Close it and reopen "
+                "to continue from the last flushed state."
+            )
+        return engine_
+
+    def _fenced_by(self, exc: LeaseFenced) -> None:
+        """Remember what fenced us, for every later refusal."""
+        text = str(exc)
+        self._fence_note = text[text.find("(") + 1 : text.find(")")] if "(" in text else ""
+
+    def _left_open(self, when: str) -> None:
+        """ResourceWarning + log (once) if open with a lease or a buffer."""
+        if self.__dict__.get("_state") != _OPEN or self._warned:
+            return
+        leased = not self._read_only and not self._w.fenced
+        if leased or self._buf:
+            self._warned = True
+            unclosed.report(self.url, pending=len(self._buf), leased=leased, when=when)

@@ -1,0 +1,13 @@
+"""The local copy of an object: the chDB engine and what runs on it.
+
+    engine    the one chDB engine of the process, a connection per object
+    local     one open object's local side: its database, scratch, gates
+    restore   from a head to a local database: fetch, verify, restore, replay
+    results   a query's answer as text, bytes, rows, dicts, Arrow, pandas
+    messages  the engine's messages made safe to show
+    turn      one async local worker at a time, unless one waits on the engine
+    export    an object's tables as files on any fsspec location
+
+May import: `durable_obj.errors`, `wire`, `stores`, `gate` and each other;
+never `core`, `service` or a face above them.
+"""

@@ -1,0 +1,624 @@
+"""The one module that imports chdb: the process's engine, one connection
+per open object, and the entry gates.
+
+What lives here:
+
+* one chDB engine per process (one data path, started once, in the
+  background while the first open reads its head), with the
+  synchronous-write settings a durable object promises (an `execute()` that
+  returned has been applied, nothing completes behind the call);
+* `Engine`: one object's connection to it, whose current database is the
+  object's internal database (`isolation.Scope`: a random reserved name
+  nobody else can choose); statements run as `Scope.localize` maps them,
+  catalogue queries name the object's logical database and are mapped here,
+  and BACKUP/RESTORE archive the internal database under the logical name
+  (`BACKUP DATABASE i AS default`, `RESTORE DATABASE default AS i`), built
+  only from our own quoted identifiers and paths, so the wire format stays V1;
+* `Analysis` and the gates built on chdb-core's `classify_query`: one
+  statement, read-only vs mutating, secrets, writes only the object's
+  database, no database lifecycle. No regex over the caller's SQL decides
+  what a statement does.
+
+Objects in one process share the engine (its memory and CPU), never data:
+each runs in its own database through its own connection, and
+`gate/isolation.py` refuses every route out of it. Releasing an object's engine
+drops its internal database.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import datetime
+import importlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import uuid
+import zoneinfo
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from durable_obj.errors import (
+    ClassificationRefused,
+    EngineError,
+    EngineIncompatible,
+    InvalidArgument,
+    Timeout,
+)
+from durable_obj.gate.bounds import RESET, Bounds
+from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
+from durable_obj.gate.sql import quote_ident, quote_string, without_format
+from durable_obj.replica.messages import clean, describe_syntax_error
+from durable_obj.replica.turn import Turned
+
+#: Pinned on every managed connection: nothing may complete asynchronously.
+SYNCHRONOUS_SETTINGS = {
+    "async_insert": "0",
+    "wait_for_async_insert": "1",
+    "mutations_sync": "2",
+    "alter_sync": "2",
+}
+
+#: An engine hint naming another object's internal database, and such a name.
+_FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
+_RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
+_REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
+_VERSION: str | None = None
+_ROOT: list[str] = []
+#: The process's engine: its connection string and the connection that keeps
+#: it running (also used to drop what a collected object left behind).
+_SERVER: dict[str, Any] = {}
+#: Internal databases of engines closed without a query (from __del__ or at
+#: exit), dropped by the next acquire().
+_ORPHANS: list[str] = []
+_LIVE: set[Engine] = set()
+
+
+def engine_root() -> str:
+    """This process's private engine directory: `data/` is the engine's data
+    path, `backups/` the only place BACKUP and RESTORE may touch (each open
+    gets its own folder in it). Removed when the process exits."""
+    if not _ROOT:
+        root = tempfile.mkdtemp(prefix=f"durable_obj-{os.getpid()}-")
+        os.makedirs(os.path.join(root, "backups"))
+        _ROOT.append(root)
+    return _ROOT[0]
+
+
+def _shutdown() -> None:
+    """At exit (registered below, at import, so it runs after every handler
+    registered later). A background engine start still running is waited
+    for first: a daemon thread inside chDB's start-up while the interpreter
+    tears down crashed the process (SIGSEGV after an open refused before
+    the engine was needed, e.g. `durable-obj mcp` on a held lease)."""
+    for thread in list(_STARTING):
+        thread.join(timeout=_START_EXIT_WAIT)
+    for engine in list(_LIVE):
+        engine.close()
+    anchor = _SERVER.pop("anchor", None)
+    if anchor is not None:
+        with contextlib.suppress(Exception):
+            anchor.close()
+    for root in _ROOT:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+_STARTING: list[threading.Thread] = []
+#: Seconds the exit handler waits for a background engine start.
+_START_EXIT_WAIT = 60.0
+atexit.register(_shutdown)
+_START_LOCK = threading.Lock()
+_IMPORT_LOCK = threading.Lock()
+log = logging.getLogger("durable_obj")
+
+
+def _chdb() -> Any:
+    """The raw extension, not chdb.state.sqlitelike: the wrapper imports
+    pyarrow (~0.1 s of every cold open) for features we never use.
+
+    Imported with TZ=UTC: ClickHouse runs mutations (`ALTER ... UPDATE`,
+    `DELETE`) in the engine's default zone, not the session's, and fixes
+    that zone from TZ when the library loads. Loaded here, it is UTC in
+    every durable_obj process, so a mutation that reads a DateTime without a
+    zone replays to the same value in every process, whatever its TZ (the
+    process's own TZ is put back at once)."""
+    loaded = sys.modules.get("chdb._chdb")
+    if loaded is not None:
+        return loaded
+    with _IMPORT_LOCK:
+        saved = os.environ.get("TZ")
+        os.environ["TZ"] = "UTC"
+        try:
+            return importlib.import_module("chdb._chdb")
+        except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
+            raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
+        finally:
+            if saved is None:
+                del os.environ["TZ"]
+            else:
+                os.environ["TZ"] = saved
+            time.tzset()
+
+
+def _check_zone(anchor: Any) -> None:
+    """Warn once when chdb was loaded before durable_obj could pin the
+    engine's zone (`_chdb`): mutations then read zone-less DateTimes in the
+    process's zone, and replay elsewhere may differ."""
+    zone = _decoded(anchor.query("SELECT serverTimezone()", "TSV")).strip()
+    if not _is_utc(zone):
+        log.warning(
+            "chdb was imported before durable_obj started its engine, so the engine's zone "
+            "is this process's (%s), not UTC: an ALTER ... UPDATE or DELETE that reads a "
+            "DateTime without a zone (toDateTime('2026-01-01 00:00:00'), a string compared "
+            "with a DateTime column) runs in %s here and may replay to other values in another "
+            "zone. Import durable_obj (and open an object) before chdb, or run with TZ=UTC.",
+            zone,
+            zone,
+        )
+
+
+def _is_utc(zone: str) -> bool:
+    """Whether `zone` is UTC under another name (Etc/UTC, GMT, Zulu, ...):
+    no offset from UTC at any time of year from 1900 to 2100."""
+    if zone == "UTC":
+        return True
+    try:
+        info = zoneinfo.ZoneInfo(zone)
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
+        return False
+    return all(
+        datetime.datetime(year, month, 15, tzinfo=info).utcoffset() == datetime.timedelta(0)
+        for year in range(1900, 2101)
+        for month in (1, 7)
+    )
+
+
+def _start() -> None:
+    """Start the process's engine (under `_START_LOCK`), once."""
+    global _VERSION
+    if "anchor" in _SERVER:
+        return
+    root = engine_root()
+    args = dict(SYNCHRONOUS_SETTINGS)
+    # BACKUP/RESTORE may only touch this process's own scratch.
+    args["backups.allowed_path"] = os.path.join(root, "backups")
+    conn_str = os.path.join(root, "data") + "?" + "&".join(f"{k}={v}" for k, v in args.items())
+    try:
+        anchor = _chdb().connect(conn_str)
+    except Exception as exc:
+        raise EngineError(f"could not start the chDB engine: {exc}") from exc
+    missing = [name for name in _REQUIRED_ABI if not hasattr(anchor, name)]
+    if missing:
+        anchor.close()
+        raise EngineIncompatible(
+            f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
+            "run: pip install -U chdb-core"
+        )
+    _VERSION = _decoded(anchor.query("SELECT chdb()", "TSV")).strip()
+    _check_zone(anchor)
+    _SERVER.update(anchor=anchor, conn_str=conn_str)
+
+
+def prestart() -> None:
+    """Start the process's engine in the background, if it is not running.
+
+    An open calls this before its first network round trip, so the engine
+    start (~0.1 s) overlaps the head read. If the background start fails,
+    `acquire` starts it itself and reports that failure."""
+    with _START_LOCK:
+        if "anchor" in _SERVER or _STARTING:
+            return
+
+        def start() -> None:
+            with _START_LOCK, contextlib.suppress(Exception):  # acquire() reports it
+                _start()
+
+        thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
+        _STARTING.append(thread)
+        thread.start()
+
+
+def started() -> bool:
+    """Is the process's engine running?"""
+    return "anchor" in _SERVER
+
+
+def start() -> None:
+    """Load chDB and start the process's engine now, if it is not running
+    (waiting for a background start); `EngineError` if it cannot start."""
+    with _START_LOCK:
+        starting = list(_STARTING)
+    for thread in starting:
+        thread.join()
+    with _START_LOCK:
+        _start()
+
+
+def acquire() -> Engine:
+    """A new connection to the process's engine (started on first use), for
+    one object: any number may be open at once, each in its own database."""
+    with _START_LOCK:
+        starting = list(_STARTING)
+    for thread in starting:
+        thread.join()
+    with _START_LOCK:
+        for thread in starting:
+            if thread in _STARTING:
+                _STARTING.remove(thread)
+        _start()
+        anchor = _SERVER["anchor"]
+        while _ORPHANS:
+            db = _ORPHANS.pop()
+            with contextlib.suppress(Exception):  # best effort: it holds nobody's data now
+                anchor.query(f"DROP DATABASE IF EXISTS {quote_ident(db)} SYNC", "CSV")
+        try:
+            conn = _chdb().connect(_SERVER["conn_str"])
+        except Exception as exc:
+            raise EngineError(f"could not connect to the chDB engine: {exc}") from exc
+    engine = Engine(conn)
+    _LIVE.add(engine)
+    return engine
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What chdb-core says a statement would do, without running it."""
+
+    query_class: str
+    statement_count: int
+    has_secrets: bool
+    writes_only_target_database: bool
+    changes_database_lifecycle: bool
+
+
+class Engine:
+    """One object's connection to the process's engine, and its database.
+
+    The object's internal database is created by `create_database` or
+    `restore` (under the logical name the head records) and becomes the
+    connection's current database; `release` drops it. Callers name the
+    logical database: catalogue queries with a `db` parameter are mapped to
+    the internal one, and the caller's statements run as `localize` maps them.
+    """
+
+    def __init__(self, conn: Any) -> None:
+        self._conn: Any = Turned(conn)  # gives an async worker's turn up (turn.py)
+        self._raw: Any = conn
+        self.backups = os.path.join(engine_root(), "backups")
+        #: This object's database in the engine: reserved, unguessable, never shown.
+        self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
+        self.scope = Scope("default", self.database)
+
+    @property
+    def version(self) -> str:
+        assert _VERSION is not None
+        return _VERSION
+
+    @property
+    def logical(self) -> str:
+        return self.scope.logical
+
+    def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
+        """`sql` as it runs in this object's database (`isolation.Scope`);
+        `vouched`: table functions a read's opt-in let through."""
+        return self.scope.localize(sql, vouched)
+
+    def message(self, exc: BaseException) -> str:
+        """The engine's message about this object's statement, as this object
+        may see it: its own database under the logical name, no other
+        object's database (a "Maybe you meant" hint naming one is dropped),
+        no path of the engine's folder."""
+        text = clean(exc).replace(self.database, self.scope.logical)
+        text = _FOREIGN_HINT.sub("", text)
+        text = _RESERVED_NAME.sub("<another database>", text)
+        return text.replace(engine_root(), "<engine folder>")
+
+    def _mapped(self, params: dict[str, str]) -> dict[str, str]:
+        if params.get("db") == self.scope.logical:
+            return {**params, "db": self.database}
+        return params
+
+    # -- statements ------------------------------------------------------
+    def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:
+        """Run `sql` and return its output. `redact` keeps the engine's message
+        (which may quote the statement) out of the error."""
+        return _decoded(self._answer(sql, fmt, redact))
+
+    def output(self, sql: str, fmt: str, *, redact: bool = False) -> bytes:
+        """Run `sql` and return its output's bytes (a binary format)."""
+        return bytes(self._answer(sql, fmt, redact).bytes())
+
+    def frame(self, sql: str, *, redact: bool = False) -> Any:
+        """Run `sql` and return its output as a pandas DataFrame."""
+        return self._answer(sql, "DataFrame", redact)
+
+    def rows_text(self, sql: str, fmt: str, *, redact: bool = False) -> str:
+        """`text` with NaN and infinities quoted in JSON ("nan"), not null."""
+        self.run("SET output_format_json_quote_denormals = 1")
+        try:
+            return self.text(sql, fmt, redact=redact)
+        finally:
+            self.run("SET output_format_json_quote_denormals = 0")
+
+    def _answer(self, sql: str, fmt: str, redact: bool) -> Any:
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            if fmt == "DataFrame":
+                return self._conn.query_df(sql, params={})
+            return self._conn.query(sql, fmt)
+        except Exception as exc:
+            if redact:
+                raise EngineError(
+                    "the statement failed (engine message withheld: it carries a credential)"
+                ) from None
+            raise EngineError(f"chDB: {self.message(exc)}") from exc
+
+    def run(self, sql: str) -> None:
+        self.text(sql, "CSV")
+
+    @contextlib.contextmanager
+    def bounded(self, bounds: Bounds | None) -> Iterator[None]:
+        """Run what the block runs under `bounds` (engine settings on this
+        connection only, put back after); a query past its time is `Timeout`."""
+        if bounds is None:
+            yield
+            return
+        self.run("SET " + bounds.settings())
+        try:
+            yield
+        except EngineError as exc:
+            if "TIMEOUT_EXCEEDED" in str(exc):
+                raise Timeout(
+                    f"the query ran past its bound of {bounds.seconds:g} s and was stopped by "
+                    "the engine; nothing changed"
+                ) from None
+            raise
+        finally:
+            self.run(f"SET {RESET}")
+
+    def replay(self, sql: str) -> None:
+        """Run a committed statement as the object's own: localized, and
+        refused (as an `EngineError`, which replay reports as `Corrupt`) if
+        it reaches past the object."""
+        try:
+            local = self.localize(sql)
+        except ClassificationRefused as exc:
+            raise EngineError(str(exc)) from None
+        self.run(local)
+
+    def run_params(self, sql: str, params: dict[str, str]) -> str:
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            result = self._conn.query(sql, "TSV", params=self._mapped(params))
+        except Exception as exc:
+            raise EngineError(f"chDB: {self.message(exc)}") from exc
+        return _decoded(result)
+
+    def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
+        """The rows of `sql` (no FORMAT clause) as lists of JSON values; `params`
+        go through query parameters. Rows are split on "\\n" alone: a value may
+        hold U+0085 or U+2028, where `str.splitlines()` would cut the row."""
+        if params is None:
+            out = self.text(sql, "JSONCompactEachRow")
+        else:
+            out = self.run_params(f"{sql} FORMAT JSONCompactEachRow", params)
+        try:
+            return [json.loads(line) for line in out.split("\n") if line]
+        except ValueError:
+            raise EngineError("chDB answered rows that are not JSON") from None
+
+    def use_database(self, db: str) -> None:
+        """Make the object's database (logical name `db`) the current one."""
+        self._name(db)
+        self.run("USE " + quote_ident(self.database))
+
+    def _name(self, db: str) -> None:
+        """Record `db` as the object's logical database name."""
+        if db.lower().startswith(RESERVED_PREFIX):
+            raise ClassificationRefused(f"{db[:60]!r} is a reserved database name")
+        self.scope = Scope(db, self.database)
+
+    def set_timezone(self, tz: str) -> None:
+        """Pin the session time zone: DateTime literals and functions then mean
+        the same instant whatever the process's TZ."""
+        known = self.run_params(
+            "SELECT count() FROM system.time_zones WHERE time_zone = {tz:String}", {"tz": tz}
+        ).strip()
+        if known != "1":
+            raise InvalidArgument(f"unknown time zone {tz!r}; use an IANA name such as 'UTC'")
+        self.run("SET session_timezone = " + quote_string(tz))
+
+    def create_database(self, db: str) -> None:
+        """Create the object's (empty) database, under logical name `db`."""
+        self._name(db)
+        self.run(f"CREATE DATABASE IF NOT EXISTS {quote_ident(self.database)}")
+
+    def analyze(self, sql: str, db: str) -> Analysis:
+        """What chDB says `sql` would do (it must already be localized); writes
+        are judged against the object's database."""
+        target = self.database if db == self.scope.logical else db
+        try:
+            report = self._raw.classify_query(sql, target)
+        except Exception as exc:
+            raise EngineError(
+                f"chDB could not analyse the statement: {self.message(exc)}"
+            ) from None
+        qc = report["query_class"]
+        return Analysis(
+            query_class=str(getattr(qc, "name", qc)),
+            statement_count=int(report["statement_count"]),
+            has_secrets=bool(report["has_secrets"]),
+            writes_only_target_database=bool(report["writes_only_target_database"]),
+            changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
+        )
+
+    def query_tree(self, sql: str) -> str | None:
+        """What the engine resolves of the (localized) SELECT `sql`
+        (`EXPLAIN QUERY TREE`: nothing runs), for the gate to check; None
+        when it does not analyse (running it fails the same way)."""
+        try:
+            tree = self.text("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
+        except EngineError:
+            return None
+        if not tree.startswith("QUERY id:"):
+            raise ClassificationRefused(
+                "could not check what the query reads (its plan did not print as a query "
+                "tree); pass the output format as fmt= rather than in a FORMAT clause. "
+                "Nothing was run or logged."
+            )
+        return tree
+
+    def check_implicit_select(self, sql: str) -> None:
+        """`EngineError` with the engine's own message if the (localized,
+        secret-free) statement `sql`, which the engine reads as a SELECT
+        without the word, would not run. Nothing runs: only the analyzer."""
+        try:
+            self._conn.query("EXPLAIN QUERY TREE SELECT " + without_format(sql), "TSVRaw")
+        except Exception as exc:
+            text = self.message(exc)
+            raise EngineError(
+                f"chDB cannot run this statement: {text} Nothing was run or logged."
+            ) from None
+
+    def canonical(self, sql: str) -> str:
+        """The engine's own canonical text of one statement
+        (`formatQuerySingleLine`, given as a query parameter: nothing is
+        spliced): comments dropped, heredocs as quoted literals, an INSERT's
+        data dropped. `ClassificationRefused` when it is not one statement
+        the engine parses, with where the parser stopped (never the text)."""
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            result = self._conn.query(
+                "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": _escaped(sql)}
+            )
+        except Exception as exc:
+            why = describe_syntax_error(str(exc), sql)
+            raise ClassificationRefused(
+                f"chDB does not parse this as one statement ({why}). Nothing was run or logged."
+            ) from None
+        return _decoded(result).removesuffix("\n")
+
+    def ast(self, sql: str) -> str:
+        """The engine's parse of `sql` (`EXPLAIN AST`: nothing is resolved or
+        run), for the gate's checks of a definition."""
+        try:
+            return self.text("EXPLAIN AST " + sql, "TSVRaw")
+        except EngineError:
+            raise ClassificationRefused(
+                f"chDB does not parse the statement ({self.syntax_error(sql)}). "
+                "Nothing was run or logged."
+            ) from None
+
+    def syntax_error(self, sql: str) -> str:
+        """What chDB's parser says of `sql` (where it stops, the word there,
+        its suggestion and what it expected), without quoting the statement's
+        text beyond a name or keyword: it may carry a credential."""
+        try:
+            self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
+        except Exception as exc:
+            return describe_syntax_error(str(exc), sql)
+        return "it parses but is not a statement chDB can classify"
+
+    # -- Durable V1 archives -------------------------------------------------
+    def backup(self, db: str, path: str) -> None:
+        """A full backup of the object's database, archived under its logical
+        name `db` (never incremental: an incremental archive records its base
+        by local path, which does not survive object storage)."""
+        self._archive(
+            f"BACKUP DATABASE {quote_ident(self.database)} AS {quote_ident(db)} "
+            f"TO File({quote_string(path)})",
+            f"backup of database {db!r}",
+        )
+
+    def restore(self, db: str, path: str) -> None:
+        """RESTORE database `db` of the archive at `path` as the object's
+        database (which must not exist yet)."""
+        self._name(db)
+        self._archive(
+            f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "
+            f"FROM File({quote_string(path)}) SETTINGS allow_different_database_def = 1",
+            f"restore of database {db!r}",
+        )
+        self._recount_blocks()
+
+    def _archive(self, sql: str, what: str) -> None:
+        try:
+            self._conn.query(sql, "CSV")
+        except Exception as exc:
+            text = self.message(exc)
+            raise EngineError(f"{what} failed: {text}") from exc
+
+    def _recount_blocks(self) -> None:
+        """RESTORE numbers a MergeTree table's parts from block 1 again but
+        keeps their mutation versions, so the table's next mutation can get a
+        version its parts already carry and be skipped as applied: an UPDATE
+        or DELETE after opening from a checkpoint silently did nothing, here
+        and on every replay. Reattaching such a table makes it count on from
+        its parts' highest block or mutation version."""
+        stale = self.json_rows(
+            "SELECT table FROM system.parts WHERE database = {db:String} AND active "
+            "GROUP BY table HAVING max(data_version) > max(max_block_number)",
+            {"db": self.database},
+        )
+        for (table,) in stale:
+            params = {"db": self.database, "t": table}
+            self.run_params("DETACH TABLE {db:Identifier}.{t:Identifier}", params)
+            self.run_params("ATTACH TABLE {db:Identifier}.{t:Identifier}", params)
+
+    def release(self) -> None:
+        """Drop the object's database and close the connection: nothing of the
+        object is left in the engine for the next one."""
+        conn = self._conn
+        if conn is not None:
+            try:
+                conn.query(f"DROP DATABASE IF EXISTS {quote_ident(self.database)} SYNC", "CSV")
+            except Exception:
+                _ORPHANS.append(self.database)  # the next acquire() tries again
+        self.close(orphan=False)
+
+    def close(self, *, orphan: bool = True) -> None:
+        """Close the connection without a query (from __del__ or at exit); the
+        next acquire() drops the database left behind."""
+        conn, self._conn = self._conn, None
+        _LIVE.discard(self)
+        if conn is not None:
+            if orphan:
+                _ORPHANS.append(self.database)
+            with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
+                conn.close()
+
+
+def _escaped(value: str) -> str:
+    """A query parameter's value as the engine reads it back exactly (the
+    TSV escaping: a raw tab or newline would end the value)."""
+    return (
+        value.replace("\\", "\\\\")
+        .replace("\n", "\\n")
+        .replace("\t", "\\t")
+        .replace("\r", "\\r")
+        .replace("\0", "\\0")
+    )
+
+
+def _decoded(result: Any) -> str:
+    """A query result as text. chDB decodes it as UTF-8 and raises a bare
+    RuntimeError when it is not (a String holding arbitrary bytes)."""
+    try:
+        data = result.data() if hasattr(result, "data") else result
+    except Exception:
+        raise EngineError(
+            "the result is not valid UTF-8 text (a String holding arbitrary bytes, such as "
+            "randomString() or unhex() give); select hex(...) of such a value instead"
+        ) from None
+    return data if isinstance(data, str) else str(data)

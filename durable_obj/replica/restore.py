@@ -1,0 +1,256 @@
+"""From a head to a local database: check, fetch, verify, restore, replay.
+
+    check_protocol(head)         refuse what this library cannot read or write
+    Fetches(pool, ...)           the base and every WAL segment, downloading in
+                                 parallel with the rest of the open
+    restore(engine, head, ...)   RESTORE the base (or create the database),
+                                 then replay the WAL in manifest order
+
+Every byte is checked against the size and SHA-256 the head names before it
+is used; a missing, short or altered base or segment is `Corrupt`: never
+skipped, never fallen back from. Everything here gets its inputs as
+arguments; the state machine in `object.py` decides when to call it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import (
+    ClassificationRefused,
+    Corrupt,
+    EngineError,
+    EngineIncompatible,
+    ProtocolUnsupported,
+)
+from durable_obj.gate import reach
+from durable_obj.gate.replay import Replayer
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
+from durable_obj.wire.head import Head, ObjectRef
+from durable_obj.wire.protocol import (
+    BACKUP_FORMAT,
+    ENGINE_NAME,
+    PROTOCOL_VERSION,
+    SUPPORTED_READER_FEATURES,
+    SUPPORTED_WRITER_FEATURES,
+    object_key,
+    version_lt,
+)
+from durable_obj.wire.wal import parse_segment
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.replica.engine import Engine
+    from durable_obj.stores.base import Store
+
+log = logging.getLogger("durable_obj")
+
+
+def check_protocol(head: Head, *, url: str, read_only: bool) -> None:
+    """Refuse a protocol version or reader feature we lack; a writer feature
+    we lack refuses only a writer."""
+    proto = head.protocol
+    if proto.version > PROTOCOL_VERSION:
+        raise ProtocolUnsupported(
+            f"{url} declares protocol version {proto.version}; this library speaks "
+            f"{PROTOCOL_VERSION}. Upgrade durable_obj; nothing was changed."
+        )
+    unknown = sorted(set(proto.reader_features) - SUPPORTED_READER_FEATURES)
+    if unknown:
+        raise ProtocolUnsupported(
+            f"{url} requires reader feature(s) {unknown} this library lacks; "
+            "not opened, nothing was changed"
+        )
+    unknown = sorted(set(proto.writer_features) - SUPPORTED_WRITER_FEATURES)
+    if unknown and not read_only:
+        raise ProtocolUnsupported(
+            f"{url} requires writer feature(s) {unknown} this library lacks; "
+            "open it read_only=True instead. Nothing was changed."
+        )
+
+
+def check_engine(engine: Engine, head: Head) -> None:
+    """`EngineIncompatible` unless the running engine reads what wrote the head."""
+    check_compatible(
+        name=head.engine.name,
+        backup_format=head.engine.backup_format,
+        min_reader=head.engine.min_reader,
+        running=engine.version,
+    )
+
+
+def check_compatible(*, name: str, backup_format: int, min_reader: str, running: str) -> None:
+    """The V1 open gate: engine name, archive generation, reader version."""
+    if name != ENGINE_NAME:
+        raise EngineIncompatible(
+            f"the object was written by engine {name!r}, not {ENGINE_NAME!r}; not opened"
+        )
+    if backup_format > BACKUP_FORMAT:
+        raise EngineIncompatible(
+            f"the object uses backup format {backup_format}; this engine restores up to "
+            f"{BACKUP_FORMAT}. Upgrade chdb to open it; nothing was changed."
+        )
+    older = version_lt(running, min_reader)
+    if older is None:
+        raise EngineIncompatible(
+            f"cannot order the running engine {running!r} against the object's min_reader "
+            f"{min_reader!r}; refusing rather than assuming compatibility"
+        )
+    if older:
+        raise EngineIncompatible(
+            f"the object needs chDB {min_reader} or newer; this engine is {running}. "
+            "Upgrade chdb-core; nothing was changed."
+        )
+
+
+class Fetches:
+    """The base and every segment a head names, fetched on `pool` at once,
+    each verified before it is handed out."""
+
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        store: Store,
+        oid: str,
+        head: Head,
+        *,
+        work: str,
+        concurrency: int,
+        progress: Callback | None = None,
+    ) -> None:
+        self._store = store
+        self._oid = oid
+        self._url = f"{store.url.rstrip('/')}/{oid}"
+        self._work = work
+        self._base: Future[tuple[str, BackgroundDigest]] | None = None
+        self._segments: Future[list[list[str]]] | None = None
+        base = self._base_ref = head.manifest.base
+        if base is not None:
+            self._base = pool.submit(self._fetch_base, base, progress)
+        if head.manifest.wal:
+            self._segments = pool.submit(self._fetch_segments, head.manifest.wal, concurrency)
+
+    def cancel(self) -> None:
+        for future in (self._base, self._segments):
+            if future is not None:
+                future.cancel()
+
+    def base(self) -> str:
+        """The local path of the base, named as its key (chDB tells an
+        archive's format by its extension). Its size and SHA-256 are being
+        checked meanwhile, beside the engine's start and RESTORE reading it:
+        `check_base` judges them, and nothing made of a base it refuses is
+        ever seen."""
+        assert self._base is not None
+        return self._base.result()[0]
+
+    def check_base(self) -> None:
+        """`Corrupt` unless the base is the one the head names."""
+        assert self._base is not None and self._base_ref is not None
+        verify(*self._base.result()[1].result(), self._base_ref, "base checkpoint")
+
+    def segments(self) -> list[list[str]]:
+        """Every segment's statements, in manifest order."""
+        return [] if self._segments is None else self._segments.result()
+
+    def _fetch_base(
+        self, ref: ObjectRef, progress: Callback | None
+    ) -> tuple[str, BackgroundDigest]:
+        path = os.path.join(self._work, os.path.basename(ref.key))
+        part = path + ".incoming"
+        # only read (by RESTORE), then removed: a folder store may link it
+        if not self._store.fetch_file(object_key(self._oid, ref.key), part, progress):
+            raise Corrupt(
+                f"{self._url}: missing base checkpoint {ref.key}: the base the head names is "
+                "gone; "
+                "the object cannot be restored without it and was not opened. Nothing was "
+                "changed."
+            )
+        os.replace(part, path)
+        handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
+
+        def chunks() -> Iterator[bytes]:
+            with handle:
+                yield from iter(lambda: handle.read(CHUNK), b"")
+
+        return path, BackgroundDigest(chunks())
+
+    def _fetch_segments(self, refs: list[ObjectRef], concurrency: int) -> list[list[str]]:
+        keys = [object_key(self._oid, ref.key) for ref in refs]
+        blobs = self._store.get_many(keys, concurrency)  # one batched read
+        segments = []
+        for ref, blob in zip(refs, blobs, strict=True):
+            if blob is None:
+                raise Corrupt(
+                    f"{self._url}: missing WAL segment {ref.key}: the head names it; "
+                    "committed writes cannot be replayed without it, so the object was not "
+                    "opened"
+                )
+            verify_bytes(blob.data, ref, "WAL segment")
+            segments.append(parse_segment(blob.data, ref.key))
+        return segments
+
+
+def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) -> None:
+    """RESTORE the base into a fresh engine (or create the empty database),
+    then replay every segment in manifest order."""
+    db = head.manifest.db
+    if head.manifest.base is not None:
+        assert fetches is not None
+        ref = head.manifest.base
+        path = fetches.base()
+        # Hashed beside RESTORE reading the same bytes, and judged before
+        # anything else happens: a base that does not match is Corrupt and
+        # the open fails, so what RESTORE made of it is never seen (the
+        # caller drops the engine of a failed open).
+        try:
+            engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+        except EngineError as exc:
+            fetches.check_base()  # an altered base says so
+            if "not found in backup" not in str(exc):
+                raise
+            # The base verified against its SHA-256, so it is the archive the
+            # head names; a head whose manifest.db is not in it is inconsistent.
+            raise Corrupt(
+                f"{url}: the base {ref.key} holds no database {db!r}, which "
+                "the head's manifest.db names; the head and its base disagree, so the "
+                "object was not opened and nothing was changed"
+            ) from exc
+        finally:
+            os.unlink(path)
+        # judged before anything else happens: a base that does not match
+        # fails the open, whose engine is dropped unseen
+        fetches.check_base()
+        try:
+            reach.check_restored(engine)
+        except ClassificationRefused as exc:
+            raise Corrupt(
+                f"{url}: the base {ref.key} holds {exc} The object was not opened."
+            ) from None
+    else:
+        engine.create_database(db)
+    engine.use_database(db)
+    replay(engine, db, head.manifest.wal, [] if fetches is None else fetches.segments(), url=url)
+
+
+def replay(
+    engine: Engine, db: str, refs: list[ObjectRef], segments: list[list[str]], *, url: str
+) -> None:
+    """Replay verified `segments` (those of `refs`, in manifest order) onto `db`."""
+    replayer = Replayer(engine, db)
+    for ref, statements in zip(refs, segments, strict=True):
+        for n, sql in enumerate(statements, start=1):
+            replayer.apply(sql, f"{ref.key} statement {n}")
+    replayer.finish()
+    if replayer.statements:
+        log.debug(
+            "%s: replayed %d statement(s) in %d engine call(s)",
+            url,
+            replayer.statements,
+            replayer.engine_calls,
+        )

@@ -1,0 +1,11 @@
+"""Many objects in one process: namespaces, pools, the async lanes.
+
+    addressing  what names an object (`<namespace>/<id>`), checked first
+    namespace   Namespace: open, fork, export, scan many objects of a prefix
+    pool        Pool: objects opened on first use, closed when idle
+    lanes       each object's async calls in order, on shared thread pools
+
+May import: every layer below (`core`, `replica`, `gate`, `stores`, `wire`,
+`errors`); never a face above it (`aio`, `cli`, `langgraph`, `mcp`, `ray`,
+`testing`).
+"""

@@ -1,0 +1,166 @@
+"""A file that another thread is still writing, read while it grows.
+
+A checkpoint's BACKUP archive is written by the engine front to back, never
+rewritten: ClickHouse packs a `.tar` through libarchive, whose writer has no
+seek (it writes into a stream), straight at the path it was given. So every
+byte is final once it is in the file, and the archive can be hashed and
+uploaded while BACKUP still writes it, instead of after it: a checkpoint
+then costs about the longest of the three, not their sum.
+
+    source = GrowingFile(path)
+    thread = source.produce(lambda: engine.backup(db, path))
+    ...  # readers: source.read(offset, n), source.chunks(), source.wait()
+    thread.join(); source.close()
+
+Readers share one descriptor, opened as soon as the file exists and read
+with `pread`: a store that moves the finished file away (the folder store
+renames it into place) does not pull it from under a reader. A producer that
+fails ends every read with `SourceFailed`, whose cause is the producer's own
+error: nothing read from a failed archive is ever committed.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+
+from durable_obj.errors import DurableError
+from durable_obj.wire.digest import CHUNK
+from durable_obj.wire.v1base import DefaultBase
+
+#: How long a reader waits for more bytes before it looks again.
+_POLL = 0.002
+
+
+class SourceFailed(DurableError):
+    """The producer of a growing file failed; `__cause__` is its error."""
+
+    category = "engine"
+
+
+class GrowingFile:
+    """The file at `path`, written by one producer and read by many."""
+
+    def __init__(self, path: str, rewrite: DefaultBase | None = None) -> None:
+        self.path = path
+        #: Rewrites the archive in place as it grows (`v1base`); readers get
+        #: only bytes it has released.
+        self._rewrite = rewrite
+        self._rewrite_lock = threading.Lock()
+        self._done = threading.Event()
+        self._error: BaseException | None = None
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+
+    # -- the producer ------------------------------------------------------------------
+    def produce(self, write: Callable[[], None]) -> threading.Thread:
+        """Run `write` (which creates and fills the file) on a thread."""
+
+        def run() -> None:
+            try:
+                write()
+            except BaseException as exc:  # handed to every reader by finish()
+                self.finish(exc)
+            else:
+                self.finish()
+
+        thread = threading.Thread(target=run, name="durable_obj-archive", daemon=True)
+        thread.start()
+        return thread
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """The file is complete (or the producer failed with `error`)."""
+        if error is not None:
+            self._error = error
+        elif (fd := self._descriptor()) is None:
+            self._error = FileNotFoundError(f"{self.path} was never written")
+        elif self._rewrite is not None:
+            try:
+                with self._rewrite_lock:
+                    self._rewrite.complete(fd)
+            except OSError as exc:
+                self._error = exc
+        self._done.set()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def sync_while_growing(self, interval: float = 0.05) -> None:
+        """Until the producer ends, `fdatasync` what it has written every
+        `interval` seconds: the disk writes the archive while BACKUP still
+        produces it, and the fsync that publishes it waits for the tail only."""
+        while not self._done.wait(interval):
+            fd = self._descriptor()
+            if fd is not None:
+                os.fdatasync(fd)
+
+    # -- readers -----------------------------------------------------------------------
+    def _descriptor(self) -> int | None:
+        with self._lock:
+            if self._fd is None and not self._closed:
+                try:
+                    self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+                except FileNotFoundError:
+                    return None
+            return self._fd
+
+    def _failed(self) -> None:
+        if self._error is not None:
+            raise SourceFailed(
+                f"writing {os.path.basename(self.path)} failed ({type(self._error).__name__})"
+            ) from self._error
+
+    def wait(self) -> int:
+        """Wait until the file is complete; its size."""
+        self._done.wait()
+        self._failed()
+        fd = self._descriptor()
+        assert fd is not None
+        return os.fstat(fd).st_size
+
+    def read(self, offset: int, size: int) -> bytes:
+        """`size` bytes at `offset`, waiting for the producer to write them;
+        fewer only at the end of the complete file."""
+        parts: list[bytes] = []
+        want = size
+        while want > 0:
+            done = self._done.is_set()  # read before the bytes: no end is missed
+            fd = self._descriptor()
+            got = b"" if fd is None else os.pread(fd, self._readable(fd, offset, want), offset)
+            if got:
+                parts.append(got)
+                offset += len(got)
+                want -= len(got)
+                continue
+            if done:
+                self._failed()
+                break
+            self._done.wait(_POLL)
+        return b"".join(parts)
+
+    def _readable(self, fd: int, offset: int, want: int) -> int:
+        """How many of `want` bytes at `offset` are final now."""
+        if self._rewrite is None or self._done.is_set():
+            return want
+        with self._rewrite_lock:
+            released = self._rewrite.released(fd, os.fstat(fd).st_size)
+        return max(0, min(want, released - offset))
+
+    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
+        """The whole file, front to back, as it is written."""
+        offset = 0
+        while chunk := self.read(offset, size):
+            offset += len(chunk)
+            yield chunk
+            if len(chunk) < size:
+                break
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None

@@ -1,0 +1,97 @@
+"""Size and SHA-256: what a manifest says about an immutable key.
+
+Both are checked before any byte is used. They catch different failures: a
+truncated upload has the right prefix, a replaced object has the right length.
+Files are hashed in a streaming pass, so a checkpoint never sits in memory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Iterable
+from typing import BinaryIO
+
+from durable_obj.errors import Corrupt
+from durable_obj.wire.head import ObjectRef
+
+CHUNK = 4 * 1024 * 1024
+
+
+def bytes_digest(data: bytes) -> tuple[int, str]:
+    return len(data), hashlib.sha256(data).hexdigest()
+
+
+def file_digest(path: str) -> tuple[int, str]:
+    with open(path, "rb") as handle:
+        return handle_digest(handle)
+
+
+def handle_digest(handle: BinaryIO) -> tuple[int, str]:
+    """Size and SHA-256 of what `handle` reads from where it stands."""
+    return chunks_digest(iter(lambda: handle.read(CHUNK), b""))
+
+
+def chunks_digest(chunks: Iterable[bytes]) -> tuple[int, str]:
+    digest = hashlib.sha256()
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        digest.update(chunk)
+    return size, digest.hexdigest()
+
+
+class BackgroundDigest:
+    """`chunks_digest` on a thread, so that hashing a file overlaps other
+    work on the same bytes (BACKUP still writing them, a store's fsync or
+    upload of them: all release the GIL, as hashlib does on large chunks).
+    `result()` waits for it."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = chunks
+        self._result: tuple[int, str] | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="durable_obj-digest", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._result = chunks_digest(self._chunks)
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def join(self) -> None:
+        """Wait for the thread; its error, if any, is result()'s to raise."""
+        self._thread.join()
+
+    def result(self) -> tuple[int, str]:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def sha256(self) -> str:
+        return self.result()[1]
+
+
+def verify(size: int, sha256: str, ref: ObjectRef, what: str) -> None:
+    """Raise `Corrupt` unless (size, sha256) is what `ref` promises."""
+    if size != ref.size:
+        raise Corrupt(
+            f"{what} {ref.key} is {size} bytes but the head says {ref.size}: it is truncated "
+            "or replaced. It was not used; nothing was changed."
+        )
+    if sha256 != ref.sha256:
+        raise Corrupt(
+            f"{what} {ref.key} has SHA-256 {sha256[:16]}... but the head says "
+            f"{ref.sha256[:16]}...: it was altered. It was not used; nothing was changed."
+        )
+
+
+def verify_bytes(data: bytes, ref: ObjectRef, what: str) -> None:
+    verify(*bytes_digest(data), ref, what)
+
+
+def verify_file(path: str, ref: ObjectRef, what: str) -> None:
+    verify(*file_digest(path), ref, what)

@@ -1,0 +1,274 @@
+"""head.json: the lease and the manifest in one compare-and-swap document.
+
+Taking the lease, publishing a segment and replacing the base are each one
+conditional replace of this document, so there is never a moment when the
+lease says one thing and the manifest another.
+
+Validation is strict (V1 §4.5): a head that does not fit the schema is
+`Corrupt`, with the path of the first bad field, never coerced. Fields this
+version does not know are kept at every level and written back unchanged
+(§4.2), so a head survives a round trip through an older or newer writer.
+The `durable_obj` top-level field is our extension, and its field names are
+spelled here only: `nonce`, a per-write value that guarantees every write
+changes the bytes (an S3 ETag is a content hash, so an identical rewrite would
+keep the old ETag and let a stale token win); `timezone`, the object's session
+time zone (`Head.timezone`); `forked_from`, where a fork came from;
+`description`, a short text set when the object was created; `retention`,
+the time-travel window (seconds) the last writer kept. A WAL or base ref
+durable_obj commits carries its own `durable_obj` field: `committed_at`
+(epoch seconds, the writer's clock when it made the commit) and `owner`
+(`stamp`, `stamp_of`); chdb.durable keeps unknown ref fields too.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from durable_obj.errors import Corrupt, LimitExceeded
+from durable_obj.wire.protocol import (
+    BACKUP_FORMAT,
+    DEFAULT_TIMEZONE,
+    ENGINE_NAME,
+    MAX_HEAD_BYTES,
+    MAX_SAFE_INT,
+    PROTOCOL_VERSION,
+    check_key,
+    check_sha256,
+)
+
+SafeInt = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
+Key = Annotated[str, AfterValidator(check_key)]
+Sha256 = Annotated[str, AfterValidator(check_sha256)]
+NonEmpty = Annotated[str, Field(min_length=1)]
+
+#: Top-level field that carries durable_obj's own extension data ...
+EXTENSION = "durable_obj"
+#: ... and the fields in it.
+NONCE = "nonce"
+TIMEZONE = "timezone"
+FORKED_FROM = "forked_from"
+DESCRIPTION = "description"
+RETENTION = "retention"
+COMMITTED_AT = "committed_at"
+OWNER = "owner"
+
+
+class _Model(BaseModel):
+    # strict: no "1" for 1, no true for 1; extra="allow": unknown fields are
+    # kept in model_extra and dumped back in place.
+    # ser_json_inf_nan: an unknown field holding 1e400 is written back as
+    # json.dumps would (Infinity), not as null.
+    model_config = ConfigDict(
+        extra="allow", strict=True, validate_assignment=True, ser_json_inf_nan="constants"
+    )
+
+
+class ObjectRef(_Model):
+    """An immutable key and what it must be: both checked before any byte is used."""
+
+    key: Key
+    size: SafeInt
+    sha256: Sha256
+
+
+def stamp(ref: ObjectRef, *, committed_at: float, owner: str) -> ObjectRef:
+    """`ref` with durable_obj's commit fields (when, by whom) as an extension."""
+    extra = dict(ref.model_extra or {})
+    extra[EXTENSION] = {COMMITTED_AT: committed_at, OWNER: owner}
+    return ObjectRef.model_validate(
+        {"key": ref.key, "size": ref.size, "sha256": ref.sha256, **extra}
+    )
+
+
+def stamp_of(ref: ObjectRef) -> tuple[float | None, str | None]:
+    """(committed_at, owner) a ref carries; None for what is absent or of the
+    wrong type (a ref chdb.durable wrote carries neither)."""
+    ext = (ref.model_extra or {}).get(EXTENSION)
+    if not isinstance(ext, dict):
+        return None, None
+    when, owner = ext.get(COMMITTED_AT), ext.get(OWNER)
+    at = float(when) if isinstance(when, int | float) and not isinstance(when, bool) else None
+    return at, (owner if isinstance(owner, str) else None)
+
+
+class Lease(_Model):
+    """Who may write, and until when (epoch seconds).
+
+    Released: owner, instance and expires_at are all null and the generation
+    stays. `generation` moves only when the owner changes.
+    """
+
+    generation: SafeInt
+    owner: NonEmpty | None = None
+    instance: NonEmpty | None = None
+    expires_at: Annotated[float, Field(allow_inf_nan=False)] | None = None
+
+    @model_validator(mode="after")
+    def _all_or_nothing(self) -> Lease:
+        if self.owner is None:
+            if self.instance is not None or self.expires_at is not None:
+                raise ValueError(
+                    "a released lease must null owner, instance and expires_at together"
+                )
+        elif self.instance is None or self.expires_at is None:
+            raise ValueError("a held lease needs owner, instance and expires_at")
+        return self
+
+    @property
+    def released(self) -> bool:
+        return self.owner is None
+
+
+class Manifest(_Model):
+    """The database name, its base checkpoint, and the WAL to replay onto it."""
+
+    db: NonEmpty
+    base: ObjectRef | None = None
+    wal: list[ObjectRef] = Field(default_factory=list)
+    seq: SafeInt
+
+
+class EngineInfo(_Model):
+    """Which engine wrote the object; `backup_format` and `min_reader` gate readers."""
+
+    name: NonEmpty = ENGINE_NAME
+    version: NonEmpty
+    backup_format: SafeInt = BACKUP_FORMAT
+    min_reader: NonEmpty
+
+
+class ProtocolInfo(_Model):
+    version: Annotated[int, Field(ge=1, le=MAX_SAFE_INT)] = PROTOCOL_VERSION
+    reader_features: list[str] = Field(default_factory=list)
+    writer_features: list[str] = Field(default_factory=list)
+
+
+class Head(_Model):
+    protocol: ProtocolInfo
+    engine: EngineInfo
+    lease: Lease
+    manifest: Manifest
+
+    @classmethod
+    def cold(cls, *, db: str, engine_version: str, lease: Lease) -> Head:
+        """The head of an object that does not exist yet."""
+        return cls(
+            protocol=ProtocolInfo(),
+            engine=EngineInfo(version=engine_version, min_reader=engine_version),
+            lease=lease,
+            manifest=Manifest(db=db, seq=0),
+        )
+
+    @classmethod
+    def parse(cls, data: bytes) -> Head:
+        """Validate stored bytes. `Corrupt` names the first bad field."""
+        if len(data) > MAX_HEAD_BYTES:
+            raise LimitExceeded(
+                f"head.json is {len(data)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
+                "it was not read"
+            )
+        try:
+            doc = json.loads(data.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Corrupt(f"head.json is not valid UTF-8 JSON ({exc}); nothing was opened") from exc
+        if not isinstance(doc, dict):
+            raise Corrupt(f"head.json must be a JSON object, not {type(doc).__name__}")
+        if "manifest" in doc and "protocol" not in doc and "engine" not in doc:
+            raise Corrupt(
+                "head.json has no 'protocol' or 'engine' section: it is the pre-V1 "
+                "chdb.durable shape, whose checkpoints carry no size or SHA-256 and cannot "
+                "be verified. Export it with that version and load it into a new object."
+            )
+        try:
+            return cls.model_validate(doc)
+        except ValidationError as exc:
+            raise Corrupt(_describe(exc)) from None
+
+    def to_bytes(self) -> bytes:
+        """Serialize with a fresh nonce, so every write changes the bytes.
+
+        Compact UTF-8 JSON straight from pydantic's serializer (on every
+        flush: a head listing 500 segments takes 0.14 ms instead of 0.49 ms
+        through model_dump + json.dumps), from a shallow copy whose extension
+        carries the nonce, so this head is left as it was."""
+        extra = dict(self.__pydantic_extra__ or {})
+        ext = extra.get(EXTENSION)
+        extra[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), NONCE: uuid.uuid4().hex}
+        copy = self.model_copy()
+        copy.__pydantic_extra__ = extra
+        body = self.__pydantic_serializer__.to_json(copy)
+        if len(body) > MAX_HEAD_BYTES:
+            raise LimitExceeded(
+                f"head.json would be {len(body)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
+                "nothing was published. checkpoint() to fold the WAL list away."
+            )
+        return body
+
+    def extension(self) -> dict[str, Any]:
+        """durable_obj's extension fields as read (empty for a chdb.durable head)."""
+        ext = (self.model_extra or {}).get(EXTENSION)
+        return dict(ext) if isinstance(ext, dict) else {}
+
+    def set_extension(self, key: str, value: Any) -> None:
+        """Set one durable_obj extension field (kept by every V1 writer)."""
+        extra = self.__pydantic_extra__
+        assert extra is not None  # extra="allow"
+        ext = extra.get(EXTENSION)
+        extra[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), key: value}
+
+    @property
+    def timezone(self) -> str:
+        """The object's session time zone: every statement runs and replays in
+        it. UTC for a head that records none (chdb.durable records none).
+        `Corrupt` if the recorded value is not a string."""
+        tz = self.extension().get(TIMEZONE, DEFAULT_TIMEZONE)
+        if not isinstance(tz, str):
+            raise Corrupt(
+                f"head.{EXTENSION}.{TIMEZONE} is not a string; nothing was opened or changed"
+            )
+        return tz
+
+    @property
+    def records_timezone(self) -> bool:
+        """Does the head say which time zone it replays in?"""
+        return TIMEZONE in self.extension()
+
+    def set_timezone(self, tz: str) -> None:
+        self.set_extension(TIMEZONE, tz)
+
+    @property
+    def description(self) -> str | None:
+        """The short description set when the object was created; None if
+        there is none (or what is there is not a string: it only labels)."""
+        text = self.extension().get(DESCRIPTION)
+        return text if isinstance(text, str) else None
+
+    def set_description(self, text: str | None) -> None:
+        """Record `text` as the object's description (None: record none)."""
+        if text is not None:
+            self.set_extension(DESCRIPTION, text)
+
+    @property
+    def retention(self) -> float | None:
+        """The retention window (seconds) the last durable_obj writer recorded;
+        None when none is recorded (or what is there is not a number)."""
+        value = self.extension().get(RETENTION)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+        return None
+
+
+def _describe(exc: ValidationError) -> str:
+    """'head.manifest.wal[0].sha256: ...' for the first error, plus a count."""
+    errors = exc.errors(include_input=False, include_url=False)
+    first = errors[0]
+    path = "head"
+    for part in first["loc"]:
+        path += f"[{part}]" if isinstance(part, int) else f".{part}"
+    msg = str(first["msg"]).removeprefix("Value error, ")
+    more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
+    return f"head.json is invalid at {path}: {msg}{more}; nothing was opened or changed"

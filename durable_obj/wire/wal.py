@@ -1,0 +1,105 @@
+"""The statement WAL: segments of JSONL, one `{"sql": ...}` object per line.
+
+`flush()` publishes the buffered statements as one immutable segment, so the
+recovery point is the last flush. A segment is UTF-8, every line ends with a
+newline, and it is parsed strictly: a segment that passed its size and
+SHA-256 check but does not parse is `Corrupt`, never skipped.
+
+Limits are checked before a statement runs: running a statement the WAL could
+not hold would leave local state that storage can never be made to match.
+"""
+
+from __future__ import annotations
+
+import json
+
+from durable_obj.errors import Corrupt, LimitExceeded
+from durable_obj.wire.protocol import MAX_SQL_BYTES, MAX_WAL_SEGMENT_BYTES
+
+
+def encode_statement(sql: str) -> bytes:
+    """One WAL line. `LimitExceeded` for a statement over the V1 cap."""
+    size = len(sql.encode("utf-8", "surrogatepass"))
+    if size > MAX_SQL_BYTES:
+        raise LimitExceeded(
+            f"the statement is {size} bytes of UTF-8, over the V1 limit of {MAX_SQL_BYTES}; "
+            "it was not run and nothing was logged. Split it into smaller INSERTs."
+        )
+    try:
+        line = json.dumps({"sql": sql}, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise LimitExceeded(
+            "the statement is not valid Unicode (lone surrogate); it was not run"
+        ) from exc
+    return line + b"\n"
+
+
+class WalBuffer:
+    """Statements executed locally and not yet published by `flush()`."""
+
+    def __init__(self) -> None:
+        self._lines: list[bytes] = []
+        self._bytes = 0
+
+    def admit(self, sql: str, extra: int = 0) -> bytes:
+        """The encoded line for `sql` if the buffer can take it (beside
+        `extra` bytes of a unit's earlier lines), else raise. Call before
+        running the statement; `append` the line after."""
+        line = encode_statement(sql)
+        if self._bytes + extra + len(line) > MAX_WAL_SEGMENT_BYTES:
+            raise LimitExceeded(
+                f"the pending WAL segment holds {self._bytes} bytes and this statement would "
+                f"take it over the V1 limit of {MAX_WAL_SEGMENT_BYTES}; it was not run. "
+                "flush() first."
+            )
+        return line
+
+    def append(self, line: bytes) -> None:
+        self._lines.append(line)
+        self._bytes += len(line)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def serialize(self) -> bytes:
+        return b"".join(self._lines)
+
+    def clear(self) -> None:
+        self._lines = []
+        self._bytes = 0
+
+    def drop_first(self, count: int) -> None:
+        """Forget the first `count` lines (a commit published them)."""
+        gone, self._lines = self._lines[:count], self._lines[count:]
+        self._bytes -= sum(len(line) for line in gone)
+
+    def lines(self) -> list[bytes]:
+        """The buffered lines, in order (a copy)."""
+        return list(self._lines)
+
+
+def parse_segment(segment: bytes, key: str) -> list[str]:
+    """The statements of one verified segment, in replay order."""
+    if not segment:
+        return []
+    if not segment.endswith(b"\n"):
+        raise Corrupt(f"WAL segment {key} does not end with a newline; it was not replayed")
+    statements: list[str] = []
+    for lineno, line in enumerate(segment[:-1].split(b"\n"), start=1):
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise Corrupt(
+                f"WAL segment {key} line {lineno} is not valid UTF-8 JSON ({type(exc).__name__})"
+            ) from None
+        if not isinstance(record, dict):
+            raise Corrupt(f"WAL segment {key} line {lineno} is not a JSON object")
+        sql = record.get("sql")
+        if not isinstance(sql, str):
+            raise Corrupt(f"WAL segment {key} line {lineno} has no string 'sql' field")
+        statements.append(sql)
+    return statements
