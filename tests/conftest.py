@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
-# The S3 / GCS / Azure protocol servers, started on 127.0.0.1 once per session.
-pytest_plugins = ["tests.servers"]
+# The S3 / GCS / Azure protocol servers, started on 127.0.0.1 once per session
+# (per worker under xdist); what the proofs covered, printed at the end.
+pytest_plugins = ["tests.servers", "tests.proofs"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
