@@ -1,0 +1,349 @@
+"""run.py's figure groups on one store (writes, bases, segments, wal, list):
+each figure in fresh `_child.py` processes, the two implementations
+alternating, and the rows it adds to the report, with their goals and floors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from typing import Any
+
+from _common import (
+    IMPLS,
+    OwnRow,
+    Report,
+    Row,
+    S3Server,
+    alternating,
+    median,
+    p99,
+    run_child,
+)
+
+GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
+GOAL_MILLION_OPEN_S = {"local": 0.5, "s3": 1.5}
+GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
+GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request
+LIST_SEGMENTS = 9  # WAL segments per listed object: 11 keys with its head and base
+LARGE = 100_000  # from this size on, --large-repeat samples per figure
+
+
+class Bench:
+    """Runs every figure on one store and adds its rows to the report."""
+
+    def __init__(
+        self,
+        label: str,
+        store: dict[str, Any],
+        env: dict[str, str] | None,
+        args: argparse.Namespace,
+        report: Report,
+        s3: S3Server | None = None,
+    ) -> None:
+        self.label, self.store, self.env, self.args, self.report = label, store, env, args, report
+        self.s3 = s3
+        self.samples: dict[str, Any] = report.samples.setdefault(label, {})
+        self.extra: dict[int, int] = {}  # rows added to each base by its extra checkpoints
+        #: (what, seconds) under the cold open of each base, from the floors run
+        self.open_floors: dict[int, list[tuple[str, float]]] = {}
+
+    # -- plumbing --------------------------------------------------------------
+    def child(self, impl: str, phase: str, oid: str = "", **params: Any) -> dict[str, Any]:
+        spec = {"impl": impl, "phase": phase, "oid": oid, "store": self.store, **params}
+        return run_child(spec, self.env)
+
+    def keep(self, key: str, impl: str, values: list[float]) -> list[float]:
+        self.samples.setdefault(key, {}).setdefault(impl, []).extend(values)
+        pooled: list[float] = self.samples[key][impl]
+        return pooled
+
+    def row(self, metric: str, unit: str, key: str, **kw: Any) -> Row:
+        pick = kw.pop("stat", median)
+        ours, theirs = (pick(self.samples[key].get(impl, [])) for impl in IMPLS)
+        row = Row(self.label, metric, unit, ours, theirs, **kw)
+        self.report.add(row)
+        return row
+
+    def progress(self, what: str, start: float) -> None:
+        print(f"  [{self.label}] {what}: {time.perf_counter() - start:.1f} s", flush=True)
+
+    def oid(self, name: str, impl: str) -> str:
+        return f"{name}-{impl.replace('.', '-')}"
+
+    def head(self, oid: str) -> dict[str, Any]:
+        if self.s3 is None:
+            with open(os.path.join(self.store["root"], oid, "head.json"), "rb") as handle:
+                head: dict[str, Any] = json.load(handle)
+                return head
+        import boto3
+
+        client = boto3.client(
+            "s3",
+            endpoint_url=self.s3.endpoint,
+            aws_access_key_id=self.s3.key,
+            aws_secret_access_key=self.s3.secret,
+            region_name="us-east-1",
+        )
+        key = f"{self.store['prefix']}/{oid}/head.json"
+        head = json.loads(client.get_object(Bucket=self.s3.bucket, Key=key)["Body"].read())
+        client.close()
+        return head
+
+    def opens(self, name: str, key: str, rows: int, repeat: int | None = None) -> None:
+        for rep in range(repeat or self.args.repeat):
+            for impl in alternating(rep):
+                got = self.child(impl, "open", self.oid(name, impl))
+                if got["rows"] != rows:
+                    raise RuntimeError(f"{impl} opened {got['rows']} rows of {name}, not {rows}")
+                self.keep(key, impl, [got["open_ms"] / 1e3])
+                self.keep(f"rss_{key}", impl, [got["peak_rss_mib"]])
+
+    # -- figures ---------------------------------------------------------------
+    def writes(self, raw: bool) -> None:
+        start = time.perf_counter()
+        n = {"executes": self.args.executes, "flushes": self.args.flushes}
+        lean = self.label == "local"  # durable_obj with fsync off: like for like
+        for rep in range(self.args.repeat):
+            for impl in alternating(rep):
+                got = self.child(impl, "write", self.oid(f"write{rep}", impl), **n)
+                for key, values in got.items():
+                    if isinstance(values, list):
+                        self.keep(key, impl, values)
+            if lean:
+                store = {**self.store, "storage_options": {"fsync": False}}
+                spec = {"impl": IMPLS[0], "phase": "write", "oid": f"lean{rep}", "store": store}
+                got = run_child({**spec, **n}, self.env)
+                for size in (1, 10, 100):
+                    key = f"flush_{size}_ms"
+                    self.keep(f"lean_{key}", IMPLS[0], got[key])
+                    self.samples.setdefault(f"lean_{key}", {})[IMPLS[1]] = self.samples[key][
+                        IMPLS[1]
+                    ]
+            if raw:
+                got = run_child({"impl": "raw", "phase": "raw", **n})
+                self.keep("execute_ms", "raw", got["execute_ms"])
+            if lean:  # the floor: the same publishes in plain Python, fsync'd
+                head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
+                spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
+                for layout, prefix in (("flat", "floor"), ("wal", "floor_v1")):
+                    got = run_child(
+                        {
+                            **spec,
+                            "oid": f"{prefix}{rep}",
+                            "store": self.store,
+                            "head_bytes": head_bytes,
+                            "layout": layout,
+                        }
+                    )
+                    for size in (1, 10, 100):
+                        self.keep(f"{prefix}_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
+        self.progress("execute + flush", start)
+        note = ""
+        if raw:
+            lat = self.samples["execute_ms"]["raw"]
+            note = f"raw chdb {median(lat):.2f} / {p99(lat):.2f}"
+        self.row("execute p50, single-row INSERT", "ms", "execute_ms", goal=1.05, note=note)
+        self.row("execute p99, single-row INSERT", "ms", "execute_ms", stat=p99)
+        for size in (1, 10, 100):
+            key = f"flush_{size}_ms"
+            self.row(f"flush, {size} buffered", "ms", key, goal=1.0)
+        if lean:
+            floors = (
+                ("floor", "its fsync floor", 1.3, "2 files fsync'd, rename, dir fsync"),
+                ("floor_v1", "the V1-layout floor", None, "the same, the segment in wal/ too"),
+            )
+            for prefix, what, goal, how in floors:
+                for size in (1, 10, 100):
+                    self.report.add(
+                        Row(
+                            self.label,
+                            f"flush, {size} buffered, over {what}",
+                            "ms",
+                            median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
+                            median(self.samples[f"{prefix}_flush_{size}_ms"]["floor"]),
+                            goal=goal,
+                            note=f"right: the floor ({how})",
+                        )
+                    )
+            for size in (1, 10, 100):
+                key = f"lean_flush_{size}_ms"
+                self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
+
+    def bases(self) -> None:
+        for i, rows in enumerate(self.args.rows):
+            start = time.perf_counter()
+            # chdb.durable takes ~40 s to open 100k rows: one sample each there
+            repeat = self.args.large_repeat if rows >= LARGE else self.args.repeat
+            for impl in alternating(i):
+                oid = self.oid(f"base{rows}", impl)
+                got = self.child(impl, "load", oid, rows=rows, checkpoints=repeat)
+                self.keep(f"checkpoint_{rows}", impl, got["checkpoint_ms"])
+                size = self.head(oid)["manifest"]["base"]["size"]
+                self.keep(f"size_{rows}", impl, [size / 2**20])
+            # each checkpoint after the first adds one row first
+            self.extra[rows] = repeat - 1
+            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat)
+            self.progress(f"{rows:,} rows: checkpoint + cold open", start)
+            goal = rows == GOAL_ROWS
+            self.row(
+                f"checkpoint, {rows:,} rows", "ms", f"checkpoint_{rows}", goal=0.1 if goal else None
+            )
+            if rows >= GOAL_ROWS or rows == max(self.args.rows):  # the smoke run's too
+                self.checkpoint_floors(rows, repeat)
+            self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
+            self.row(
+                f"cold open, base of {rows:,} rows",
+                "s",
+                f"open_{rows}",
+                goal=0.05 if goal else None,
+            )
+            for what, floor in self.open_floors.get(rows, []):
+                self.report.add(
+                    Row(
+                        self.label,
+                        f"  over {what}",
+                        "s",
+                        median(self.samples[f"open_{rows}"][IMPLS[0]]),
+                        floor,
+                        note="right: the floor (hashlib of the archive, which an open "
+                        "verifies; boto3 download_file of it)",
+                    )
+                )
+            self.row(
+                f"peak RSS, opening {rows:,} rows",
+                "MiB",
+                f"rss_open_{rows}",
+                goal=1.1 if goal or rows == MILLION else None,
+            )
+            if rows == MILLION:
+                self.report.own.append(
+                    OwnRow(
+                        self.label,
+                        f"cold open, base of {rows:,} rows",
+                        "s",
+                        median(self.samples[f"open_{rows}"][IMPLS[0]]),
+                        GOAL_MILLION_OPEN_S.get(self.label),
+                        note="the scale point's absolute goal",
+                    )
+                )
+
+    def checkpoint_floors(self, rows: int, repeat: int) -> None:
+        """Our checkpoint beside what bounds it: the engine's BACKUP of the
+        same rows alone, and on S3 a bare boto3 upload of that archive."""
+        start = time.perf_counter()
+        got = self.child("raw", "ckpt_floor", f"floor{rows}", rows=rows, repeat=repeat)
+        self.progress(f"{rows:,} rows: checkpoint floors", start)
+        ours = median(self.samples[f"checkpoint_{rows}"][IMPLS[0]])
+        self.open_floors[rows] = [("SHA-256 of its base", median(got["sha256_ms"]) / 1000)]
+        if "download_ms" in got:
+            self.open_floors[rows].append(("boto3 download", median(got["download_ms"]) / 1000))
+        floors = [("BACKUP alone", median(got["backup_ms"]), None)]
+        if "upload_ms" in got:
+            upload = median(got["upload_ms"])
+            floors.append(("boto3 upload", upload, 1.2))
+            floors.append(("BACKUP+upload", median(got["backup_ms"]) + upload, None))
+        for what, floor, goal in floors:
+            self.report.add(
+                Row(
+                    self.label,
+                    f"  over {what}",
+                    "ms",
+                    ours,
+                    floor,
+                    goal=goal if rows == GOAL_ROWS else None,
+                    note="right: the floor (plain chdb; boto3 upload_file of its archive)",
+                )
+            )
+
+    def segments(self) -> None:
+        """--segments segments x 10 statements on top of the middle base."""
+        rows = self.args.rows[min(1, len(self.args.rows) - 1)]
+        segs, per = self.args.segments, 10
+        start = time.perf_counter()
+        for impl in IMPLS:
+            self.child(impl, "append", self.oid(f"base{rows}", impl), segments=segs, statements=per)
+        self.opens(f"base{rows}", "open_seg", rows + self.extra[rows] + segs * per)
+        self.progress(f"base + {segs} segments: cold open", start)
+        metric = f"cold open, base {rows // 1000}k + {segs} segs x {per}"
+        self.row(metric, "s", "open_seg", goal=0.1)
+        # replay rate: the statements over what they added to the base-only open
+        for impl in IMPLS:
+            extra = median(self.samples["open_seg"][impl]) - median(
+                self.samples[f"open_{rows}"][impl]
+            )
+            self.samples.setdefault("replay_seg", {})[impl] = [segs * per / max(extra, 1e-3)]
+        self.row("  replay statements/s (over base-only)", "st/s", "replay_seg", better="higher")
+
+    def long_wal(self) -> None:
+        segs = self.args.wal_segments
+        start = time.perf_counter()
+        for impl in IMPLS:
+            oid = self.oid("wal", impl)
+            got = self.child(impl, "append", oid, create=True, segments=segs - 1, statements=1)
+            self.keep("wal_flush_ms", impl, [got["append_ms"] / (segs - 1)])
+        self.progress(f"{segs}-segment WAL written", start)
+        self.opens("wal", "open_wal", segs - 1)
+        self.progress(f"{segs}-segment WAL: cold open", start)
+        goal = 0.05 if self.label == "s3" else None
+        self.row(f"cold open, {segs}-segment WAL", "s", "open_wal", goal=goal)
+        for impl in IMPLS:
+            self.samples.setdefault("replay_wal", {})[impl] = [
+                (segs - 1) / median(self.samples["open_wal"][impl])
+            ]
+        self.row("  statements/s (whole open)", "st/s", "replay_wal", better="higher")
+        self.row("execute + flush per segment (writing it)", "ms", "wal_flush_ms")
+
+    def listing(self) -> None:
+        """Namespace.list() of --list-objects objects, in a namespace of their own."""
+        n = self.args.list_objects
+        start = time.perf_counter()
+        if self.s3 is None:
+            store = {**self.store, "root": os.path.join(self.store["root"], "listing")}
+        else:
+            store = {**self.store, "prefix": f"{self.store['prefix']}-listing"}
+        # Written straight to the server: the latency proxy is for what is timed.
+        direct = store if self.s3 is None else {**store, "endpoint": self.s3.endpoint}
+        spec = {"impl": IMPLS[0], "phase": "populate", "oid": "agent", "store": direct}
+        got = run_child({**spec, "objects": n, "segments": LIST_SEGMENTS}, self.env)
+        keys = got["keys_per_object"]
+        self.progress(f"{n:,} objects of {keys} keys written", start)
+        for rep in range(self.args.repeat):
+            for stored in (True, False) if rep % 2 == 0 else (False, True):
+                spec = {"impl": IMPLS[0], "phase": "list", "store": store, "stored": stored}
+                got = run_child(spec, self.env)
+                if got["objects"] != n or got["described"] != n:
+                    raise RuntimeError(f"list() found {got['objects']} objects, not {n}")
+                self.keep(f"list_{stored}_s", IMPLS[0], [got["list_s"]])
+        self.progress(f"Namespace.list() of {n:,} objects", start)
+        goal = None
+        if n == GOAL_LIST_OBJECTS and (self.s3 is None or self.args.latency_ms == 20):
+            goal = GOAL_LIST_S
+        for stored, call in ((True, "list()"), (False, "list(stored=False)")):
+            samples = self.samples[f"list_{stored}_s"][IMPLS[0]]
+            self.report.own.append(
+                OwnRow(
+                    self.label,
+                    f"{call}, {n:,} objs of {keys} keys",
+                    "s",
+                    median(samples),
+                    goal,
+                    note=f"best {min(samples):.3f}",
+                )
+            )
+
+    def all(self, raw: bool) -> None:
+        only = self.args.only
+        if "writes" in only:
+            self.writes(raw)
+        if "bases" in only or "segments" in only:  # the segments go on a base
+            self.bases()
+        if "segments" in only:
+            self.segments()
+        if "wal" in only:
+            self.long_wal()
+        if "list" in only:
+            self.listing()
