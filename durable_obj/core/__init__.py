@@ -2,7 +2,9 @@
 
     object     DurableObject: execute, query, flush, checkpoint, close
     opening    one attempt at open(): head, restore, lease
-    commit     a flush or a checkpoint as a head CAS, fenced by generation
+    durability flush, checkpoint, auto-flush, folding a long WAL
+    commit     every head write as a CAS, fenced by generation, read back
+    publishing segments and bases: created, settled, committed into the head
     pending    what was executed and not yet durable, and who is owed an answer
     group      group commit: concurrent flushes share one commit in flight
     units      units of work: write(), batch(); whole or not at all

@@ -4,8 +4,9 @@ The head is the only key ever replaced, and it is written only here: `create`
 (a new object, a fork), `take` (a writer's lease CAS), `commit` (renew or
 release the lease, with a new segment or base or none), `release_any` (an
 administrator's), `release_after_failed_open` (one best-effort attempt).
-`publish` creates the immutable keys a head names (and the history file a
-checkpoint writes first, `history.py`).
+The immutable keys a head names (segments, bases, and the history file a
+checkpoint writes first, `history.py`) are created in `publishing.py`, which
+then commits them here with `commit`.
 
 A write whose answer is lost (timeout, 5xx, lost connection, S3 409: the store
 raises `StoreAmbiguous`) or whose precondition failed (a race lost, or our own
@@ -16,22 +17,17 @@ wrote) and manifest (our unique key at our seq). Anything else goes by the
 write's own rule: write again (the head is still ours, or unchanged: only the
 token moved), a settled outcome, or lost (another's head: a lost race, or for
 a writer the fence), until the commit deadline; after it an unproven outcome
-is `CommitAmbiguous`, never success. An immutable key is settled by reading it
-back and comparing size and SHA-256. `StoreAmbiguous` never leaves here.
+is `CommitAmbiguous`, never success. `StoreAmbiguous` never leaves here.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import tempfile
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from durable_obj.core.history import archive_of
 from durable_obj.errors import (
     BackendError,
     CommitAmbiguous,
@@ -42,25 +38,18 @@ from durable_obj.errors import (
     StoreAmbiguous,
 )
 from durable_obj.wire import lease as leases
-from durable_obj.wire.digest import BackgroundDigest, bytes_digest, file_digest, verify
-from durable_obj.wire.head import RETENTION, Head, Lease, ObjectRef, stamp
+from durable_obj.wire.head import RETENTION, Head, Lease
 from durable_obj.wire.protocol import (
-    BACKUP_FORMAT,
     COMMIT_BACKOFF_BASE,
     COMMIT_BACKOFF_MAX,
     DEFAULT_COMMIT_DEADLINE,
     DEFAULT_LEASE_TTL,
     DEFAULT_TIMEZONE,
     head_key,
-    mint_wal_key,
-    object_key,
 )
 
 if TYPE_CHECKING:
-    from fsspec.callbacks import Callback
-
     from durable_obj.stores.base import Store, Version
-    from durable_obj.stores.growing import GrowingFile
 
 log = logging.getLogger("durable_obj")
 
@@ -410,147 +399,3 @@ class HeadWriter:
                     f"{self.url}: {what} did not apply after {attempt} attempt(s); {failed}"
                 )
             self.clock.sleep(min(COMMIT_BACKOFF_BASE * 2 ** (attempt - 1), COMMIT_BACKOFF_MAX))
-
-    # -- a writer's commits -------------------------------------------------------------
-    def commit_segment(self, payload: bytes, *, scratch: str | None) -> ObjectRef:
-        """Publish `payload` as the next WAL segment and commit it into the
-        head. On failure the manifest is as it was."""
-        head = self.head
-        assert head is not None
-        manifest = head.manifest
-        seq = manifest.seq + 1
-        size, sha256 = bytes_digest(payload)
-        ref = self._stamped(mint_wal_key(head.lease.generation, seq), size, sha256)
-        self.publish(
-            ref,
-            lambda key: self.store.create(key, payload),
-            scratch=scratch,
-            unsettled=" The statements stay buffered; retry flush().",
-        )
-        saved = (list(manifest.wal), manifest.seq)
-        manifest.wal = [*manifest.wal, ref]
-        manifest.seq = seq
-        try:
-            self.commit()
-        except BaseException:
-            manifest.wal, manifest.seq = saved
-            raise
-        return ref
-
-    def commit_base(
-        self,
-        key: str,
-        archive: GrowingFile,
-        *,
-        engine_version: str,
-        scratch: str | None,
-        progress: Callback | None = None,
-    ) -> ObjectRef:
-        """Publish `archive` (BACKUP by `engine_version`, which may still be
-        writing it) as the base `key`, minted for the next seq, and commit it
-        with an empty WAL. The file is given away: a store on its filesystem
-        moves it into place once complete. On failure the head is as it was;
-        a failed BACKUP is `SourceFailed` and nothing was created."""
-        head = self.head
-        assert head is not None and self.holder is not None
-        again = " The statements stay buffered; retry checkpoint()."
-        # Hashed while BACKUP writes it and the store takes it (fsync,
-        # upload): the ref exists once all three are done (growing.py).
-        digest = BackgroundDigest(archive.chunks())
-        try:
-            self._create(
-                key,
-                lambda key: self.store.adopt_growing(key, archive, digest.sha256, progress),
-                lambda: self._stamped(key, *digest.result()),
-                scratch=scratch,
-                unsettled=again,
-            )
-        finally:
-            digest.join()  # before the archive's descriptor closes, whatever the store did
-        ref = self._stamped(key, *digest.result())
-        # Archive the manifest a new base supersedes (proven committed, so an
-        # orphan of a failed commit is harmless: history.py); retention > 0.
-        archived = archive_of(head, self.retention, self.clock.time(), self.holder.owner)
-        if archived is not None:
-            body = archived[1]
-            self.publish(
-                archived[0], lambda k: self.store.create(k, body), scratch=scratch, unsettled=again
-            )
-        saved = head.model_copy(deep=True)
-        head.manifest.base = ref
-        head.manifest.wal = []
-        head.manifest.seq += 1
-        # This engine wrote the archive: it is now the oldest that reads it.
-        head.engine.version = engine_version
-        head.engine.min_reader = engine_version
-        head.engine.backup_format = BACKUP_FORMAT
-        try:
-            self.commit()
-        except BaseException:
-            saved.lease = head.lease
-            self.head = saved
-            raise
-        return ref
-
-    def _stamped(self, key: str, size: int, sha256: str) -> ObjectRef:
-        """A ref that says when and by whom it is committed (`history.py`)."""
-        assert self.holder is not None
-        ref = ObjectRef(key=key, size=size, sha256=sha256)
-        return stamp(ref, committed_at=self.clock.time(), owner=self.holder.owner)
-
-    # -- immutable keys ---------------------------------------------------------------
-    def publish(
-        self,
-        ref: ObjectRef,
-        create: Callable[[str], Version | None],
-        *,
-        scratch: str | None = None,
-        unsettled: str = "",
-    ) -> None:
-        """Create the uniquely named key `ref` with `create(namespace key)`;
-        settle a lost answer by reading it back (same size and SHA-256 means
-        it landed). `scratch`: where the read-back may download to."""
-        self._create(ref.key, create, lambda: ref, scratch=scratch, unsettled=unsettled)
-
-    def _create(
-        self,
-        name: str,
-        create: Callable[[str], Version | None],
-        ref: Callable[[], ObjectRef],
-        *,
-        scratch: str | None,
-        unsettled: str,
-    ) -> None:
-        """`publish` of the key `name`, whose ref (size, SHA-256) is asked
-        for only when a lost answer must be settled."""
-        key = object_key(self.oid, name)
-        try:
-            version = create(key)
-        except StoreAmbiguous as exc:
-            if not self._landed(key, ref(), scratch):
-                raise CommitAmbiguous(
-                    f"{self.url}: uploading {name} got no answer and it cannot be read "
-                    f"back: the upload is indeterminate. Nothing was committed.{unsettled}"
-                ) from exc
-            return
-        # "Already exists" of a key minted unique is our own write met again
-        # when the client resent the request after a dropped connection (the
-        # first one landed); anything else there is not ours.
-        if version is None and not self._landed(key, ref(), scratch):
-            raise BackendError(
-                f"{self.url}: {name} already exists, yet every key is minted unique; "
-                "something else writes under this object's prefix. Nothing was committed."
-            )
-
-    def _landed(self, key: str, ref: ObjectRef, scratch: str | None) -> bool:
-        probe = os.path.join(scratch or tempfile.gettempdir(), f"probe-{uuid.uuid4().hex}")
-        try:
-            if not self.store.download(key, probe):
-                return False
-            verify(*file_digest(probe), ref, "uploaded object")
-            return True
-        except DurableError:
-            return False
-        finally:
-            if os.path.exists(probe):
-                os.unlink(probe)

@@ -9,7 +9,7 @@ base, or none, and the segments committed onto it) names a point per seq::
 The current head holds the newest chain. Before a checkpoint (or a fold)
 replaces the base, its writer archives the manifest being superseded as an
 immutable `history/<gen>-<seq>-<u8>.json` (a conditional create, settled by
-reading back like every immutable key; `HeadWriter.commit_base`). The file
+reading back like every immutable key; `publishing.commit_base`). The file
 describes state that WAS committed (the writer's head as last proven
 stored), so when the checkpoint's head commit then fails (a crash, a fence,
 an ambiguous answer), the orphan is harmless: the same chain stays in the

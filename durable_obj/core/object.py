@@ -23,7 +23,8 @@ Three rules the code below exists to hold:
 Only the states, their transitions and the lock live here. The steps are
 elsewhere, each taking its inputs as arguments: the open sequence in
 `opening.py` (a reader's refresh too), head writes and their reconcile in
-`commit.py`,
+`commit.py`, the segments and bases they commit in `publishing.py`, flush,
+checkpoint, auto-flush and folding in `durability.py`,
 fetch/verify/restore/replay in `restore.py`, lease arithmetic in `lease.py`,
 the reads in `queries.py`, the engine, scratch folder and statement gates in
 `local.py` (the statement gate itself in `gate/`, one straight line in
@@ -37,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 import time
 import uuid
@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj.core import unclosed
 from durable_obj.core.commit import HeadWriter
+from durable_obj.core.durability import Durability
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.heartbeat import BUSY, Heartbeat
 from durable_obj.core.opening import Opener, Refresh
@@ -55,14 +56,11 @@ from durable_obj.core.pending import Pending
 from durable_obj.core.queries import Params, Queries
 from durable_obj.core.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.core.surface import Result as Result
-from durable_obj.core.units import Units, collecting
+from durable_obj.core.units import collecting
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.replica.export import check_format, export_tables
 from durable_obj.replica.local import LocalCopy
-from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.wire import lease as leases
-from durable_obj.wire.protocol import mint_checkpoint_key
-from durable_obj.wire.v1base import DefaultBase
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -74,7 +72,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 
-class DurableObject(Queries, Units):
+class DurableObject(Queries, Durability):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     def __init__(
@@ -292,95 +290,6 @@ class DurableObject(Queries, Units):
             )
         log.info("%s: exported %d table(s) to %s", self.url, len(written), to)
         return written
-
-    # -- durability ----------------------------------------------------------
-    def flush(self) -> str | None:
-        """Publish the buffered statements as one WAL segment and commit it.
-
-        On return every statement executed before the call survives the
-        machine. Returns the new segment's key. When nothing is buffered it
-        returns, once, the key of the last commit (a segment, or a base) if
-        this thread executed statements since it was last told a key: another
-        thread's flush(), a checkpoint or the auto-flush committed them. Else
-        None: this thread executed nothing since. On failure the statements
-        stay buffered and a later flush() retries them under a new key.
-        """
-        with self._lock:
-            self._require_writable(engine=False)
-            if not self._buf:
-                return self._buf.answer()
-            return self._durable_through(self._buf.end)
-
-    def _auto_flush_due(self) -> bool:
-        return bool(self._buf) and self._opts.auto_flush_due(self._buf.buf.nbytes, self._buf.age())
-
-    def _maybe_fold(self, segments: int | None = None) -> None:
-        """Growth policy: fold a long WAL into a new checkpoint, so the head
-        stays small and the next open replays little."""
-        assert self._w.head is not None
-        wal = self._w.head.manifest.wal
-        if self._opts.fold_due(wal, segments):
-            log.info("%s: folding %d WAL segment(s) into a checkpoint", self.url, len(wal))
-            try:
-                self._checkpoint_locked()
-            except DurableError as exc:
-                # The flush before it is committed; folding only saves replay
-                # time, so a failure is reported, never raised over a success.
-                log.warning("%s: folding the WAL failed (%s); will retry", self.url, exc)
-
-    def _flush_locked(self) -> None:
-        """Commit everything buffered, joining a commit in flight (group.py);
-        nobody is told the key (an auto-flush, close)."""
-        if self._buf:
-            self._group.through(self._buf.end, self._commit_payload)
-            self._maybe_fold()
-
-    def checkpoint(self) -> str:
-        """Snapshot the database as a new base and empty the WAL list.
-
-        Shortens the next open; durability never depends on it. Includes
-        buffered statements, which it makes durable too.
-        """
-        with self._lock:
-            self._require_writable()
-            return self._checkpoint_locked(caller_told=True)
-
-    def _checkpoint_locked(self, *, caller_told: bool = False) -> str:
-        self._group.idle()  # never beside a commit in flight; the lock is held from here
-        engine, work = self._local.engine, self._local.work
-        assert engine is not None and work is not None
-        started = time.monotonic()
-        key = mint_checkpoint_key(self.generation, self.seq + 1)
-        local = os.path.join(work, os.path.basename(key))
-        # BACKUP writes the archive on a thread while it is hashed and
-        # stored (growing.py); nothing of a failed BACKUP is committed.
-        # a base of `default` is written in V1's shape (v1base.py)
-        archive = GrowingFile(local, DefaultBase(local) if self.db == "default" else None)
-        backup = archive.produce(lambda: engine.backup(self.db, local))
-        try:
-            ref = self._w.commit_base(
-                key, archive, engine_version=engine.version, scratch=work, progress=self._progress
-            )
-        except SourceFailed as exc:
-            assert exc.__cause__ is not None
-            raise exc.__cause__ from None  # BACKUP's own error
-        except LeaseFenced as exc:
-            self._fenced_by(exc)
-            raise
-        finally:
-            backup.join()
-            archive.close()
-            with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
-                os.unlink(local)
-        self._buf.committed(key, caller_told=caller_told)
-        log.info(
-            "%s: checkpoint %s, %d bytes, %.3f s",
-            self.url,
-            key,
-            ref.size,
-            time.monotonic() - started,
-        )
-        return key
 
     # -- heartbeat -----------------------------------------------------------
     def _start_heartbeat(self) -> None:

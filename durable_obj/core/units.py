@@ -34,6 +34,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 
+from durable_obj.core import publishing
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
@@ -344,7 +345,7 @@ class Units(Surface):
     def _commit_payload(self, payload: bytes) -> str:
         """Publish `payload` as the next segment and commit it (lock released)."""
         try:
-            ref = self._w.commit_segment(payload, scratch=self._local.work)
+            ref = publishing.commit_segment(self._w, payload, scratch=self._local.work)
         except LeaseFenced as exc:
             self._fenced_by(exc)
             raise
@@ -352,4 +353,4 @@ class Units(Surface):
         return ref.key
 
     def _maybe_fold(self, segments: int | None = None) -> None:
-        raise NotImplementedError  # DurableObject's
+        raise NotImplementedError  # durability.Durability

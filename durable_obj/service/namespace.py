@@ -21,6 +21,7 @@ from durable_obj.core.commit import HeadWriter
 from durable_obj.core.object import DurableObject
 from durable_obj.core.opening import reclaim_rule
 from durable_obj.core.options import Options, make_options
+from durable_obj.core.publishing import publish
 from durable_obj.core.queries import Params
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
 from durable_obj.service.addressing import check_at, check_oid, split_destination, split_object_url
@@ -266,7 +267,8 @@ class Namespace:
             path = obj.snapshot()
             size, sha256 = file_digest(path)
             ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
-            writer.publish(
+            publish(
+                writer,
                 ref,
                 lambda key: store.create_file(key, path, self._progress),
                 scratch=os.path.dirname(path),

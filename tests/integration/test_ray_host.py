@@ -25,7 +25,6 @@ from durable_obj import (
     MissingDependency,
     Namespace,
 )
-from durable_obj.core.commit import HeadWriter
 from durable_obj.ray import Hosts, ObjectHost, _ray, shard_of
 
 DDL = "CREATE TABLE t (k UInt32) ENGINE = MergeTree ORDER BY k"
@@ -108,7 +107,7 @@ def test_write_is_one_unit_with_params_and_shard_of_is_stable(
         # the commit failed: the unit stays buffered, whole, and the error
         # names the session holding it
         with monkeypatch.context() as patch, pytest.raises(BackendError) as failed:
-            patch.setattr(HeadWriter, "commit_segment", _store_down)
+            patch.setattr("durable_obj.core.publishing.commit_segment", _store_down)
             h.write("a", [(INSERT, {"k": 7}), INSERT], {"k": 8}, False, None)
         session = failed.value.session  # type: ignore[attr-defined]
         assert h.flush("a", session) is not None
@@ -241,7 +240,7 @@ def test_a_unit_whose_commit_failed_is_never_reported_committed_by_another_incar
     h = hosts.get("a")
     h.write(DDL)
     with monkeypatch.context() as patch, pytest.raises(BackendError):
-        patch.setattr(HeadWriter, "commit_segment", _store_down)
+        patch.setattr("durable_obj.core.publishing.commit_segment", _store_down)
         h.write((INSERT, {"k": 1}), (INSERT, {"k": 2}))
     assert h.pending == 2  # buffered on the actor, whole
     (actor,) = fake_ray.actors

@@ -1,6 +1,6 @@
-"""The one head writer (durable_obj/commit.py): every head write settles a lost
-answer by reading back, and a caller gets a settled answer or
-`CommitAmbiguous`, never `StoreAmbiguous`.
+"""The one head writer (durable_obj/core/commit.py) and the keys it commits
+(publishing.py): every write settles a lost answer by reading back, and a
+caller gets a settled answer or `CommitAmbiguous`, never `StoreAmbiguous`.
 
 Each fault is injected on every call of one store operation (rate 1):
 `LOST_RESPONSE` applies the write and loses the answer, `AMBIGUOUS_BEFORE`
@@ -23,6 +23,7 @@ import durable_obj
 from durable_obj import errors
 from durable_obj.core import ops
 from durable_obj.core.commit import HeadWriter
+from durable_obj.core.publishing import commit_base, publish
 from durable_obj.stores.base import Store, Version
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.memory import MemoryStore
@@ -257,12 +258,12 @@ def test_publish_settles_by_size_and_sha256() -> None:
     size, sha = bytes_digest(data)
     ref = ObjectRef(key="wal/1-1-abcdef12.jsonl", size=size, sha256=sha)
     writer.store = faulty(inner, "create", LANDED)
-    writer.publish(ref, lambda key: writer.store.create(key, data))
+    publish(writer, ref, lambda key: writer.store.create(key, data))
     assert inner.get("o/wal/1-1-abcdef12.jsonl") is not None
     ref2 = ObjectRef(key="wal/1-2-abcdef12.jsonl", size=size, sha256=sha)
     writer.store = faulty(inner, "create", NOT_LANDED)
     with pytest.raises(errors.CommitAmbiguous, match="indeterminate"):
-        writer.publish(ref2, lambda key: writer.store.create(key, data))
+        publish(writer, ref2, lambda key: writer.store.create(key, data))
 
 
 def test_flush_that_never_lands_is_commit_ambiguous_and_stays_buffered() -> None:
@@ -318,7 +319,7 @@ def test_a_segment_key_holding_other_bytes_is_refused_and_nothing_committed() ->
     ref = ObjectRef(key="wal/1-1-abcdef12.jsonl", size=size, sha256=sha)
     assert inner.create("o/wal/1-1-abcdef12.jsonl", b'{"sql": "SELECT 2"}\n') is not None
     with pytest.raises(errors.BackendError, match=r"already exists.*Nothing was committed"):
-        writer.publish(ref, lambda key: writer.store.create(key, data))
+        publish(writer, ref, lambda key: writer.store.create(key, data))
     assert stored(inner).manifest.seq == 0
 
 
@@ -368,8 +369,12 @@ def test_commit_base_hashes_the_file_while_it_is_written_and_taken(
     path = tmp_path / "backup.tar"
     source, producer = _growing(path, data)
     try:
-        ref = writer.commit_base(
-            "checkpoints/1-1-abcdef12.tar", source, engine_version="26.1.1", scratch=str(tmp_path)
+        ref = commit_base(
+            writer,
+            "checkpoints/1-1-abcdef12.tar",
+            source,
+            engine_version="26.1.1",
+            scratch=str(tmp_path),
         )
     finally:
         producer.join()
@@ -387,7 +392,8 @@ def test_commit_base_of_a_failed_backup_creates_and_commits_nothing(tmp_path: Pa
     source, producer = _growing(tmp_path / "backup.tar", os.urandom(3 << 20), fail=True)
     try:
         with pytest.raises(SourceFailed) as failed:
-            writer.commit_base(
+            commit_base(
+                writer,
                 "checkpoints/1-1-abcdef12.tar",
                 source,
                 engine_version="26.1.1",

@@ -1,0 +1,193 @@
+"""The immutable keys a head names, and a writer's commits of them.
+
+`publish` creates a uniquely named key: a WAL segment, a base, a fork's
+base, an archived manifest (`history.py`). A create whose answer is lost
+(the store raises `StoreAmbiguous`), or that finds the key already there
+(our own write met again by a client's resend), is settled by reading the
+key back and comparing size and SHA-256: the same means it landed, anything
+else is `CommitAmbiguous` or `BackendError`. `StoreAmbiguous` never leaves
+here.
+
+`commit_segment` and `commit_base` are a writer's flush and checkpoint:
+publish the segment (or the base, and the manifest it supersedes), then
+commit it into the head with `HeadWriter.commit` (`commit.py`, the one head
+writer). On failure the head is as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from durable_obj.core.history import archive_of
+from durable_obj.errors import BackendError, CommitAmbiguous, DurableError, StoreAmbiguous
+from durable_obj.wire.digest import BackgroundDigest, bytes_digest, file_digest, verify
+from durable_obj.wire.head import ObjectRef, stamp
+from durable_obj.wire.protocol import BACKUP_FORMAT, mint_wal_key, object_key
+
+if TYPE_CHECKING:
+    from fsspec.callbacks import Callback
+
+    from durable_obj.core.commit import HeadWriter
+    from durable_obj.stores.base import Store, Version
+    from durable_obj.stores.growing import GrowingFile
+
+
+# -- a writer's commits -------------------------------------------------------------
+def commit_segment(writer: HeadWriter, payload: bytes, *, scratch: str | None) -> ObjectRef:
+    """Publish `payload` as the next WAL segment and commit it into the
+    head. On failure the manifest is as it was."""
+    head = writer.head
+    assert head is not None
+    manifest = head.manifest
+    seq = manifest.seq + 1
+    size, sha256 = bytes_digest(payload)
+    ref = _stamped(writer, mint_wal_key(head.lease.generation, seq), size, sha256)
+    publish(
+        writer,
+        ref,
+        lambda key: writer.store.create(key, payload),
+        scratch=scratch,
+        unsettled=" The statements stay buffered; retry flush().",
+    )
+    saved = (list(manifest.wal), manifest.seq)
+    manifest.wal = [*manifest.wal, ref]
+    manifest.seq = seq
+    try:
+        writer.commit()
+    except BaseException:
+        manifest.wal, manifest.seq = saved
+        raise
+    return ref
+
+
+def commit_base(
+    writer: HeadWriter,
+    key: str,
+    archive: GrowingFile,
+    *,
+    engine_version: str,
+    scratch: str | None,
+    progress: Callback | None = None,
+) -> ObjectRef:
+    """Publish `archive` (BACKUP by `engine_version`, which may still be
+    writing it) as the base `key`, minted for the next seq, and commit it
+    with an empty WAL. The file is given away: a store on its filesystem
+    moves it into place once complete. On failure the head is as it was;
+    a failed BACKUP is `SourceFailed` and nothing was created."""
+    head = writer.head
+    assert head is not None and writer.holder is not None
+    again = " The statements stay buffered; retry checkpoint()."
+    # Hashed while BACKUP writes it and the store takes it (fsync,
+    # upload): the ref exists once all three are done (growing.py).
+    digest = BackgroundDigest(archive.chunks())
+    try:
+        _create(
+            writer,
+            key,
+            lambda key: writer.store.adopt_growing(key, archive, digest.sha256, progress),
+            lambda: _stamped(writer, key, *digest.result()),
+            scratch=scratch,
+            unsettled=again,
+        )
+    finally:
+        digest.join()  # before the archive's descriptor closes, whatever the store did
+    ref = _stamped(writer, key, *digest.result())
+    # Archive the manifest a new base supersedes (proven committed, so an
+    # orphan of a failed commit is harmless: history.py); retention > 0.
+    archived = archive_of(head, writer.retention, writer.clock.time(), writer.holder.owner)
+    if archived is not None:
+        body = archived[1]
+        publish(
+            writer,
+            archived[0],
+            lambda k: writer.store.create(k, body),
+            scratch=scratch,
+            unsettled=again,
+        )
+    saved = head.model_copy(deep=True)
+    head.manifest.base = ref
+    head.manifest.wal = []
+    head.manifest.seq += 1
+    # This engine wrote the archive: it is now the oldest that reads it.
+    head.engine.version = engine_version
+    head.engine.min_reader = engine_version
+    head.engine.backup_format = BACKUP_FORMAT
+    try:
+        writer.commit()
+    except BaseException:
+        saved.lease = head.lease
+        writer.head = saved
+        raise
+    return ref
+
+
+def _stamped(writer: HeadWriter, key: str, size: int, sha256: str) -> ObjectRef:
+    """A ref that says when and by whom it is committed (`history.py`)."""
+    assert writer.holder is not None
+    ref = ObjectRef(key=key, size=size, sha256=sha256)
+    return stamp(ref, committed_at=writer.clock.time(), owner=writer.holder.owner)
+
+
+# -- immutable keys ---------------------------------------------------------------
+def publish(
+    writer: HeadWriter,
+    ref: ObjectRef,
+    create: Callable[[str], Version | None],
+    *,
+    scratch: str | None = None,
+    unsettled: str = "",
+) -> None:
+    """Create the uniquely named key `ref` of `writer`'s object with
+    `create(namespace key)`; settle a lost answer by reading it back (same
+    size and SHA-256 means it landed). `scratch`: where the read-back may
+    download to."""
+    _create(writer, ref.key, create, lambda: ref, scratch=scratch, unsettled=unsettled)
+
+
+def _create(
+    writer: HeadWriter,
+    name: str,
+    create: Callable[[str], Version | None],
+    ref: Callable[[], ObjectRef],
+    *,
+    scratch: str | None,
+    unsettled: str,
+) -> None:
+    """`publish` of the key `name`, whose ref (size, SHA-256) is asked
+    for only when a lost answer must be settled."""
+    key = object_key(writer.oid, name)
+    try:
+        version = create(key)
+    except StoreAmbiguous as exc:
+        if not _landed(writer.store, key, ref(), scratch):
+            raise CommitAmbiguous(
+                f"{writer.url}: uploading {name} got no answer and it cannot be read "
+                f"back: the upload is indeterminate. Nothing was committed.{unsettled}"
+            ) from exc
+        return
+    # "Already exists" of a key minted unique is our own write met again
+    # when the client resent the request after a dropped connection (the
+    # first one landed); anything else there is not ours.
+    if version is None and not _landed(writer.store, key, ref(), scratch):
+        raise BackendError(
+            f"{writer.url}: {name} already exists, yet every key is minted unique; "
+            "something else writes under this object's prefix. Nothing was committed."
+        )
+
+
+def _landed(store: Store, key: str, ref: ObjectRef, scratch: str | None) -> bool:
+    probe = os.path.join(scratch or tempfile.gettempdir(), f"probe-{uuid.uuid4().hex}")
+    try:
+        if not store.download(key, probe):
+            return False
+        verify(*file_digest(probe), ref, "uploaded object")
+        return True
+    except DurableError:
+        return False
+    finally:
+        if os.path.exists(probe):
+            os.unlink(probe)
