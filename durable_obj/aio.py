@@ -72,7 +72,7 @@ from durable_obj.core.queries import Params
 from durable_obj.core.units import Batch, Statement, collect, collecting, plan
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
-from durable_obj.replica import engine
+from durable_obj.replica import server
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
 
@@ -140,7 +140,7 @@ def preload() -> None:
     thread of the shared executor: a thread pool starts its threads on
     demand, and `Thread.start()` waits until the new thread runs, which on
     a busy interpreter is a stall of the loop that submitted the call."""
-    engine.start()
+    server.start()
     for pool, workers in (
         (_open_pool(), OPEN_WORKERS),
         (_shared_pool(True), IO_WORKERS),
@@ -464,7 +464,7 @@ async def aopen(
         )
 
     global _cold_warned
-    if not engine.started() and not _cold_warned:
+    if not server.started() and not _cold_warned:
         _cold_warned = True
         log.info(
             "durable_obj: the first aopen() loads chDB, which holds the interpreter ~0.2 s and "

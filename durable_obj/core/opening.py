@@ -29,7 +29,7 @@ from durable_obj.core import history
 from durable_obj.core.commit import Stored
 from durable_obj.errors import InvalidArgument, LeaseHeld, NotFound
 from durable_obj.replica import restore
-from durable_obj.replica.engine import prestart
+from durable_obj.replica.server import prestart
 from durable_obj.wire import lease as leases
 from durable_obj.wire.protocol import HEAD_KEY
 

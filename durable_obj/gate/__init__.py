@@ -17,8 +17,9 @@ checks, in one straight line (the order is drawn in `pipeline`).
     bounds       time, result and memory bounds a statement cannot raise
     replay       a verified WAL onto the engine, gated, batched where exact
     sql          the lexer: used only on text the engine vouched for
+    quoting      text the engine reads back exactly: literals, names, splices
 
 May import: `durable_obj.errors`, each other, and `durable_obj.replica.engine` for
 types only (an `Engine` is passed in). The engine imports back only the pure
-parts: `sql` (quoting), `isolation.Scope` (name mapping), `bounds` (data).
+parts: `quoting`, `isolation.Scope` (name mapping), `bounds` (data).
 """

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import Nondeterministic
 from durable_obj.gate.literals import Literals
+from durable_obj.gate.quoting import quote_ident
 from durable_obj.gate.sql import (
     Call,
     InsertShape,
@@ -34,7 +35,6 @@ from durable_obj.gate.sql import (
     depth_zero,
     evaluated_from,
     find_calls,
-    quote_ident,
     tokenize,
     ttl_clause,
 )

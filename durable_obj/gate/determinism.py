@@ -36,6 +36,7 @@ from durable_obj.errors import Nondeterministic
 from durable_obj.gate.defaults import ColumnRules
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
+from durable_obj.gate.quoting import quote_string, splice
 from durable_obj.gate.sql import (
     Call,
     Token,
@@ -44,8 +45,6 @@ from durable_obj.gate.sql import (
     find_calls,
     insert_shape,
     outermost,
-    quote_string,
-    splice,
     tokenize,
     tokenize_head,
 )

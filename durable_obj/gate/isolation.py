@@ -38,15 +38,8 @@ import re
 from dataclasses import dataclass
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate.sql import (
-    Token,
-    code_words,
-    find_calls,
-    quote_ident,
-    quote_string,
-    splice,
-    tokenize,
-)
+from durable_obj.gate.quoting import quote_ident, quote_string, splice
+from durable_obj.gate.sql import Token, code_words, find_calls, tokenize
 
 #: The prefix of every internal database name; no statement may name one.
 RESERVED_PREFIX = "__durable_obj_"

@@ -28,14 +28,8 @@ import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import DurableError, InvalidArgument
-from durable_obj.gate.sql import (
-    match_parens,
-    quote_string,
-    splice,
-    tokenize,
-    type_in_zone,
-    typed_literal,
-)
+from durable_obj.gate.quoting import quote_string, splice, type_in_zone, typed_literal
+from durable_obj.gate.sql import match_parens, tokenize
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

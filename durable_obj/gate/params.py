@@ -35,7 +35,8 @@ from zoneinfo import ZoneInfo
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate import fits
-from durable_obj.gate.sql import Token, quote_ident, splice, tokenize, typed_literal
+from durable_obj.gate.quoting import quote_ident, splice, typed_literal
+from durable_obj.gate.sql import Token, tokenize
 
 if TYPE_CHECKING:
     from durable_obj.gate.literals import Literals

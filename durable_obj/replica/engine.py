@@ -1,19 +1,16 @@
-"""The one module that imports chdb: the process's engine, one connection
-per open object, and the entry gates.
+"""One object's connection to the process's engine (`server`), and the
+entry gates.
 
 What lives here:
 
-* one chDB engine per process (one data path, started once, in the
-  background while the first open reads its head), with the
-  synchronous-write settings a durable object promises (an `execute()` that
-  returned has been applied, nothing completes behind the call);
-* `Engine`: one object's connection to it, whose current database is the
-  object's internal database (`isolation.Scope`: a random reserved name
-  nobody else can choose); statements run as `Scope.localize` maps them,
-  catalogue queries name the object's logical database and are mapped here,
-  and BACKUP/RESTORE archive the internal database under the logical name
-  (`BACKUP DATABASE i AS default`, `RESTORE DATABASE default AS i`), built
-  only from our own quoted identifiers and paths, so the wire format stays V1;
+* `Engine`: one object's connection to the engine, whose current database
+  is the object's internal database (`isolation.Scope`: a random reserved
+  name nobody else can choose); statements run as `Scope.localize` maps
+  them, catalogue queries name the object's logical database and are mapped
+  here, and BACKUP/RESTORE archive the internal database under the logical
+  name (`BACKUP DATABASE i AS default`, `RESTORE DATABASE default AS i`),
+  built only from our own quoted identifiers and paths, so the wire format
+  stays V1;
 * `Analysis` and the gates built on chdb-core's `classify_query`: one
   statement, read-only vs mutating, secrets, writes only the object's
   database, no database lifecycle. No regex over the caller's SQL decides
@@ -27,21 +24,11 @@ drops its internal database.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import datetime
-import importlib
 import json
-import logging
 import os
 import re
-import shutil
-import sys
-import tempfile
-import threading
-import time
 import uuid
-import zoneinfo
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -49,222 +36,27 @@ from typing import Any
 from durable_obj.errors import (
     ClassificationRefused,
     EngineError,
-    EngineIncompatible,
     InvalidArgument,
     Timeout,
 )
 from durable_obj.gate.bounds import RESET, Bounds
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
-from durable_obj.gate.sql import quote_ident, quote_string, without_format
+from durable_obj.gate.quoting import quote_ident, quote_string, without_format
+from durable_obj.replica import server
 from durable_obj.replica.messages import clean, describe_syntax_error
+from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_root
 from durable_obj.replica.turn import Turned
-
-#: Pinned on every managed connection: nothing may complete asynchronously.
-SYNCHRONOUS_SETTINGS = {
-    "async_insert": "0",
-    "wait_for_async_insert": "1",
-    "mutations_sync": "2",
-    "alter_sync": "2",
-}
 
 #: An engine hint naming another object's internal database, and such a name.
 _FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
-_REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
-_VERSION: str | None = None
-_ROOT: list[str] = []
-#: The process's engine: its connection string and the connection that keeps
-#: it running (also used to drop what a collected object left behind).
-_SERVER: dict[str, Any] = {}
-#: Internal databases of engines closed without a query (from __del__ or at
-#: exit), dropped by the next acquire().
-_ORPHANS: list[str] = []
-_LIVE: set[Engine] = set()
-
-
-def engine_root() -> str:
-    """This process's private engine directory: `data/` is the engine's data
-    path, `backups/` the only place BACKUP and RESTORE may touch (each open
-    gets its own folder in it). Removed when the process exits."""
-    if not _ROOT:
-        root = tempfile.mkdtemp(prefix=f"durable_obj-{os.getpid()}-")
-        os.makedirs(os.path.join(root, "backups"))
-        _ROOT.append(root)
-    return _ROOT[0]
-
-
-def _shutdown() -> None:
-    """At exit (registered below, at import, so it runs after every handler
-    registered later). A background engine start still running is waited
-    for first: a daemon thread inside chDB's start-up while the interpreter
-    tears down crashed the process (SIGSEGV after an open refused before
-    the engine was needed, e.g. `durable-obj mcp` on a held lease)."""
-    for thread in list(_STARTING):
-        thread.join(timeout=_START_EXIT_WAIT)
-    for engine in list(_LIVE):
-        engine.close()
-    anchor = _SERVER.pop("anchor", None)
-    if anchor is not None:
-        with contextlib.suppress(Exception):
-            anchor.close()
-    for root in _ROOT:
-        shutil.rmtree(root, ignore_errors=True)
-
-
-_STARTING: list[threading.Thread] = []
-#: Seconds the exit handler waits for a background engine start.
-_START_EXIT_WAIT = 60.0
-atexit.register(_shutdown)
-_START_LOCK = threading.Lock()
-_IMPORT_LOCK = threading.Lock()
-log = logging.getLogger("durable_obj")
-
-
-def _chdb() -> Any:
-    """The raw extension, not chdb.state.sqlitelike: the wrapper imports
-    pyarrow (~0.1 s of every cold open) for features we never use.
-
-    Imported with TZ=UTC: ClickHouse runs mutations (`ALTER ... UPDATE`,
-    `DELETE`) in the engine's default zone, not the session's, and fixes
-    that zone from TZ when the library loads. Loaded here, it is UTC in
-    every durable_obj process, so a mutation that reads a DateTime without a
-    zone replays to the same value in every process, whatever its TZ (the
-    process's own TZ is put back at once)."""
-    loaded = sys.modules.get("chdb._chdb")
-    if loaded is not None:
-        return loaded
-    with _IMPORT_LOCK:
-        saved = os.environ.get("TZ")
-        os.environ["TZ"] = "UTC"
-        try:
-            return importlib.import_module("chdb._chdb")
-        except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
-            raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
-        finally:
-            if saved is None:
-                del os.environ["TZ"]
-            else:
-                os.environ["TZ"] = saved
-            time.tzset()
-
-
-def _check_zone(anchor: Any) -> None:
-    """Warn once when chdb was loaded before durable_obj could pin the
-    engine's zone (`_chdb`): mutations then read zone-less DateTimes in the
-    process's zone, and replay elsewhere may differ."""
-    zone = _decoded(anchor.query("SELECT serverTimezone()", "TSV")).strip()
-    if not _is_utc(zone):
-        log.warning(
-            "chdb was imported before durable_obj started its engine, so the engine's zone "
-            "is this process's (%s), not UTC: an ALTER ... UPDATE or DELETE that reads a "
-            "DateTime without a zone (toDateTime('2026-01-01 00:00:00'), a string compared "
-            "with a DateTime column) runs in %s here and may replay to other values in another "
-            "zone. Import durable_obj (and open an object) before chdb, or run with TZ=UTC.",
-            zone,
-            zone,
-        )
-
-
-def _is_utc(zone: str) -> bool:
-    """Whether `zone` is UTC under another name (Etc/UTC, GMT, Zulu, ...):
-    no offset from UTC at any time of year from 1900 to 2100."""
-    if zone == "UTC":
-        return True
-    try:
-        info = zoneinfo.ZoneInfo(zone)
-    except (zoneinfo.ZoneInfoNotFoundError, ValueError):
-        return False
-    return all(
-        datetime.datetime(year, month, 15, tzinfo=info).utcoffset() == datetime.timedelta(0)
-        for year in range(1900, 2101)
-        for month in (1, 7)
-    )
-
-
-def _start() -> None:
-    """Start the process's engine (under `_START_LOCK`), once."""
-    global _VERSION
-    if "anchor" in _SERVER:
-        return
-    root = engine_root()
-    args = dict(SYNCHRONOUS_SETTINGS)
-    # BACKUP/RESTORE may only touch this process's own scratch.
-    args["backups.allowed_path"] = os.path.join(root, "backups")
-    conn_str = os.path.join(root, "data") + "?" + "&".join(f"{k}={v}" for k, v in args.items())
-    try:
-        anchor = _chdb().connect(conn_str)
-    except Exception as exc:
-        raise EngineError(f"could not start the chDB engine: {exc}") from exc
-    missing = [name for name in _REQUIRED_ABI if not hasattr(anchor, name)]
-    if missing:
-        anchor.close()
-        raise EngineIncompatible(
-            f"the loaded chdb-core lacks {', '.join(missing)} (needs 26.7.2 or newer); "
-            "run: pip install -U chdb-core"
-        )
-    _VERSION = _decoded(anchor.query("SELECT chdb()", "TSV")).strip()
-    _check_zone(anchor)
-    _SERVER.update(anchor=anchor, conn_str=conn_str)
-
-
-def prestart() -> None:
-    """Start the process's engine in the background, if it is not running.
-
-    An open calls this before its first network round trip, so the engine
-    start (~0.1 s) overlaps the head read. If the background start fails,
-    `acquire` starts it itself and reports that failure."""
-    with _START_LOCK:
-        if "anchor" in _SERVER or _STARTING:
-            return
-
-        def start() -> None:
-            with _START_LOCK, contextlib.suppress(Exception):  # acquire() reports it
-                _start()
-
-        thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
-        _STARTING.append(thread)
-        thread.start()
-
-
-def started() -> bool:
-    """Is the process's engine running?"""
-    return "anchor" in _SERVER
-
-
-def start() -> None:
-    """Load chDB and start the process's engine now, if it is not running
-    (waiting for a background start); `EngineError` if it cannot start."""
-    with _START_LOCK:
-        starting = list(_STARTING)
-    for thread in starting:
-        thread.join()
-    with _START_LOCK:
-        _start()
 
 
 def acquire() -> Engine:
     """A new connection to the process's engine (started on first use), for
     one object: any number may be open at once, each in its own database."""
-    with _START_LOCK:
-        starting = list(_STARTING)
-    for thread in starting:
-        thread.join()
-    with _START_LOCK:
-        for thread in starting:
-            if thread in _STARTING:
-                _STARTING.remove(thread)
-        _start()
-        anchor = _SERVER["anchor"]
-        while _ORPHANS:
-            db = _ORPHANS.pop()
-            with contextlib.suppress(Exception):  # best effort: it holds nobody's data now
-                anchor.query(f"DROP DATABASE IF EXISTS {quote_ident(db)} SYNC", "CSV")
-        try:
-            conn = _chdb().connect(_SERVER["conn_str"])
-        except Exception as exc:
-            raise EngineError(f"could not connect to the chDB engine: {exc}") from exc
-    engine = Engine(conn)
-    _LIVE.add(engine)
+    engine = Engine(server.connect())
+    LIVE.add(engine)
     return engine
 
 
@@ -299,8 +91,7 @@ class Engine:
 
     @property
     def version(self) -> str:
-        assert _VERSION is not None
-        return _VERSION
+        return server.version()
 
     @property
     def logical(self) -> str:
@@ -330,7 +121,7 @@ class Engine:
     def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:
         """Run `sql` and return its output. `redact` keeps the engine's message
         (which may quote the statement) out of the error."""
-        return _decoded(self._answer(sql, fmt, redact))
+        return decoded(self._answer(sql, fmt, redact))
 
     def output(self, sql: str, fmt: str, *, redact: bool = False) -> bytes:
         """Run `sql` and return its output's bytes (a binary format)."""
@@ -402,7 +193,7 @@ class Engine:
             result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
             raise EngineError(f"chDB: {self.message(exc)}") from exc
-        return _decoded(result)
+        return decoded(result)
 
     def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
         """The rows of `sql` (no FORMAT clause) as lists of JSON values; `params`
@@ -507,7 +298,7 @@ class Engine:
             raise ClassificationRefused(
                 f"chDB does not parse this as one statement ({why}). Nothing was run or logged."
             ) from None
-        return _decoded(result).removesuffix("\n")
+        return decoded(result).removesuffix("\n")
 
     def ast(self, sql: str) -> str:
         """The engine's parse of `sql` (`EXPLAIN AST`: nothing is resolved or
@@ -584,17 +375,17 @@ class Engine:
             try:
                 conn.query(f"DROP DATABASE IF EXISTS {quote_ident(self.database)} SYNC", "CSV")
             except Exception:
-                _ORPHANS.append(self.database)  # the next acquire() tries again
+                ORPHANS.append(self.database)  # the next acquire() tries again
         self.close(orphan=False)
 
     def close(self, *, orphan: bool = True) -> None:
         """Close the connection without a query (from __del__ or at exit); the
         next acquire() drops the database left behind."""
         conn, self._conn = self._conn, None
-        _LIVE.discard(self)
+        LIVE.discard(self)
         if conn is not None:
             if orphan:
-                _ORPHANS.append(self.database)
+                ORPHANS.append(self.database)
             with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
 
@@ -609,16 +400,3 @@ def _escaped(value: str) -> str:
         .replace("\r", "\\r")
         .replace("\0", "\\0")
     )
-
-
-def _decoded(result: Any) -> str:
-    """A query result as text. chDB decodes it as UTF-8 and raises a bare
-    RuntimeError when it is not (a String holding arbitrary bytes)."""
-    try:
-        data = result.data() if hasattr(result, "data") else result
-    except Exception:
-        raise EngineError(
-            "the result is not valid UTF-8 text (a String holding arbitrary bytes, such as "
-            "randomString() or unhex() give); select hex(...) of such a value instead"
-        ) from None
-    return data if isinstance(data, str) else str(data)

@@ -9,7 +9,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import BackendError, InvalidArgument
-from durable_obj.gate.sql import quote_string
+from durable_obj.gate.quoting import quote_string
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback

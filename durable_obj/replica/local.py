@@ -27,7 +27,8 @@ from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.pipeline import Gate
 from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
-from durable_obj.replica.engine import Engine, acquire, engine_root
+from durable_obj.replica.engine import Engine, acquire
+from durable_obj.replica.server import engine_root
 from durable_obj.wire.head import EXTENSION, TIMEZONE, Head
 from durable_obj.wire.v1base import rewrite_file
 

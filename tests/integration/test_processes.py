@@ -600,7 +600,7 @@ def test_process_exits_although_an_object_was_never_closed(tmp_path: Path, endin
 
 _EXIT_DURING_START = """
 import sys, threading, time
-from durable_obj.replica import engine
+from durable_obj.replica import server
 
 def slow_start():
     time.sleep(0.5)  # an engine start still under way when the program ends
@@ -608,7 +608,7 @@ def slow_start():
         done.write("finished")
 
 thread = threading.Thread(target=slow_start, daemon=True)
-engine._STARTING.append(thread)
+server._STARTING.append(thread)
 thread.start()
 sys.exit(3)
 """

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from durable_obj.gate.sql import quote_ident, quote_string
+from durable_obj.gate.quoting import quote_ident, quote_string
 from tests.integration import replay_child
 
 REPO = Path(__file__).resolve().parents[2]

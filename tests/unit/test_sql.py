@@ -9,6 +9,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from durable_obj.gate.quoting import (
+    quote_ident,
+    quote_string,
+    splice,
+    type_in_zone,
+    typed_literal,
+    without_format,
+)
 from durable_obj.gate.sql import (
     depth_zero,
     evaluated_from,
@@ -16,16 +24,10 @@ from durable_obj.gate.sql import (
     insert_shape,
     is_insert,
     outermost,
-    quote_ident,
-    quote_string,
-    splice,
     split_rows,
     tokenize,
     tokenize_head,
     ttl_clause,
-    type_in_zone,
-    typed_literal,
-    without_format,
 )
 from durable_obj.replica import engine as engine_mod
 from durable_obj.replica.engine import Engine

@@ -197,7 +197,7 @@ def test_any_encoded_path_decodes_as_chdb_durable_does(segments: list[str]) -> N
 
 def test_the_zone_warning_only_when_the_engine_zone_really_differs() -> None:
     """Issue 26: TZ=Etc/UTC warned that the engine's zone "is Etc/UTC, not UTC"."""
-    from durable_obj.replica.engine import _is_utc
+    from durable_obj.replica.server import _is_utc
 
     for same in ("UTC", "Etc/UTC", "Etc/UCT", "GMT", "Etc/GMT+0", "Zulu", "Universal"):
         assert _is_utc(same), same
