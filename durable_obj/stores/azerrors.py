@@ -1,12 +1,14 @@
 """How an Azure Blob answer is judged, in the terms the Azure store decides on.
 
-One table for both transports: the SDK path (`azure._kind`) reads the status
+One table for both transports: the SDK path (`kind_of`) reads the status
 and the error code from azure-core's exception, the obstore path
 (`azwrites`) reads them from object_store's error text; both then ask
 `answered`, so a conditional write means the same whichever sent it.
 """
 
 from __future__ import annotations
+
+import asyncio
 
 AUTH_CODES = frozenset(
     {
@@ -58,3 +60,49 @@ def lost(kind: str, replace: bool) -> bool:
 def ambiguous(kind: str) -> bool:
     """Whether a conditional write that failed so may still have applied."""
     return kind in ("server", "network")
+
+
+def code_of(exc: BaseException) -> str:
+    code = getattr(exc, "error_code", None)
+    if code is None:
+        return ""
+    return str(getattr(code, "value", code))
+
+
+def kind_of(exc: BaseException) -> str:
+    """What an exception of the SDK path means: precondition | exists |
+    missing_key | missing_bucket | auth | unreachable | server | network |
+    invalid_blocks | other"""
+    from azure.core import exceptions as az
+
+    if isinstance(exc, az.ClientAuthenticationError):
+        return "auth"
+    if isinstance(exc, az.HttpResponseError):
+        return answered(exc.status_code or 0, code_of(exc))
+    if isinstance(exc, az.ServiceRequestError):
+        # azure-core files every aiohttp client error here, including a server
+        # that hung up after reading the request; only a failed connect (or a
+        # connect timeout) proves that nothing was sent.
+        if isinstance(exc, az.ServiceRequestTimeoutError):
+            return "unreachable"
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        try:
+            import aiohttp
+
+            if isinstance(inner, aiohttp.ClientConnectorError):
+                return "unreachable"
+        except ImportError:  # pragma: no cover - the async SDK needs aiohttp
+            pass
+        return "network"
+    if isinstance(exc, az.ServiceResponseError | az.IncompleteReadError):
+        return "network"
+    if isinstance(exc, OSError | asyncio.TimeoutError):
+        return "network"
+    try:
+        import aiohttp
+
+        if isinstance(exc, aiohttp.ClientError):
+            return "network"
+    except ImportError:  # pragma: no cover - the async SDK needs aiohttp
+        pass
+    return "other"

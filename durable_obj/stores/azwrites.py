@@ -19,8 +19,8 @@ error body may echo the request.
 
 It copies the SDK client: the account, the endpoint and the shared key or
 SAS token are read from the `BlobServiceClient` that adlfs built, and only
-where they map with certainty (see `AzureStore._fast_writes`); anything
-else (a credential object, anonymous access, proxies, a server-side
+where they map with certainty (see `AzureBase._fast_writes` in `azclient`);
+anything else (a credential object, anonymous access, proxies, a server-side
 timeout, an environment obstore would read) stays on the SDK path.
 """
 

@@ -23,7 +23,8 @@ Like `s3reads`, it copies the client: the address from a URL the client
 itself presigned, the region from the client, the credentials frozen from
 the client before every PUT (a refresh builds a new obstore client; the
 stores of one process share them per address and bucket). The store falls
-back to the client where this would not be exact; see `S3Store._fast_writes`.
+back to the client where this would not be exact; see `S3Base._fast_writes`
+(`s3client`).
 """
 
 from __future__ import annotations
