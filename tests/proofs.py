@@ -77,7 +77,7 @@ def pytest_runtest_teardown(item: pytest.Item) -> None:
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Runs where the results are gathered: here, or on the xdist controller."""
     for key, value in report.user_properties:
-        if key == "hypothesis_budget" and report.when == "setup":
+        if key == "hypothesis_budget":
             # one line per test function, not per parameter
             _budgets[re.sub(r"\[.*\]$", "", report.nodeid)] = str(value)
         elif key == "proof_counts" and report.when == "teardown":

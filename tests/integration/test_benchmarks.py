@@ -172,6 +172,7 @@ def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
         assert all(math.isfinite(v) and v >= 0 for v in figures.values()), figures
 
 
+@pytest.mark.xdist_group("ray")  # one Ray cluster at a time
 def test_bench_ray_smoke_run(tmp_path: Path) -> None:
     """benchmarks/bench_ray.py --smoke: the same requests in one process and
     through Ray handles, and an actor SIGKILLed and serving again, on a local

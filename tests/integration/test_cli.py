@@ -37,6 +37,13 @@ DDL = "CREATE TABLE m (k UInt32, v String) ENGINE = MergeTree ORDER BY k"
 SECRET = "hunter2-correct-horse-battery"
 
 
+@pytest.fixture(autouse=True)
+def _pipe_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI draws tables at its pipe width unless COLUMNS says otherwise;
+    a test runner may set COLUMNS (pytest-xdist's workers do): unset it."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 def _runner() -> CliRunner:
     if "mix_stderr" in inspect.signature(CliRunner).parameters:  # click 8.1
         return CliRunner(mix_stderr=False)

@@ -47,6 +47,8 @@ from tests import servers
 
 pytestmark = [
     pytest.mark.slow,
+    # one Ray cluster at a time: every Ray test on the same xdist worker
+    pytest.mark.xdist_group("ray"),
 ]
 
 moto_s3 = servers.moto_s3

@@ -43,6 +43,7 @@ import uuid
 import warnings
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
+from unittest import TestCase
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -680,16 +681,39 @@ _SETTINGS = settings(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
 _S3_SETTINGS = settings(_SETTINGS, max_examples={"ci": 100, "nightly": 2000}.get(_PROFILE, 10))
-DurableMachine.TestCase.settings = _SETTINGS
-FileDurableMachine.TestCase.settings = _SETTINGS
-TestDurableMachine = DurableMachine.TestCase
-TestFileDurableMachine = FileDurableMachine.TestCase
+#: Each machine's budget runs as SHARDS test cases of an equal share, so the
+#: suite's workers (pytest-xdist) run them side by side: the same number of
+#: sequences in all, each shard drawing its own.
+SHARDS = 4
 
 
-def test_s3_durable_machine(moto_s3: tuple[str, dict[str, Any]]) -> None:
+def _sharded(machine: type[DurableMachine], name: str) -> dict[str, type[TestCase]]:
+    cases: dict[str, type[TestCase]] = {}
+    for i in range(SHARDS):
+        shard = type(f"{machine.__name__}Shard{i}", (machine,), {})
+        case = shard.TestCase
+        case.settings = settings(_SETTINGS, max_examples=-(-_SETTINGS.max_examples // SHARDS))
+        cases[f"Test{name}{i}"] = case
+    return cases
+
+
+globals().update(_sharded(DurableMachine, "DurableMachine"))
+globals().update(_sharded(FileDurableMachine, "FileDurableMachine"))
+
+
+@pytest.mark.parametrize("shard", range(2))
+def test_s3_durable_machine(
+    moto_s3: tuple[str, dict[str, Any]], shard: int, record_property: Any
+) -> None:
+    share = -(-_S3_SETTINGS.max_examples // 2)
+    record_property(
+        "hypothesis_budget", f"{share} sequences x {_S3_SETTINGS.stateful_step_count} steps"
+    )
     S3DurableMachine.target = moto_s3
     try:
-        run_state_machine_as_test(S3DurableMachine, settings=_S3_SETTINGS)
+        run_state_machine_as_test(
+            S3DurableMachine, settings=settings(_S3_SETTINGS, max_examples=share)
+        )
     finally:
         S3DurableMachine.target = None
 
