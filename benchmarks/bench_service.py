@@ -66,7 +66,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
     import durable_obj
     import durable_obj.aio
 
-    durable_obj.aio.preload()  # chDB's load, before any loop runs (the README's advice)
+    durable_obj.aio.preload()  # chDB's load, before any loop runs (docs/guides/async.md's advice)
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]

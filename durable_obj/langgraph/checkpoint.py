@@ -30,7 +30,7 @@ flush() and close(): a crash loses the steps since the last flush.
 LangGraph's own `durability=` (of invoke/stream) decides when put is
 called: with its default "async" a step is saved while the next runs, so a
 crash loses the steps whose saves were in flight; "sync" saves each before
-the next starts; "exit" once per run (README, LangGraph).
+the next starts; "exit" once per run (docs/guides/langgraph.md).
 
 The DDL, the statements and the row encodings are in `_checkpoint_sql`.
 """

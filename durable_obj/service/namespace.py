@@ -468,7 +468,7 @@ def open(
         segment a point inside the window needs. 0: no history (V1's gc).
     external_reads=(): what a read-only query() may reach outside the object:
         "url" (url()), "s3" (s3()), absolute folders whose files file() may
-        read. Off by default; never a mutation (README, What a statement can reach).
+        read. Off by default; never a mutation (docs/security.md).
     query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
         memory) every query() runs under unless it passes its own; the
         statement cannot raise it.
