@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from typing import Any
 
 from durable_obj import Namespace
@@ -19,6 +20,9 @@ from durable_obj.ray.host import (
     _ray,
     shard_of,
 )
+
+#: Seconds shutdown() waits for an actor Ray is restarting, when no timeout is set.
+RESTART_WAIT = 60.0
 
 
 class Hosts:
@@ -127,6 +131,21 @@ class Hosts:
         actors = [self.actor_by_index(i) for i in range(self.shards)]
         return list(ray.get([a.stats.remote() for a in actors], timeout=self.timeout))
 
+    def _shutdown_one(self, actor: Any, discard: bool) -> None:
+        """One actor's shutdown; an actor Ray is still restarting (killed a
+        moment ago) is waited for (up to the timeout, or RESTART_WAIT s
+        without one) and then asked."""
+        ray = _ray()
+        deadline = time.monotonic() + (RESTART_WAIT if self.timeout is None else self.timeout)
+        while True:
+            try:
+                ray.get(actor.shutdown.remote(discard), timeout=self.timeout)
+                return
+            except ray.exceptions.ActorUnavailableError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.2)
+
     def shutdown(self, *, discard: bool = False) -> None:
         """Flush and close every object of every started actor (releasing
         the leases), then end the actors. The first error is raised after
@@ -137,7 +156,7 @@ class Hosts:
         first: BaseException | None = None
         for actor in actors.values():
             try:
-                ray.get(actor.shutdown.remote(discard), timeout=self.timeout)
+                self._shutdown_one(actor, discard)
             except Exception as exc:  # Ray's errors, or ours through it
                 first = first or exc
             with contextlib.suppress(Exception):

@@ -141,6 +141,10 @@ class _ActorDied(Exception):
     """Ray's RayActorError."""
 
 
+class _ActorUnavailable(_ActorDied):
+    """Ray's ActorUnavailableError: the actor is restarting; the call did not run."""
+
+
 class _Actor:
     """One named actor: an ObjectHost, replaced by a new incarnation on restart()."""
 
@@ -149,6 +153,8 @@ class _Actor:
         self.host = cls(*args)
         #: The next call runs on the actor, which then dies before answering.
         self.die_after_call = False
+        #: This many next calls find the actor restarting and do not run.
+        self.restarting_for = 0
 
     def restart(self) -> ObjectHost:
         """Ray restarts the actor: a new incarnation; the old one is returned."""
@@ -157,6 +163,9 @@ class _Actor:
 
     def __getattr__(self, method: str) -> Any:
         def call(*args: Any) -> Any:
+            if self.restarting_for:
+                self.restarting_for -= 1
+                return _ActorUnavailable("the actor is restarting")
             try:
                 # through pickle, as Ray sends arguments, results and errors
                 out = getattr(self.host, method)(*pickle.loads(pickle.dumps(args)))
@@ -178,7 +187,10 @@ class _FakeRay(types.ModuleType):
     def __init__(self) -> None:
         super().__init__("ray")
         self.exceptions = types.SimpleNamespace(
-            RayTaskError=_TaskError, RayActorError=_ActorDied, GetTimeoutError=TimeoutError
+            RayTaskError=_TaskError,
+            RayActorError=_ActorDied,
+            ActorUnavailableError=_ActorUnavailable,
+            GetTimeoutError=TimeoutError,
         )
         self.actors: list[_Actor] = []
 
@@ -259,3 +271,18 @@ def test_a_unit_whose_commit_failed_is_never_reported_committed_by_another_incar
             old.shutdown(discard=True)
         hosts.shutdown()
     assert rows(ns_url, "a") == ["1", "2"]
+
+
+@pytest.mark.parametrize("ns_url", ["file"], indirect=True)
+def test_shutdown_waits_for_an_actor_ray_is_restarting(ns_url: str, fake_ray: _FakeRay) -> None:
+    """An actor killed a moment before shutdown() is still restarting: its
+    shutdown is asked again until it answers, and what it buffered is flushed."""
+    hosts = Hosts(ns_url, shards=1, lease_ttl=60, idle_close=None, timeout=30)
+    h = hosts.get("a")
+    h.write(DDL)
+    h.execute(INSERT, params={"k": 1})
+    (actor,) = fake_ray.actors
+    actor.restarting_for = 3
+    hosts.shutdown()
+    assert actor.restarting_for == 0
+    assert rows(ns_url, "a") == ["1"]
