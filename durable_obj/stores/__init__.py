@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from durable_obj.errors import InvalidArgument, MissingDependency, UnsupportedStore
-from durable_obj.stores.base import Blob, Entry, Store, Version
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Store, Unchanged, Version
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,9 +163,11 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
 
 __all__ = [
     "REGISTRY",
+    "UNCHANGED",
     "Blob",
     "Entry",
     "Store",
+    "Unchanged",
     "Version",
     "file_url_path",
     "open_store",

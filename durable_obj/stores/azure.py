@@ -12,6 +12,8 @@ anon, ...). The store drives the async `BlobServiceClient` that its
 * replace: `upload_blob(etag=..., match_condition=IfNotModified)`.
 * read: one download whose follow-up ranges (for a large blob) are pinned
   to the first response's ETag, so bytes and version always agree.
+* conditional read: the download with `If-None-Match: <etag>`
+  (`match_condition=IfModified`); a 304 (no body) means unchanged.
 * version token: the ETag.
 
 Bodies up to `SINGLE_PUT_LIMIT` (every segment, every head) are sent through
@@ -41,7 +43,8 @@ from durable_obj.errors import BackendError
 from durable_obj.stores import azerrors
 from durable_obj.stores.azclient import AzureBase
 from durable_obj.stores.azerrors import kind_of
-from durable_obj.stores.base import Blob, Entry, Version
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version
+from durable_obj.stores.cloud import entity_tag, same_etag
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -71,6 +74,30 @@ class AzureStore(AzureBase):
             stream = await blob.download_blob(**self._opts())
             data = await stream.readall()
             return Blob(bytes(data), Version(str(stream.properties.etag)))
+
+        return await self._read(key, once)
+
+    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
+        from azure.core import MatchConditions
+
+        blob = self._blob(key)
+        # IfModified is the SDK's spelling of If-None-Match: <etag>.
+        condition = {
+            "etag": entity_tag(version.token),
+            "match_condition": MatchConditions.IfModified,
+        }
+
+        async def once() -> Blob | Unchanged:
+            try:
+                stream = await blob.download_blob(**condition, **self._opts())
+            except Exception as exc:
+                if getattr(exc, "status_code", None) == 304:
+                    return UNCHANGED  # ResourceNotModifiedError: no body was sent
+                raise
+            data = await stream.readall()
+            etag = str(stream.properties.etag)
+            # A server that ignores If-None-Match sends the body all the same.
+            return UNCHANGED if same_etag(etag, version.token) else Blob(bytes(data), Version(etag))
 
         return await self._read(key, once)
 

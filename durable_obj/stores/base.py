@@ -14,6 +14,10 @@ not an error), or `StoreAmbiguous` (the answer was lost; the caller reconciles
 by reading back). Every other failure is `BackendError` with a message that
 names the store and never a credential.
 
+A reader that polls one key (a follower watching `head.json`) asks
+`get_if_changed(key, version)`: one conditional request that answers
+`UNCHANGED` without the body when the key is still at `version`.
+
 Keys are relative to the store's root, '/'-separated. A store refuses a key
 that would leave its root.
 """
@@ -21,10 +25,11 @@ that would leave its root.
 from __future__ import annotations
 
 import abc
+import enum
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 from durable_obj.errors import BackendError
 
@@ -52,6 +57,21 @@ class Blob:
     version: Version
 
 
+class Unchanged(enum.Enum):
+    """The type of `UNCHANGED` (an enum of one, so a type checker narrows
+    `answer is UNCHANGED`): a conditional read found the key still at the
+    version asked about, and no body was sent."""
+
+    UNCHANGED = "unchanged"
+
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+#: `Store.get_if_changed`'s answer when the key is still at that version.
+UNCHANGED: Final = Unchanged.UNCHANGED
+
+
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One listed key: its path below the store root, size, and mtime (epoch s)."""
@@ -75,6 +95,21 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def get(self, key: str) -> Blob | None:
         """The bytes and version of `key`, or None if it does not exist."""
+
+    def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
+        """`get`, unless `key` is still at `version`: then `UNCHANGED`, and
+        no body was transferred. None: the key does not exist. With `version`
+        None it is `get`.
+
+        Built-in stores send one conditional request (S3 and Azure
+        `If-None-Match: <etag>`, GCS `ifGenerationNotMatch`, a 304 meaning
+        unchanged) or compare metadata; never a listing. This fallback, for
+        a store that does not override it, reads the key and compares.
+        """
+        blob = self.get(key)
+        if blob is not None and version is not None and blob.version == version:
+            return UNCHANGED
+        return blob
 
     def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
         """`get` of every key, up to `concurrency` at once, answers in key order.

@@ -19,7 +19,15 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
-from durable_obj.stores.base import Blob, Entry, Store, check_relative, join_key
+from durable_obj.stores.base import (
+    Blob,
+    Entry,
+    Store,
+    Unchanged,
+    Version,
+    check_relative,
+    join_key,
+)
 from durable_obj.stores.secrets import scrub, secret_values
 from durable_obj.stores.shared import SharedFS, accepted_options, check_options
 
@@ -206,6 +214,11 @@ class CloudStore(Store):
     async def _get(self, key: str) -> Blob | None: ...
 
     @abc.abstractmethod
+    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
+        """One conditional GET of `key` that a server answers with 304 and
+        no body while the key is at `version`; retried as `_get` is."""
+
+    @abc.abstractmethod
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool: ...
 
     @abc.abstractmethod
@@ -223,6 +236,11 @@ class CloudStore(Store):
 
     def get(self, key: str) -> Blob | None:
         return self._run(self._get, key)
+
+    def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
+        if version is None:
+            return self.get(key)
+        return self._run(self._get_if_changed, key, version)
 
     def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
         return self._run(self._get_many, list(keys), max(1, concurrency))
@@ -279,6 +297,21 @@ class CloudStore(Store):
         if self._shared.release():
             with contextlib.suppress(Exception):  # closing is best effort
                 self._run(self._close)
+
+
+def entity_tag(token: str) -> str:
+    """An ETag version token as an `If-None-Match` value: quoted, as HTTP
+    spells an entity tag (a client may have handed the token on without its
+    quotes)."""
+    if token.startswith(('"', 'W/"')):
+        return token
+    return f'"{token}"'
+
+
+def same_etag(a: str, b: str) -> bool:
+    """Whether two ETags name the same version, quoted or not (a weak
+    marker never makes a body the same)."""
+    return entity_tag(a).removeprefix("W/") == entity_tag(b).removeprefix("W/")
 
 
 async def gather_or_cancel(coros: Sequence[Coroutine[Any, Any, None]]) -> None:

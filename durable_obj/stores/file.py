@@ -15,6 +15,8 @@
   without user xattrs, or for a file chdb.durable wrote, the token is the
   content hash alone, which changes on every head write because each head
   carries a fresh nonce.
+* conditional read: the nonce, read from the inode's metadata, settles
+  "unchanged" without reading the body (`get_if_changed`).
 
 Containment: a key resolves strictly inside the namespace root and its
 object folder, and is reached without following a link (`filepaths`).
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote
 
 from durable_obj.errors import BackendError
-from durable_obj.stores.base import Blob, Entry, Version, join_key
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version, join_key
 from durable_obj.stores.filepaths import OPEN_LOCK, OPEN_NEW, OPEN_READ, ConfinedFolder
 from durable_obj.stores.shared import check_options
 
@@ -112,6 +114,16 @@ class FileStore(ConfinedFolder):
         return BackendError(f"{action} {key!r} in {self.url} failed: {reason}")
 
     def get(self, key: str) -> Blob | None:
+        got = self.get_if_changed(key, None)
+        return None if got is UNCHANGED else got
+
+    def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
+        """UNCHANGED when the file's nonce (its extended attribute, read
+        without the body) is the one `version` names: a nonce names one
+        write, since every file is stamped before it is linked or renamed
+        into place and nothing writes into a published file. A file without
+        a nonce (no user xattrs, or written by chdb.durable) is compared by
+        its content: read and hashed once, as `get` does."""
         try:
             with self._reading(key) as found:
                 if found is None:
@@ -119,11 +131,14 @@ class FileStore(ConfinedFolder):
                 fd = found[2]
                 # One inode: the nonce and the bytes describe the same write.
                 nonce = _nonce(fd)
+                if nonce and version is not None and version.token.startswith(f"{nonce}:"):
+                    return UNCHANGED
                 with os.fdopen(fd, "rb", closefd=False) as handle:
                     data = handle.read()
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
-        return Blob(data, _version_of(data, nonce))
+        blob = Blob(data, _version_of(data, nonce))
+        return UNCHANGED if version is not None and blob.version == version else blob
 
     def _write(self, dfd: int, name: str, key: str, chunks: Iterable[bytes]) -> Version:
         """Write the new file `name` in the folder `dfd`, stamped and fsynced;

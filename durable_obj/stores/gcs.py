@@ -11,6 +11,8 @@ that its `gcsfs.core.GCSFileSystem` holds, on fsspec's IO loop:
 * replace: an upload with `ifGenerationMatch=<generation>`.
 * read: `alt=media` returns the bytes and, in `x-goog-generation`, the
   generation they belong to, from one request.
+* conditional read: the same GET with `ifGenerationNotMatch=<generation>`;
+  a 304 (no body) means unchanged.
 * version token: the object generation.
 
 The core `GCSFileSystem` class is used on purpose: gcsfs's default
@@ -34,7 +36,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Version
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version
 from durable_obj.stores.cloud import CloudStore
 
 if TYPE_CHECKING:
@@ -261,9 +263,9 @@ class GCSStore(CloudStore):
     async def _get(self, key: str) -> Blob | None:
         url = self._object_url(self._key(key))
         got = await self._read(key, lambda: self._call("GET", url, {"alt": "media"}))
-        if got is None:
-            return None
-        headers, body = got
+        return None if got is None else self._blob(key, *got)
+
+    def _blob(self, key: str, headers: Mapping[str, str], body: bytes) -> Blob:
         generation = headers.get("x-goog-generation")
         if not generation:
             raise BackendError(
@@ -271,6 +273,27 @@ class GCSStore(CloudStore):
                 f"so the bytes cannot be tied to a version"
             )
         return Blob(bytes(body), Version(generation))
+
+    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
+        token = version.token
+        if not token.isdigit():
+            return await self._get(key)  # no object ever has this generation
+        url = self._object_url(self._key(key))
+        params = {"alt": "media", "ifGenerationNotMatch": token}
+
+        async def once() -> Blob | Unchanged:
+            try:
+                headers, body = await self._call("GET", url, params)
+            except _Answer as answer:
+                if answer.status == 304:
+                    self._bucket_exists = True
+                    return UNCHANGED  # no body was sent
+                raise
+            blob = self._blob(key, headers, body)
+            # A server that ignores the condition sends the body all the same.
+            return UNCHANGED if blob.version == version else blob
+
+        return await self._read(key, once)
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
         url = self._object_url(self._key(key))

@@ -9,6 +9,8 @@ config_kwargs, anon, ...). The store drives the aiobotocore client that its
   multipart upload whose `CompleteMultipartUpload` carries `If-None-Match: *`,
   so the key appears whole or not at all, and only for one creator.
 * replace: `PutObject` with `If-Match: <etag>`.
+* conditional read: `GetObject` with `If-None-Match: <etag>`; a 304 (no
+  body) means unchanged.
 * version token: the ETag, exactly as the server spells it.
 
 Bodies up to `SINGLE_PUT_LIMIT` (every segment, every head) are sent through
@@ -35,11 +37,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError
 from durable_obj.stores import s3reads
-from durable_obj.stores.base import (
-    Blob,
-    Entry,
-    Version,
-)
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version
+from durable_obj.stores.cloud import entity_tag, same_etag
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.s3client import S3Base
 from durable_obj.stores.s3errors import Failure, classify
@@ -83,6 +82,29 @@ class S3Store(S3Base):
             finally:
                 body.close()
             return Blob(bytes(data), Version(str(resp["ETag"])))
+
+        return await self._read(key, once)
+
+    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
+        s3 = await self._s3()
+        full = self._key(key)
+        tag = entity_tag(version.token)
+
+        async def once() -> Blob | Unchanged:
+            try:
+                resp = await s3.get_object(Bucket=self._bucket, Key=full, IfNoneMatch=tag)
+            except Exception as exc:
+                if classify(exc).kind == "not_modified":
+                    return UNCHANGED  # 304: no body was sent
+                raise
+            body = resp["Body"]
+            try:
+                data = await body.read()
+            finally:
+                body.close()
+            etag = str(resp["ETag"])
+            # A server that ignores If-None-Match sends the body all the same.
+            return UNCHANGED if same_etag(etag, version.token) else Blob(bytes(data), Version(etag))
 
         return await self._read(key, once)
 

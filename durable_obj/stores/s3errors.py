@@ -48,7 +48,7 @@ class Failure:
     __slots__ = ("code", "kind", "status")
 
     def __init__(self, kind: str, code: str = "", status: int | None = None) -> None:
-        #: precondition | missing_key | missing_bucket | auth | no_credentials |
+        #: not_modified | precondition | missing_key | missing_bucket | auth | no_credentials |
         #: unreachable | conflict | server | network | other
         self.kind = kind
         self.code = code
@@ -66,6 +66,8 @@ class Failure:
 
 def answered(status: int | None, code: str) -> Failure:
     """What an S3 error answer (its HTTP status and error `Code`) means."""
+    if status == 304:
+        return Failure("not_modified", code, status)  # a conditional GET's "unchanged"
     if code == "PreconditionFailed" or status == 412:
         return Failure("precondition", code, status)
     if code == "ConditionalRequestConflict" or status == 409:

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from durable_obj.stores import Store, Version, open_store
+from durable_obj.stores import UNCHANGED, Blob, Store, Version, open_store
 
 #: Race rounds and racers per round.
 RACE_ROUNDS = 20
@@ -110,6 +110,29 @@ class StoreTests:
         ]
         assert store.get_many([]) == []
         assert store.get_many(["missing/only"]) == [None]
+
+    # -- conditional read -----------------------------------------------
+    def test_get_if_changed(self, store: Store) -> None:
+        key = "o/head.json"
+        v1 = store.create(key, b"v1")
+        assert v1 is not None
+        assert store.get_if_changed(key, v1) is UNCHANGED
+        assert store.get_if_changed(key, None) == store.get(key) == Blob(b"v1", v1)
+        v2 = store.replace(key, b"v2", v1)
+        assert v2 is not None
+        assert store.get_if_changed(key, v1) == Blob(b"v2", v2)
+        assert store.get_if_changed(key, v2) is UNCHANGED
+        if v2.token.startswith('"'):
+            # An ETag handed on without its quotes names the same version.
+            assert store.get_if_changed(key, Version(v2.token.strip('"'))) is UNCHANGED
+        assert store.get_if_changed(key, Version("no-such-version")) == Blob(b"v2", v2)
+        assert store.get_if_changed("o/missing.json", v2) is None
+        assert store.get_if_changed("o/missing.json", None) is None
+        store.delete(key)
+        assert store.get_if_changed(key, v2) is None
+        empty = store.create("o/empty", b"")
+        assert empty is not None
+        assert store.get_if_changed("o/empty", empty) is UNCHANGED
 
     # -- replace --------------------------------------------------------
     def test_read_your_write(self, store: Store) -> None:
