@@ -12,7 +12,8 @@ Chosen by a seed, so a failing sequence replays exactly. Per call it may:
 * stop the "process" there (`SimulatedCrash`, before or after the inner call):
   the caller must abandon the object without closing it, as a SIGKILL would.
 
-`get_many` is forwarded to the inner store's own `get_many` (S3's batched
+`get_if_changed` meets the faults of `get` (one read of one key), counted
+with the gets. `get_many` is forwarded to the inner store's own `get_many` (S3's batched
 reads stay the path under test) and meets the faults a `get` of each of its
 keys would, decided in key order: the first error or crash among them is
 raised before any key is read.
@@ -30,7 +31,7 @@ import time
 from typing import TYPE_CHECKING, TypeVar
 
 from durable_obj.errors import BackendError, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Store, Version
+from durable_obj.stores.base import Blob, Entry, Store, Unchanged, Version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -96,7 +97,8 @@ class FaultyStore(Store):
     def url(self) -> str:
         return self.inner.url
 
-    def _pick(self, op: str, key: str) -> Fault | None:
+    def _pick(self, op: str, key: str, name: str | None = None) -> Fault | None:
+        """The fault the `op` call of `key` meets (logged as `name`, default `op`)."""
         if not self.enabled or (self.ops is not None and op not in self.ops):
             return None
         allowed = (
@@ -112,13 +114,15 @@ class FaultyStore(Store):
             if not allowed or rng.random() >= self.rate:
                 return None
             fault = rng.choice(allowed)
-            self.injected.append((op, key, fault))
+            self.injected.append((name or op, key, fault))
             return fault
 
-    def _call(self, op: str, key: str, fn: Callable[[], T]) -> T:
+    def _call(self, op: str, key: str, fn: Callable[[], T], *, like: str | None = None) -> T:
+        """`fn()` as the call `op` of `key`, meeting the faults of the op
+        `like` names (default: `op` itself)."""
         with self._lock:
             self.calls.append((op, key))
-        fault = self._pick(op, key)
+        fault = self._pick(like or op, key, op)
         if fault is Fault.LATENCY:
             time.sleep(self.latency or 0.01)
         elif fault is Fault.ERROR:
@@ -140,6 +144,12 @@ class FaultyStore(Store):
 
     def get(self, key: str) -> Blob | None:
         return self._call("get", key, lambda: self.inner.get(key))
+
+    def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
+        # a read of one key: the faults of get, decided in the same sequence
+        return self._call(
+            "get_if_changed", key, lambda: self.inner.get_if_changed(key, version), like="get"
+        )
 
     def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:
         keys = list(keys)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pytest
 
 from durable_obj.errors import BackendError, StoreAmbiguous
-from durable_obj.stores import Blob, Store
+from durable_obj.stores import UNCHANGED, Blob, Store
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash
 
@@ -135,6 +135,36 @@ def test_calls_records_every_key_touched() -> None:
         ("get_many", "o/wal/2"),
         ("list_keys", "o"),
     ]
+
+
+def test_get_if_changed_meets_the_faults_of_get() -> None:
+    """A conditional read is forwarded, and faulted as the get it stands
+    for: read faults only, decided in the same sequence as the gets."""
+    quiet = FaultyStore(inner(), seed=0, rate=0.0)
+    version = quiet.create("o/head.json", b"{}")
+    assert version is not None
+    assert quiet.get_if_changed("o/head.json", version) is UNCHANGED
+    assert quiet.get_if_changed("o/head.json", None) == Blob(b"{}", version)
+    assert quiet.get_if_changed("o/none.json", version) is None
+    assert quiet.calls[-1] == ("get_if_changed", "o/none.json")
+
+    def run(conditional: bool) -> list[Fault]:
+        store = FaultyStore(inner(), seed=9, rate=0.5)
+        store.enabled = False
+        v = store.create("k", b"x")
+        store.enabled = True
+        for _ in range(40):
+            with contextlib.suppress(BackendError, SimulatedCrash):
+                store.get_if_changed("k", v) if conditional else store.get("k")
+        return [fault for _, _, fault in store.injected]
+
+    faults = run(conditional=True)
+    assert faults == run(conditional=False)
+    assert set(faults) == {Fault.ERROR, Fault.LATENCY, Fault.CRASH_BEFORE}
+    store = only(Fault.ERROR, ops=["get"])
+    with pytest.raises(BackendError, match="injected"):
+        store.get_if_changed("k", None)
+    assert store.injected == [("get_if_changed", "k", Fault.ERROR)]
 
 
 def test_get_many_uses_the_inner_batched_read() -> None:
