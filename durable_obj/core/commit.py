@@ -37,6 +37,7 @@ from durable_obj.errors import (
     NotFound,
     StoreAmbiguous,
 )
+from durable_obj.stores.base import Unchanged
 from durable_obj.wire import lease as leases
 from durable_obj.wire.head import RETENTION, Head, Lease
 from durable_obj.wire.protocol import (
@@ -143,6 +144,14 @@ class HeadWriter:
         """The head as stored now, or None when there is none."""
         blob = self.store.get(self._key)
         return None if blob is None else Stored(Head.parse(blob.data), blob.version)
+
+    def read_if_changed(self) -> Stored | Unchanged | None:
+        """The head as stored now; `UNCHANGED` (one conditional request, no
+        body) while it is still the version last held; None when there is none."""
+        got = self.store.get_if_changed(self._key, self.version)
+        if got is None or isinstance(got, Unchanged):
+            return got
+        return Stored(Head.parse(got.data), got.version)
 
     def adopt(self, stored: Stored) -> None:
         """Hold `stored` as the current head (a read-only open writes nothing)."""

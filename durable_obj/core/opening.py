@@ -30,6 +30,7 @@ from durable_obj.core.commit import Stored
 from durable_obj.errors import InvalidArgument, LeaseHeld, NotFound
 from durable_obj.replica import restore
 from durable_obj.replica.server import prestart
+from durable_obj.stores.base import UNCHANGED
 from durable_obj.wire import lease as leases
 from durable_obj.wire.protocol import HEAD_KEY
 
@@ -337,11 +338,14 @@ class Refresh:
         self._full = False
 
     def fetch(self) -> bool:
-        """False when the stored head names the same data as the view."""
+        """False when the stored head names the same data as the view: at
+        once when it is still the version held (`get_if_changed`: no body)."""
         writer, local = self.writer, self.local
         was = writer.head
         assert was is not None and local.engine is not None and local.work is not None
-        got = writer.read()
+        got = writer.read_if_changed()
+        if got is UNCHANGED:
+            return False  # one conditional request: nothing was committed since
         if got is None:
             raise NotFound(
                 f"no durable object at {writer.url} any more (no {HEAD_KEY}); the view "

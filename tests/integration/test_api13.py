@@ -24,7 +24,7 @@ import durable_obj
 from durable_obj import errors
 from durable_obj.core.options import Options
 from durable_obj.stores import open_store
-from durable_obj.testing import abandon
+from durable_obj.testing import Fault, FaultyStore, abandon
 from durable_obj.wire import lease as leases
 from durable_obj.wire.head import Lease
 from tests.integration import _proc
@@ -128,6 +128,32 @@ def test_refresh_failure_before_apply_keeps_the_view(tmp_path: Path) -> None:
             with pytest.raises(errors.NotFound):
                 reader.refresh()
             assert rows(reader) == '"a",1\n'
+
+
+def test_refresh_with_nothing_new_is_one_conditional_read() -> None:
+    """An unchanged head costs a reader's refresh() one conditional read of
+    head.json (no body, no listing), and the faults a get would meet."""
+    ns = durable_obj.Namespace(f"memory://refresh-{uuid.uuid4().hex}")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES ('a', 1)")
+    counting = FaultyStore(ns.store, seed=0, rate=0.0)
+    with durable_obj.Namespace(counting).open("o", read_only=True) as reader:
+        counting.calls.clear()
+        for _ in range(3):
+            assert reader.refresh() is False
+        assert counting.calls == [("get_if_changed", "o/head.json")] * 3
+        with ns.open("o") as obj:
+            obj.execute("INSERT INTO m VALUES ('b', 2)")
+        counting.calls.clear()
+        assert reader.refresh() is True
+        assert counting.calls[0] == ("get_if_changed", "o/head.json")
+        assert not any(op in ("get", "list_keys", "list_folders") for op, _ in counting.calls)
+        assert rows(reader) == '"a",1\n"b",2\n'
+        counting.enabled, counting.rate, counting.faults = True, 1.0, (Fault.ERROR,)
+        with pytest.raises(errors.BackendError, match="injected"):
+            reader.refresh()
+        assert not reader.closed and rows(reader) == '"a",1\n"b",2\n'
 
 
 def test_refresh_on_a_writer_is_a_no_op(ns_url: str) -> None:
