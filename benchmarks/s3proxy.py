@@ -13,6 +13,10 @@ unchanged, so SigV4 signatures made for the proxy's address still verify.
 
 Bodies are forwarded byte for byte; a chunked request body is re-sent
 chunked (S3 streaming uploads sign their own chunk framing inside it).
+
+Every forwarded request is logged in `proxy.requests` (method, path with
+query, status, bytes of the answer's body): a test counts there what a
+store sent (tests/stores/test_conditional_get.py, at latency 0).
 """
 
 from __future__ import annotations
@@ -22,9 +26,19 @@ import http.server
 import threading
 import time
 import urllib.parse
+from typing import NamedTuple
 
 #: Hop-by-hop headers a proxy must not forward (RFC 9110 section 7.6.1).
 _HOP = {"connection", "keep-alive", "proxy-connection", "te", "trailer", "upgrade"}
+
+
+class Seen(NamedTuple):
+    """One request the proxy forwarded, and the answer it passed back."""
+
+    method: str
+    path: str
+    status: int
+    body_bytes: int
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -75,6 +89,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             conn.close()
             self.server.discard()
             raise
+        with self.server.lock:
+            self.server.requests.append(Seen(self.command, self.path, resp.status, len(data)))
         self.send_response_only(resp.status, resp.reason)
         for key, value in resp.getheaders():
             if key.lower() not in _HOP and key.lower() not in (
@@ -105,6 +121,9 @@ class _Server(http.server.ThreadingHTTPServer):
         self.target = (parsed.hostname or "127.0.0.1", parsed.port or 80)
         self.latency = latency
         self._local = threading.local()
+        self.lock = threading.Lock()
+        self.requests: list[Seen] = []
+        self.upstreams: list[http.client.HTTPConnection] = []
 
     def upstream(self) -> http.client.HTTPConnection:
         """One kept-alive upstream connection per handler thread."""
@@ -112,6 +131,8 @@ class _Server(http.server.ThreadingHTTPServer):
         if conn is None:
             conn = http.client.HTTPConnection(*self.target, timeout=300)
             self._local.conn = conn
+            with self.lock:
+                self.upstreams.append(conn)
         return conn
 
     def discard(self) -> None:
@@ -130,6 +151,11 @@ class LatencyProxy:
         host, port = self._server.server_address[:2]
         return f"http://{host!s}:{port}"
 
+    @property
+    def requests(self) -> list[Seen]:
+        """Every request forwarded so far (clear it to count from now on)."""
+        return self._server.requests
+
     def start(self) -> LatencyProxy:
         self._thread.start()
         return self
@@ -137,3 +163,6 @@ class LatencyProxy:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+        with self._server.lock:
+            for conn in self._server.upstreams:
+                conn.close()  # a handler still running reconnects on its own
