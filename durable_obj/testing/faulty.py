@@ -13,10 +13,10 @@ Chosen by a seed, so a failing sequence replays exactly. Per call it may:
   the caller must abandon the object without closing it, as a SIGKILL would.
 
 `get_if_changed` meets the faults of `get` (one read of one key), counted
-with the gets. `get_many` is forwarded to the inner store's own `get_many` (S3's batched
-reads stay the path under test) and meets the faults a `get` of each of its
-keys would, decided in key order: the first error or crash among them is
-raised before any key is read.
+and logged in `injected` as gets; `calls` names it. `get_many` is forwarded
+to the inner store's own `get_many` (S3's batched reads stay the path under
+test) and meets the faults a `get` of each of its keys would, decided in key
+order: the first error or crash among them is raised before any key is read.
 
     store = FaultyStore(open_store("memory://t"), seed=7, rate=0.2)
     store.enabled = False   # pass every call through, e.g. to check recovery
@@ -97,8 +97,7 @@ class FaultyStore(Store):
     def url(self) -> str:
         return self.inner.url
 
-    def _pick(self, op: str, key: str, name: str | None = None) -> Fault | None:
-        """The fault the `op` call of `key` meets (logged as `name`, default `op`)."""
+    def _pick(self, op: str, key: str) -> Fault | None:
         if not self.enabled or (self.ops is not None and op not in self.ops):
             return None
         allowed = (
@@ -114,7 +113,7 @@ class FaultyStore(Store):
             if not allowed or rng.random() >= self.rate:
                 return None
             fault = rng.choice(allowed)
-            self.injected.append((name or op, key, fault))
+            self.injected.append((op, key, fault))
             return fault
 
     def _call(self, op: str, key: str, fn: Callable[[], T], *, like: str | None = None) -> T:
@@ -122,7 +121,7 @@ class FaultyStore(Store):
         `like` names (default: `op` itself)."""
         with self._lock:
             self.calls.append((op, key))
-        fault = self._pick(like or op, key, op)
+        fault = self._pick(like or op, key)
         if fault is Fault.LATENCY:
             time.sleep(self.latency or 0.01)
         elif fault is Fault.ERROR:

@@ -164,7 +164,7 @@ def test_get_if_changed_meets_the_faults_of_get() -> None:
     store = only(Fault.ERROR, ops=["get"])
     with pytest.raises(BackendError, match="injected"):
         store.get_if_changed("k", None)
-    assert store.injected == [("get_if_changed", "k", Fault.ERROR)]
+    assert store.injected == [("get", "k", Fault.ERROR)]  # the fault of a get
 
 
 def test_get_many_uses_the_inner_batched_read() -> None:
