@@ -67,37 +67,31 @@ class AzureStore(AzureBase):
     root_word = "container"
 
     # -- reads ----------------------------------------------------------
-    async def _get(self, key: str) -> Blob | None:
-        blob = self._blob(key)
-
-        async def once() -> Blob:
-            stream = await blob.download_blob(**self._opts())
-            data = await stream.readall()
-            return Blob(bytes(data), Version(str(stream.properties.etag)))
-
-        return await self._read(key, once)
-
-    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
+    async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
         from azure.core import MatchConditions
 
         blob = self._blob(key)
         # IfModified is the SDK's spelling of If-None-Match: <etag>.
-        condition = {
-            "etag": entity_tag(version.token),
-            "match_condition": MatchConditions.IfModified,
-        }
+        condition: dict[str, Any] = {}
+        if version is not None:
+            condition = {
+                "etag": entity_tag(version.token),
+                "match_condition": MatchConditions.IfModified,
+            }
 
         async def once() -> Blob | Unchanged:
             try:
                 stream = await blob.download_blob(**condition, **self._opts())
             except Exception as exc:
-                if getattr(exc, "status_code", None) == 304:
+                if version is not None and getattr(exc, "status_code", None) == 304:
                     return UNCHANGED  # ResourceNotModifiedError: no body was sent
                 raise
             data = await stream.readall()
             etag = str(stream.properties.etag)
             # A server that ignores If-None-Match sends the body all the same.
-            return UNCHANGED if same_etag(etag, version.token) else Blob(bytes(data), Version(etag))
+            if version is not None and same_etag(etag, version.token):
+                return UNCHANGED
+            return Blob(bytes(data), Version(etag))
 
         return await self._read(key, once)
 

@@ -211,12 +211,14 @@ class CloudStore(Store):
 
     # -- the synchronous face ---------------------------------------------
     @abc.abstractmethod
-    async def _get(self, key: str) -> Blob | None: ...
+    async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
+        """One GET of `key`, retried by `_read`; with a `version`, conditional:
+        a server answers 304 and no body while the key is at it (UNCHANGED)."""
 
-    @abc.abstractmethod
-    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
-        """One conditional GET of `key` that a server answers with 304 and
-        no body while the key is at `version`; retried as `_get` is."""
+    async def _get(self, key: str) -> Blob | None:
+        got = await self._get_if_changed(key, None)
+        assert not isinstance(got, Unchanged)  # no version asked about
+        return got
 
     @abc.abstractmethod
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool: ...
@@ -238,8 +240,6 @@ class CloudStore(Store):
         return self._run(self._get, key)
 
     def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
-        if version is None:
-            return self.get(key)
         return self._run(self._get_if_changed, key, version)
 
     def get_many(self, keys: Sequence[str], concurrency: int = 32) -> list[Blob | None]:

@@ -260,11 +260,6 @@ class GCSStore(CloudStore):
         return self._error(action, key, exc)
 
     # -- reads ----------------------------------------------------------
-    async def _get(self, key: str) -> Blob | None:
-        url = self._object_url(self._key(key))
-        got = await self._read(key, lambda: self._call("GET", url, {"alt": "media"}))
-        return None if got is None else self._blob(key, *got)
-
     def _blob(self, key: str, headers: Mapping[str, str], body: bytes) -> Blob:
         generation = headers.get("x-goog-generation")
         if not generation:
@@ -274,12 +269,12 @@ class GCSStore(CloudStore):
             )
         return Blob(bytes(body), Version(generation))
 
-    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
-        token = version.token
-        if not token.isdigit():
-            return await self._get(key)  # no object ever has this generation
+    async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
         url = self._object_url(self._key(key))
-        params = {"alt": "media", "ifGenerationNotMatch": token}
+        params = {"alt": "media"}
+        # A token that is no generation (no object ever has it): a plain GET.
+        if version is not None and version.token.isdigit():
+            params["ifGenerationNotMatch"] = version.token
 
         async def once() -> Blob | Unchanged:
             try:

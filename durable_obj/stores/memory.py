@@ -15,16 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import BackendError
-from durable_obj.stores.base import (
-    UNCHANGED,
-    Blob,
-    Entry,
-    Store,
-    Unchanged,
-    Version,
-    check_relative,
-    join_key,
-)
+from durable_obj.stores.base import Blob, Entry, Store, Version, check_relative, join_key
 from durable_obj.stores.shared import check_options
 
 if TYPE_CHECKING:
@@ -62,15 +53,6 @@ class MemoryStore(Store):
         with _LOCK:
             found = _DATA.get(self._path(key))
         return None if found is None else Blob(found[0], found[1])
-
-    def get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
-        with _LOCK:
-            found = _DATA.get(self._path(key))
-        if found is None:
-            return None
-        if version is not None and found[1] == version:
-            return UNCHANGED
-        return Blob(found[0], found[1])
 
     def create(self, key: str, data: bytes) -> Version | None:
         path = self._path(key)

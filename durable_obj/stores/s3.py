@@ -70,31 +70,16 @@ class S3Store(S3Base):
     protocol = "s3"
 
     # -- reads ----------------------------------------------------------
-    async def _get(self, key: str) -> Blob | None:
+    async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
         s3 = await self._s3()
         full = self._key(key)
-
-        async def once() -> Blob:
-            resp = await s3.get_object(Bucket=self._bucket, Key=full)
-            body = resp["Body"]
-            try:
-                data = await body.read()
-            finally:
-                body.close()
-            return Blob(bytes(data), Version(str(resp["ETag"])))
-
-        return await self._read(key, once)
-
-    async def _get_if_changed(self, key: str, version: Version) -> Blob | Unchanged | None:
-        s3 = await self._s3()
-        full = self._key(key)
-        tag = entity_tag(version.token)
+        condition = {} if version is None else {"IfNoneMatch": entity_tag(version.token)}
 
         async def once() -> Blob | Unchanged:
             try:
-                resp = await s3.get_object(Bucket=self._bucket, Key=full, IfNoneMatch=tag)
+                resp = await s3.get_object(Bucket=self._bucket, Key=full, **condition)
             except Exception as exc:
-                if classify(exc).kind == "not_modified":
+                if version is not None and classify(exc).kind == "not_modified":
                     return UNCHANGED  # 304: no body was sent
                 raise
             body = resp["Body"]
@@ -104,7 +89,9 @@ class S3Store(S3Base):
                 body.close()
             etag = str(resp["ETag"])
             # A server that ignores If-None-Match sends the body all the same.
-            return UNCHANGED if same_etag(etag, version.token) else Blob(bytes(data), Version(etag))
+            if version is not None and same_etag(etag, version.token):
+                return UNCHANGED
+            return Blob(bytes(data), Version(etag))
 
         return await self._read(key, once)
 
