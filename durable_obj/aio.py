@@ -67,6 +67,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from durable_obj.core.feed import Change, achanges
 from durable_obj.core.object import DurableObject, Result
 from durable_obj.core.queries import Params
 from durable_obj.core.units import Batch, Statement, collect, collecting, plan
@@ -396,9 +397,14 @@ class AsyncDurableObject:
         return await wait_for(self._call(run))
 
     async def arefresh(self) -> bool:
-        """`DurableObject.refresh` in a worker (a reader's view moves to the
-        state last committed)."""
+        """`DurableObject.refresh` in a worker: a reader's view moves to the newest state."""
         return await wait_for(self._call(self._sync.refresh))
+
+    def achanges(
+        self, since: int | None = None, *, follow: bool = True, poll: float | None = None
+    ) -> AsyncIterator[Change]:
+        """`DurableObject.changes` for `async for`: reads in worker threads."""
+        return achanges(*self._sync._feed(since, poll), follow=follow)
 
     async def asettle(self) -> None:
         """Wait until every call started on this face so far has finished

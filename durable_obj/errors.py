@@ -11,6 +11,7 @@ some of them::
 
     DurableError                         category
     ├── NotFound (FileNotFoundError)     not_found
+    │   └── FeedGap                      not_found
     ├── LeaseError                       (grouping only)
     │   ├── LeaseHeld                    lease_held
     │   └── LeaseFenced                  lease_fenced
@@ -49,6 +50,17 @@ class NotFound(DurableError, FileNotFoundError):
     """A read-only open found no object at the URL."""
 
     category = "not_found"
+
+
+class FeedGap(NotFound):
+    """The change feed cannot serve every commit after `since`: some fell
+    out of the retention window or were collected by gc. `oldest` is the
+    oldest seq it can still serve (resume with since=oldest - 1), or None."""
+
+    def __init__(self, message: str, *, since: int | None = None, oldest: int | None = None):
+        super().__init__(message)
+        self.since = since
+        self.oldest = oldest
 
 
 class LeaseError(DurableError):
@@ -224,6 +236,7 @@ __all__ = [
     "DurableError",
     "EngineError",
     "EngineIncompatible",
+    "FeedGap",
     "HostLost",
     "InvalidArgument",
     "LeaseError",

@@ -45,8 +45,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from durable_obj.core import unclosed
-from durable_obj.core.commit import HeadWriter
+from durable_obj.core import feed, follow, unclosed
+from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.heartbeat import BUSY, Heartbeat
@@ -63,7 +63,7 @@ from durable_obj.replica.local import LocalCopy
 from durable_obj.wire import lease as leases
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from fsspec.callbacks import Callback
 
@@ -117,6 +117,9 @@ class DurableObject(Queries, Durability):
         self._hb: Heartbeat | None = None
         self._fence_note = ""
         self._warned = False
+        #: The poll this follower shares (`follow.py`), and why it stopped.
+        self._follow_poll: object | None = None
+        self._follow_error: DurableError | None = None
 
     def __enter__(self) -> DurableObject:
         return self
@@ -147,6 +150,7 @@ class DurableObject(Queries, Durability):
         self, force: bool, create: bool = True, reclaim: Callable[[str], bool] | None = None
     ) -> None:
         """Open the object; on any failure leave nothing behind but what it was."""
+        follow.check(self, read_only=self._read_only, at=self._at)
         with self._lock:
             if self._state != _NEW:
                 raise DurableError(f"{self.url} was already opened")
@@ -171,6 +175,8 @@ class DurableObject(Queries, Durability):
             unclosed.track(self)
             if not self._read_only:
                 self._start_heartbeat()
+            elif self._opts.follow is not None:
+                follow.join(self)
             head = self._w.head
             log.info(
                 "opened %s %s: generation %d, seq %d, %d WAL segment(s), %.3f s",
@@ -214,18 +220,47 @@ class DurableObject(Queries, Durability):
                     f"{self.url} was opened at a past point (at={self._at!r}, seq {self.seq}); "
                     "that view never moves. Open it again without at= for the current state."
                 )
-            step = Refresh(self._w, self._local, self._opts, progress=self._progress)
-            if not step.fetch():
-                return False
-            try:
-                step.apply()
-            except BaseException:
-                log.warning("%s: refresh failed while applying; the object was closed", self.url)
-                self._w.forget()
-                self._local.teardown()
-                self._state = _CLOSED
-                raise
-            return True
+            return self._refresh_locked()
+
+    def _refresh_locked(self, known: Stored | None = None) -> bool:
+        """refresh() with the lock held; `known`: a head a follower's poll read."""
+        step = Refresh(self._w, self._local, self._opts, progress=self._progress)
+        if not step.fetch(known):
+            return False
+        try:
+            step.apply()
+        except BaseException:
+            log.warning("%s: refresh failed while applying; the object was closed", self.url)
+            self._w.forget()
+            self._local.teardown()
+            self._state = _CLOSED
+            raise
+        return True
+
+    def changes(
+        self, since: int | None = None, *, follow: bool = True, poll: float | None = None
+    ) -> Iterator[feed.Change]:
+        """Every commit after seq `since` (default: this view's seq), one
+        `Change` each, in seq order: a `commit` (its statements as logged)
+        or a `checkpoint`, with its seq, commit time, generation and owner;
+        read from storage, never from the local copy. With `follow` (the
+        default) it waits for new commits, reading the head every `poll`
+        seconds (default: the `follow` option, else 1 s); without, it ends
+        at the newest. Keep the last seq handled and pass it back as `since`
+        to resume exactly after it. `FeedGap` (a `NotFound`) when a commit
+        after `since` is outside the retention window or collected by gc:
+        it names the oldest seq still served. See `durable_obj.core.feed`."""
+        return feed.changes(*self._feed(since, poll), follow=follow)
+
+    def _feed(self, since: int | None, poll: float | None) -> tuple[feed.Feed, float]:
+        """The feed `changes()` reads, and its poll interval (checked)."""
+        self._require_open(engine=False)  # state only: no lock (the async face calls it)
+        start = self.seq if since is None else since
+        interval = poll if poll is not None else self._opts.follow or feed.DEFAULT_POLL
+        feed.check_poll(interval)
+        return feed.Feed(self._w.store, self._oid, since=start, retention=self._opts.retention), (
+            interval
+        )
 
     # -- writes ----------------------------------------------------------------
     def execute(
@@ -375,6 +410,7 @@ class DurableObject(Queries, Durability):
                     self._state = _CLOSED
                 return
             self._state = _CLOSING
+        follow.leave(self)
         self._stop_heartbeat()
         with self._lock:
             try:

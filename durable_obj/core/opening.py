@@ -337,13 +337,14 @@ class Refresh:
         self._tail: list[ObjectRef] = []
         self._full = False
 
-    def fetch(self) -> bool:
+    def fetch(self, known: Stored | None = None) -> bool:
         """False when the stored head names the same data as the view: at
-        once when it is still the version held (`get_if_changed`: no body)."""
+        once when it is still the version held (`get_if_changed`: no body).
+        `known`: a head just read by someone else (a follower's shared poll)."""
         writer, local = self.writer, self.local
         was = writer.head
         assert was is not None and local.engine is not None and local.work is not None
-        got = writer.read_if_changed()
+        got = writer.read_if_changed() if known is None else known
         if got is UNCHANGED:
             return False  # one conditional request: nothing was committed since
         if got is None:

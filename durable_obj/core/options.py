@@ -3,7 +3,7 @@ growth policies they set (when to auto-flush, when to fold the WAL)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import (
@@ -83,6 +83,12 @@ class Options(BaseModel):
     #: (`durable_obj.Bounds`: seconds, result rows/bytes, memory); None:
     #: unbounded. A Pool serving untrusted SQL sets it for every object.
     query_bounds: Bounds | None = None
+    #: Followers (read-only opens only): refresh the view every `follow`
+    #: seconds on the process's heartbeat scheduler (`core/follow.py`); None:
+    #: only refresh() moves it. `on_change(update)` is called, outside the
+    #: object's lock, each time the view moved (a `follow.Update`).
+    follow: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    on_change: Callable[[Any], object] | None = None
 
     @field_validator("external_reads", mode="before")
     @classmethod

@@ -49,6 +49,8 @@ class Surface:
     #: Why this writer accepts no more writes, once it is fenced.
     _fence_note: str
     _warned: bool
+    _follow_poll: object | None
+    _follow_error: DurableError | None
 
     # -- introspection -------------------------------------------------------
     @property
@@ -89,6 +91,11 @@ class Surface:
         return self._read_only
 
     @property
+    def following(self) -> bool:
+        """A follower (follow=) whose view still moves by itself."""
+        return self.__dict__.get("_follow_poll") is not None
+
+    @property
     def timezone(self) -> str:
         """The object's session time zone: every statement runs and replays in it."""
         return self._local.timezone
@@ -114,6 +121,10 @@ class Surface:
         """The engine of an open object (lock held). A copy left diverged by a
         failed unit (`units.py`) is rebuilt first, unless `engine` is False
         (a flush or close, which commit the buffer and need no engine)."""
+        failed = self.__dict__.get("_follow_error")
+        if failed is not None:  # once: a follower's poll stopped on it (`follow.py`)
+            self._follow_error = None
+            raise failed
         if self._state in (_CLOSED, _CLOSING):
             raise Closed(f"{self.url} is closed")
         if engine and self.__dict__.get("_diverged"):

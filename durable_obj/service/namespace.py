@@ -12,12 +12,13 @@ from __future__ import annotations
 import builtins
 import contextlib
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durable_obj.core import history, ops
 from durable_obj.core.commit import HeadWriter
+from durable_obj.core.feed import Change, Feed, changes
 from durable_obj.core.object import DurableObject
 from durable_obj.core.opening import reclaim_rule
 from durable_obj.core.options import Options, make_options
@@ -137,6 +138,15 @@ class Namespace:
         )
         obj._open(force, create, rule)
         return obj
+
+    def changes(
+        self, oid: str, since: int | None = None, *, follow: bool = True, poll: float = 1.0
+    ) -> Iterator[Change]:
+        """The change feed of `oid` (`DurableObject.changes`) without opening
+        it: no engine, no lease, only reads. `since` None: only the commits
+        from now on."""
+        source = Feed(self.store, check_oid(oid), since=since, retention=self._options.retention)
+        return changes(source, poll, follow=follow)
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
         """Every known point of `oid` (seq, kind, key, generation, owner,
