@@ -6,6 +6,7 @@
     durable-obj exec /srv/agents/checkout-api "DELETE FROM memories WHERE id = 7"
     durable-obj verify /srv/agents/checkout-api --restore
     durable-obj history /srv/agents/checkout-api
+    durable-obj tail /srv/agents/checkout-api --since 0 --json
     durable-obj sql /srv/agents/checkout-api "SELECT count() FROM memories" --at 2026-05-01T14:03Z
 
 An object URL's last path segment is the object id; the rest is its
@@ -23,7 +24,7 @@ The commands use only the public API (`Namespace`, `durable_obj.core.ops`).
 Layout: `app` (the command group, failure and warning handling), `read`
 (ls, info, verify, sql), `write` (exec), `admin` (checkpoint, gc, fork,
 release), `exporting` (export), `history` (history, and --at for sql and
-fork), `mcp` (the MCP memory server),
+fork), `tail` (the change feed, like tail -f), `mcp` (the MCP memory server),
 and private helpers: `failures`, `redaction`, `options` (`-o` parsing),
 `session` (per-invocation output), `progress`, `formatting`.
 
@@ -33,7 +34,7 @@ Needs the `cli` extra: `pip install 'durable_obj[cli]'`.
 from __future__ import annotations
 
 # Importing the command modules registers their commands on the group.
-from durable_obj.cli import admin, exporting, history, mcp, read, write
+from durable_obj.cli import admin, exporting, history, mcp, read, tail, write
 from durable_obj.cli.app import cli, main
 
-__all__ = ["admin", "cli", "exporting", "history", "main", "mcp", "read", "write"]
+__all__ = ["admin", "cli", "exporting", "history", "main", "mcp", "read", "tail", "write"]

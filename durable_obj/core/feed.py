@@ -7,7 +7,7 @@ seq order, read from storage (no engine, no lease).
 Every committed seq is one artifact (`history.py`): a WAL segment (a
 `commit` event, its statements as logged, pinned values included) or a
 base (a `checkpoint` event: a new base with an empty WAL; the logical data
-did not change). An event carries the seq, the commit time the ref was
+did not change, but see below). An event carries the seq, the commit time the ref was
 stamped with (`head.stamp_of`; None for a ref chdb.durable wrote), the
 writer's generation (read from the minted key, `<gen>-<seq>-<u>.jsonl`) and
 owner (from the stamp), and the key.
@@ -22,6 +22,11 @@ inside the retention window and not collected. A seq the feed cannot serve
 that way is `FeedGap` (a `NotFound`) naming the oldest seq it still can:
 never a silent skip. Each segment is checked against the size and SHA-256
 its ref names before a statement of it is handed out (`Corrupt` if not).
+
+A checkpoint also commits the statements its writer had executed and not
+flushed: they are in the new base and in no `commit` event. A consumer that
+must see every statement (an indexer) needs its writer to flush() before
+checkpoint() (a fold, after a flush or on close, never holds any).
 
 Resuming is exact: `changes(since=s)` yields seq s + 1 first, so a consumer
 that kept the last seq it handled gets exactly the next ones.
@@ -108,7 +113,7 @@ class Feed:
         *,
         since: int | None,
         retention: float = DEFAULT_RETENTION,
-        clock: Any = time,
+        clock: Any = None,
     ) -> None:
         bad = isinstance(since, bool) or not isinstance(since, int) or since < 0
         if since is not None and bad:
@@ -117,7 +122,8 @@ class Feed:
         self.last = since
         self.store, self.oid = store, oid
         self.url = f"{store.url.rstrip('/')}/{oid}"
-        self.retention, self.clock = retention, clock
+        #: The wall clock of the retention window (a test passes a frozen one).
+        self.retention, self.clock = retention, clock or time
         self._version: Version | None = None
         self._planned: list[_Item] = []
 
