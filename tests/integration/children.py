@@ -110,6 +110,31 @@ def read_query(p: Params) -> None:
 
 
 @program
+def follower(p: Params) -> None:
+    """A follower (follow=`interval`) of `oid`: emit "ready", then, once its
+    view reached seq `until`, every update it saw as [seq, the view's
+    `query` at that seq] (read in on_change, which runs between refreshes)."""
+    import threading
+
+    seen: list[list[Any]] = []
+    done = threading.Event()
+
+    def on_change(update: Any) -> None:
+        seen.append([update.seq, obj.query(p["query"], "CSV").data()])
+        if update.seq >= p["until"]:
+            done.set()
+
+    obj = namespace(p, follow=p["interval"], on_change=on_change).open(
+        p.get("oid", "o"), read_only=True
+    )
+    with obj:
+        emit({"ready": obj.seq})
+        if obj.seq < p["until"]:
+            done.wait(p.get("timeout", 120))
+        emit({"seq": obj.seq, "seen": seen})
+
+
+@program
 def open_missing(p: Params) -> None:
     """A read-only open of an object that does not exist: emit the outcome."""
     emit(attempt(lambda: namespace(p).open(p["oid"], read_only=True)))
