@@ -141,6 +141,17 @@ def test_bench_history_smoke_run(tmp_path: Path) -> None:
     assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
 
 
+def test_bench_follow_smoke_run(loopback_only_env: None) -> None:
+    """benchmarks/bench_follow.py --smoke: a follower's lag after a flush and
+    its idle requests, through the latency proxy on a SeaweedFS it starts."""
+    proc = bench("bench_follow.py", "--smoke", "--json")
+    (row,) = json.loads(proc.stdout[proc.stdout.index("[") :])
+    assert row["samples"] == 3 and row["idle_listings"] == 0
+    assert row["idle_kinds"] in ([], ["GET 304"]), row
+    for name in ("lag_p50_ms", "lag_p99_ms", "idle_requests_per_minute"):
+        assert math.isfinite(row[name]) and row[name] > 0, name
+
+
 def test_bench_service_and_restart_smoke_run() -> None:
     """benchmarks/bench_service.py --smoke (the three write patterns, a row
     each) and benchmarks/bench_restart.py --smoke (a service and the MCP
