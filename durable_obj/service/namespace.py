@@ -66,7 +66,9 @@ class Namespace:
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
     "refuse"); retention (the time-travel window, seconds); external_reads (what
     a read-only query() may reach outside: "url", "s3", folders for file(); off);
-    query_bounds (a `Bounds` every query() runs under unless it passes its own).
+    query_bounds (a `Bounds` every query() runs under unless it passes its own);
+    follow and on_change (read-only opens only: keep the view current, see
+    `durable_obj.open`).
     """
 
     def __init__(
@@ -482,6 +484,14 @@ def open(
     query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
         memory) every query() runs under unless it passes its own; the
         statement cannot raise it.
+    follow=None: a follower (read_only=True only; a writer open with it is
+        InvalidArgument): refresh the view every `follow` seconds on the
+        process's heartbeat scheduler, one conditional read of the head per
+        interval, shared by the followers of one object
+        (docs/guides/followers.md). `obj.following` says it still does.
+    on_change=None: a follower calls it with a `durable_obj.core.follow.Update`
+        (url, seq, previous, rebased) each time its view moved, outside the
+        object's lock; what it raises is logged.
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)
