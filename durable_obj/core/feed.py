@@ -173,7 +173,9 @@ class Feed:
             self.store, self.oid, now=self.clock.time(), default=self.retention, head=head
         )
         restorable = {p.seq: p for p in past.restorable}
-        oldest = min([first, *restorable])
+        oldest = first  # the oldest seq from which on every one is served
+        while oldest - 1 in restorable:
+            oldest -= 1
         items = []
         for seq in range(after + 1, first):
             point = restorable.get(seq)

@@ -118,20 +118,20 @@ class _Poll:
             log.info("%s: following: reading the head failed, will retry: %s", self.url, exc)
             return True
         except DurableError as exc:  # a head we cannot read: every follower stops
-            return self._fail_all(followers, exc)
+            return self._fail_all(exc)
         if got is None:
             gone = NotFound(f"no durable object at {self.url} any more (no head.json)")
-            return self._fail_all(followers, gone)
+            return self._fail_all(gone)
         busy = False
         for obj in followers:
             busy = _step(obj, self.latest) == BUSY or busy
             del obj
         return BUSY if busy else True
 
-    def _fail_all(self, followers: list[DurableObject], exc: DurableError) -> bool:
-        for obj in followers:
-            _stop(obj, exc)
-        with _LOCK:
+    def _fail_all(self, exc: DurableError) -> bool:
+        with _LOCK:  # every follower, one that joined since included
+            for obj in list(self.followers):
+                _stop(obj, exc)
             return self._retire()
 
     def _retire(self) -> bool:
@@ -141,7 +141,7 @@ class _Poll:
         return False
 
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 #: (store URL, object id, interval) -> the poll its followers share.
 _POLLS: dict[tuple[str, str, float], _Poll] = {}
 

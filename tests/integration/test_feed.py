@@ -238,3 +238,19 @@ def test_an_idle_feed_costs_one_conditional_read_per_poll_and_no_listing() -> No
     assert [c.seq for c in source.next_batch()] == [w.obj.seq]  # the head's chain: no listing
     assert not any(op.startswith("list") for op, _ in counting.calls)
     w.obj.close()
+
+
+def test_a_hole_in_an_archived_chain_names_the_oldest_seq_served_from_on() -> None:
+    ns = durable_obj.Namespace(MemoryStore(f"feed-{uuid.uuid4().hex}"), owner="w", fold_segments=0)
+    w = Writer(ns)
+    for i in range(7):
+        w.checkpoint() if i in (3, 6) else w.insert()  # seqs 2..8, bases at 5 and 8
+    w.insert()
+    w.obj.close()
+    past = ns.history("o")
+    (three,) = [p for p in past.points if p.seq == 3]
+    ns.store.delete(f"o/{three.key}")  # behind gc's back: seqs 3 and 4 cannot be served
+    with pytest.raises(errors.FeedGap, match="seq 3 is outside") as info:
+        list(ns.changes("o", since=1, follow=False))
+    assert info.value.oldest == 5  # not 1: from 5 on every seq is served
+    check(list(ns.changes("o", since=4, follow=False)), w.log, since=4)
