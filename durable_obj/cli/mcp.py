@@ -104,6 +104,14 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     "still refuses (or --if-held read-only).",
 )
 @click.option(
+    "--follow",
+    type=click.FloatRange(min=0),
+    default=1.0,
+    show_default=True,
+    help="Serving read-only: move to the writer's commits every this many seconds and tell "
+    "listening clients the memory changed (0: a fixed view).",
+)
+@click.option(
     "--lease-ttl",
     type=float,
     help="Seconds the lease lasts without renewal (default: the object's default).",
@@ -121,6 +129,7 @@ def mcp_cmd(
     if_held: str,
     read_only: bool,
     reclaim: bool,
+    follow: float,
     lease_ttl: float | None,
     storage_options: dict[str, Any],
 ) -> None:
@@ -141,6 +150,7 @@ def mcp_cmd(
     embedder = memory.load_embedder(embed) if embed else None
     options: dict[str, Any] = {} if lease_ttl is None else {"lease_ttl": lease_ttl}
     owner = owner or default_owner()
+    announcer = memory.Announcer()
     try:
         obj, reason = memory.open_for_serving(
             object_url,
@@ -149,6 +159,8 @@ def mcp_cmd(
             read_only=read_only,
             reclaim=reclaim,
             storage_options=storage_options,
+            follow=follow or None,
+            on_change=announcer,
             **options,
         )
     except LeaseHeld as exc:
@@ -156,7 +168,12 @@ def mcp_cmd(
     sess = session()
     try:
         server = memory.build_server(
-            obj, allow_sql=allow_sql, embed=embedder, table=table, read_only_reason=reason
+            obj,
+            allow_sql=allow_sql,
+            embed=embedder,
+            table=table,
+            read_only_reason=reason,
+            announcer=announcer,
         )
         where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
         mode = "read-only" if obj.read_only else "writer"

@@ -186,7 +186,7 @@ def _stop(obj: DurableObject, exc: BaseException) -> None:
     kind = type(exc) if isinstance(exc, DurableError) else DurableError
     note = kind(
         f"{obj.url}: following stopped at seq {seq}: {exc}. The view stays at seq {seq}; "
-        "refresh() tries again, or close and reopen to follow again."
+        "a refresh tries again; close and reopen the object to follow again."
     )
     note.__cause__ = exc
     obj._follow_error = note

@@ -42,9 +42,16 @@ command line `--embed module:function` (an import path). Without one,
 `search` filters by text (case-insensitive substring) and tags; with one, it
 ranks by cosine distance (`mode="auto"` or `"vector"`).
 
+Changes: a server serving a memory read-only follows it (`--follow`,
+default every second) and announces each commit of the writer as
+`notifications/resources/updated` for the resource `durable-obj://memory`
+to the clients listening (`subscriptions/listen`; `changes.py` says why the
+2025-era `resources/subscribe` is not served).
+
 The package: `limits.py` (what a tool call may carry, input checks, the
 embedder loader), `memory.py` (the table, its SQL and the quoting of
-literals: `MemoryServer`), `server.py` (the MCP tools, opening and serving).
+literals: `MemoryServer`), `changes.py` (announcing changes), `server.py`
+(the MCP tools and the memory resource, opening and serving).
 
 Needs the `mcp` extra: `pip install 'durable_obj[mcp]'`. Public API only:
 `DurableObject`, `AsyncDurableObject`, the errors.
@@ -65,11 +72,14 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
         "the MCP memory server needs the mcp extra: pip install 'durable_obj[mcp]'"
     ) from exc
 
+from durable_obj.mcp.changes import MEMORY_URI, Announcer
 from durable_obj.mcp.limits import Embedder, Limits, load_embedder
 from durable_obj.mcp.memory import MemoryServer
 from durable_obj.mcp.server import build_server, open_for_serving, serve
 
 __all__ = [
+    "MEMORY_URI",
+    "Announcer",
     "Embedder",
     "Limits",
     "MemoryServer",

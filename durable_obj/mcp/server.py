@@ -8,6 +8,7 @@ or read-only, and `serve` runs a server over stdio or streamable HTTP.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any, Literal
 
 import anyio
@@ -18,6 +19,7 @@ from mcp.types import ToolAnnotations
 from durable_obj.aio import AsyncDurableObject
 from durable_obj.core.object import DurableObject
 from durable_obj.errors import DurableError, LeaseHeld
+from durable_obj.mcp.changes import MEMORY_URI, Announcer, memory_state
 from durable_obj.mcp.limits import Embedder, Limits
 from durable_obj.mcp.memory import MemoryServer
 from durable_obj.service.namespace import open as open_object
@@ -48,12 +50,25 @@ def build_server(
     limits: Limits | None = None,
     read_only_reason: str | None = None,
     name: str = "durable-obj-memory",
+    announcer: Announcer | None = None,
 ) -> MCPServer:
-    """An MCP server whose tools read and write memories in `obj` (open)."""
+    """An MCP server whose tools read and write memories in `obj` (open).
+    `announcer`: the `on_change` `obj` follows with (`open_for_serving`),
+    which tells listening clients the memory changed (`changes.py`)."""
     mem = MemoryServer(
         obj, table=table, embed=embed, limits=limits, read_only_reason=read_only_reason
     )
-    server: MCPServer = MCPServer(name, instructions=_INSTRUCTIONS, log_level="WARNING")
+    server: MCPServer = MCPServer(
+        name, instructions=_INSTRUCTIONS, log_level="WARNING", subscriptions=announcer
+    )
+    sync = obj.sync if isinstance(obj, AsyncDurableObject) else obj
+
+    @server.resource(MEMORY_URI, name="memory", mime_type="application/json")
+    def memory() -> str:
+        """Which memory this server serves and the seq it shows; a server serving it
+        read-only announces each change (subscriptions/listen)."""
+        return memory_state(sync)
+
     reads = ToolAnnotations(read_only_hint=True, open_world_hint=False)
     writes = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
 
@@ -138,6 +153,8 @@ def open_for_serving(
     read_only: bool = False,
     reclaim: bool = False,
     storage_options: dict[str, Any] | None = None,
+    follow: float | None = None,
+    on_change: Callable[[Any], object] | None = None,
     **options: Any,
 ) -> tuple[DurableObject, str | None]:
     """Open `url` for a server: as its writer, or read-only (and why).
@@ -149,9 +166,13 @@ def open_for_serving(
     (the default: a second server never writes next to the first), and
     `"read-only"` opens read-only and returns the reason to show: it is
     written for the model that calls the write tools, and says what an
-    operator can do."""
+    operator can do. A read-only open follows the writer every `follow`
+    seconds (None: a fixed view), calling `on_change` (an `Announcer`)."""
+    reader = dict(options)
+    if follow is not None:
+        reader.update(follow=follow, on_change=on_change)
     if read_only:
-        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
+        obj = open_object(url, read_only=True, storage_options=storage_options, **reader)
         return obj, (
             "it was started with --read-only; an operator can restart it without that flag "
             "to let it write"
@@ -169,7 +190,7 @@ def open_for_serving(
             exc.holder,
             exc.generation,
         )
-        obj = open_object(url, read_only=True, storage_options=storage_options, **options)
+        obj = open_object(url, read_only=True, storage_options=storage_options, **reader)
         return obj, held_reason(exc, owner)
     return obj, None
 
