@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import threading
 import uuid
@@ -31,8 +32,8 @@ from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore
 from tests.integration import _proc
 
-#: Flushes of the writer in the big test (the issue's soak uses 1,000).
-FLUSHES = 200
+#: Flushes of the writer in the big test (the issue's soak: FOLLOW_FLUSHES=1000).
+FLUSHES = int(os.environ.get("FOLLOW_FLUSHES", "200"))
 DDL = "CREATE TABLE m (k UInt32) ENGINE = MergeTree ORDER BY k"
 COUNT = "SELECT count() FROM m"
 #: A failure bound for waits on events, never a measure of anything.
