@@ -194,14 +194,12 @@ def _stop(obj: DurableObject, exc: BaseException) -> None:
 
 def _step(obj: DurableObject, latest: Stored) -> bool | Literal["busy"]:
     """Move one follower's view to `latest` (the head its poll read)."""
-    if obj._w.version == latest.version or obj.closed:
-        return True  # already there
-    if obj._w.head is not None and latest.head.manifest.seq < obj.seq:
-        return True  # a refresh() of its own went further than this poll
+    if obj.closed or _there(obj, latest):
+        return True  # (read without the lock: checked again under it)
     if not obj._lock.acquire(blocking=False):
         return BUSY  # a long query of the caller's: again in a moment, never wait
     try:
-        if obj.closed or obj.__dict__.get("_follow_poll") is None:
+        if obj.closed or obj.__dict__.get("_follow_poll") is None or _there(obj, latest):
             return True
         previous, base = obj.seq, None if obj._w.head is None else obj._w.head.manifest.base
         try:
@@ -214,13 +212,22 @@ def _step(obj: DurableObject, latest: Stored) -> bool | Literal["busy"]:
             return True
         head = obj._w.head
         rebased = head is not None and head.manifest.base != base
+        update = Update(url=obj.url, seq=obj.seq, previous=previous, rebased=rebased)
     finally:
         obj._lock.release()
     callback = obj._opts.on_change
     if moved and callback is not None:
-        update = Update(url=obj.url, seq=obj.seq, previous=previous, rebased=rebased)
         try:
             callback(update)
         except Exception:  # a callback's bug never stops the follower
             log.exception("%s: on_change raised (the follower goes on)", obj.url)
     return True
+
+
+def _there(obj: DurableObject, latest: Stored) -> bool:
+    """Nothing to do: the view is at `latest`, or past it (a refresh() of
+    the caller's own went further than this poll: never move back)."""
+    head = obj._w.head
+    return obj._w.version == latest.version or (
+        head is not None and latest.head.manifest.seq < head.manifest.seq
+    )

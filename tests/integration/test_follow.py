@@ -379,3 +379,14 @@ def test_pool_and_aopen_pass_follow_through(tmp_path: Path) -> None:
             return obj.sync.following
 
     assert asyncio.run(main())
+
+
+def test_a_poll_behind_the_followers_own_refresh_never_moves_it_back() -> None:
+    ns, reader, poll = _pair()
+    stale = poll.latest  # the head at seq 1, as this poll last read it
+    _commit(ns, 2)
+    assert reader.refresh() is True and reader.seq == 2  # the caller's own refresh
+    assert follow._step(reader, stale) is True  # a poll that read the head before that
+    assert reader.seq == 2 and reader.query(COUNT) == "2\n"
+    assert poll._beat() is True and reader.seq == 2  # and the poll catches up with it
+    reader.close()
