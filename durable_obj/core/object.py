@@ -103,6 +103,8 @@ class DurableObject(Queries, Durability):
             lease_ttl=options.lease_ttl,
             commit_deadline=options.commit_deadline,
             retention=options.retention,
+            encryption=options.encryption,
+            compression=options.compression,
         )
         #: The engine, the scratch folder, the session time zone and pinner.
         self._local = LocalCopy(

@@ -65,7 +65,9 @@ class Namespace:
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
     "refuse"); retention (the time-travel window, seconds); external_reads (what
     a read-only query() may reach outside: "url", "s3", folders for file(); off);
-    query_bounds (a `Bounds` every query() runs under unless it passes its own).
+    query_bounds (a `Bounds` every query() runs under unless it passes its own);
+    encryption (a key provider: new objects are encrypted, encrypted ones need
+    it) and compression ("zstd": a new object's WAL is compressed).
     """
 
     def __init__(
@@ -472,6 +474,15 @@ def open(
     query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
         memory) every query() runs under unless it passes its own; the
         statement cannot raise it.
+    encryption=None: a key provider (`durable_obj.StaticKey`, `EnvKey`,
+        `KeyFile`, `AwsKms`, or your own `KeyProvider`). A new object is
+        created encrypted: every segment, base and history file is sealed
+        (AES-256-GCM) under a data key this provider wraps; an encrypted
+        object needs the key that wrapped it (`KeyRefused` names its id).
+        chdb.durable refuses encrypted objects (docs/concepts/encryption.md).
+    compression=None: "zstd" compresses a new object's WAL segments
+        (several times smaller for SQL text); chdb.durable refuses such an
+        object, so it is off by default.
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)
