@@ -19,14 +19,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from durable_obj.core import publishing
+from durable_obj.core.options import make_options
 from durable_obj.core.units import Units
-from durable_obj.errors import DurableError, LeaseFenced
+from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.wire import keyring
 from durable_obj.wire.protocol import mint_checkpoint_key
 from durable_obj.wire.v1base import DefaultBase
 
 if TYPE_CHECKING:
+    from durable_obj.wire.keys import KeyProvider
     from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
@@ -86,6 +88,40 @@ class Durability(Units):
         if self._buf:
             self._group.through(self._buf.end, self._commit_payload)
             self._maybe_fold()
+
+    def rotate_key(self, new: KeyProvider) -> int:
+        """Wrap this encrypted object's data keys under the key provider
+        `new` instead of the one it was opened with: one head write, no data
+        rewritten. From then on the object opens with `new` only. Returns
+        how many data keys were rewrapped. A new data key comes with the next
+        checkpoint(). `InvalidArgument` on a plain object."""
+        with self._lock:
+            self._require_writable()
+            old, head = self._w.keys.provider, self._w.head
+            assert head is not None
+            if old is None or not keyring.is_encrypted(head):
+                raise InvalidArgument(
+                    f"{self.url} is not encrypted: there is no key to rotate. Fork it into "
+                    "an encrypted object instead (durable_obj.fork(..., dst_encryption=key))."
+                )
+            make_options({"encryption": new})  # the same check open() makes
+            self._group.idle()
+            saved = head.model_copy(deep=True)
+            count = keyring.rewrap(head, self.oid, old, new)
+            try:
+                self._w.commit()
+            except LeaseFenced as exc:
+                saved.lease = head.lease
+                self._w.head = saved
+                self._fenced_by(exc)
+                raise
+            except BaseException:
+                saved.lease = head.lease
+                self._w.head = saved
+                raise
+            self._w.keys = keyring.Keys(self.oid, self.url, new)
+            log.info("%s: %d data key(s) rewrapped under %s", self.url, count, new.key_id)
+            return count
 
     def checkpoint(self) -> str:
         """Snapshot the database as a new base and empty the WAL list.
