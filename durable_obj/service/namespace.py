@@ -10,26 +10,21 @@ The last path segment of an object URL is its id; the rest is the namespace
 from __future__ import annotations
 
 import builtins
-import contextlib
-import os
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from durable_obj.core import history, ops
-from durable_obj.core.commit import HeadWriter
+from durable_obj.core import history, keyed, ops
 from durable_obj.core.object import DurableObject
 from durable_obj.core.opening import reclaim_rule
 from durable_obj.core.options import Options, make_options
-from durable_obj.core.publishing import publish
 from durable_obj.core.queries import Params
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
+from durable_obj.service import forking
 from durable_obj.service.addressing import check_at, check_oid, split_destination, split_object_url
+from durable_obj.service.forking import SAME_KEY
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
-from durable_obj.wire.digest import file_digest
-from durable_obj.wire.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
-from durable_obj.wire.protocol import mint_checkpoint_key, object_key
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -146,7 +141,13 @@ class Namespace:
         retention window (the one its head records; else this namespace's
         `retention`). Reads only: the head, one listing, the history files."""
         check_oid(oid)
-        return ops.history(self.store, oid, default=self._options.retention, now=now)
+        return ops.history(
+            self.store,
+            oid,
+            default=self._options.retention,
+            now=now,
+            encryption=self._options.encryption,
+        )
 
     # -- operations ------------------------------------------------------------
     def list(self, *, stored: bool = True) -> builtins.list[ops.ObjectInfo]:
@@ -180,12 +181,18 @@ class Namespace:
             dry_run=dry_run,
             retention=retention,
             default=self._options.retention,
+            encryption=self._options.encryption,
         )
 
-    def verify(self, oid: str, *, restore: bool = False) -> ops.VerifyReport:
+    def verify(self, oid: str, *, restore: bool = False) -> keyed.VerifyReport:
         """Download and check every key the head references; with `restore`,
         also restore and replay it and count each table's rows."""
-        report = ops.verify_object(self.store, check_oid(oid), callback=self._progress)
+        report = keyed.verify_object(
+            self.store,
+            check_oid(oid),
+            callback=self._progress,
+            encryption=self._options.encryption,
+        )
         if restore:
             with self.open(oid, read_only=True) as obj:
                 report.rows = {
@@ -240,6 +247,7 @@ class Namespace:
         *,
         dst_storage_options: dict[str, Any] | None = None,
         at: int | datetime | None = None,
+        dst_encryption: Any = SAME_KEY,
     ) -> ops.ObjectInfo:
         """A new object `dst` whose base is the current state of `src` (its
         base with the WAL folded in), or its state at a past point `at` (a
@@ -253,6 +261,11 @@ class Namespace:
         the URL has the same protocol, else none). The namespace's progress
         callback sees the download of `src` and the upload of the copy.
 
+        `dst_encryption`: the key provider of the copy (default: this
+        namespace's `encryption`, under a new data key; None: a plain copy).
+        So a plain object forks into an encrypted one, and an encrypted one
+        into another key.
+
         An existing `dst` is refused (`InvalidArgument`) before anything is
         read or written. The head is created only if absent, so a writer that
         creates `dst` meanwhile wins: the fork is abandoned, its uploaded base
@@ -264,39 +277,16 @@ class Namespace:
         check_at(at, read_only=True)
         store, oid = self._destination(dst, dst_storage_options)
         ops.ensure_absent(store, oid)
-        writer = HeadWriter(store, oid, commit_deadline=self._options.commit_deadline)
+        provider = self._options.encryption if dst_encryption is SAME_KEY else dst_encryption
         with self.open(src, read_only=True, at=at) as obj:
-            path = obj.snapshot()
-            size, sha256 = file_digest(path)
-            ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
-            publish(
-                writer,
-                ref,
-                lambda key: store.create_file(key, path, self._progress),
-                scratch=os.path.dirname(path),
-            )
-            source = obj.head
-            assert source is not None
-        head = Head.cold(
-            db=source.manifest.db,
-            engine_version=source.engine.version,
-            lease=Lease(generation=0),
-        )
-        head.engine.min_reader = source.engine.min_reader
-        head.manifest.base = ref
-        head.manifest.seq = 1
-        head.set_timezone(source.timezone)
-        if source.description is not None:
-            head.set_description(source.description)
-        head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
-        head.set_extension(RETENTION, self._options.retention)
-        if not writer.create(head):
-            with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
-                store.delete(object_key(oid, ref.key))
-            raise InvalidArgument(
-                f"{oid!r} was created in {store.url} meanwhile by another writer, which wins; "
-                "the fork was abandoned and its uploaded base deleted (if that failed, it is "
-                "an orphan no head references)"
+            forking.fork_into(
+                obj,
+                store,
+                oid,
+                provider=provider,
+                zstd=self._options.compression == "zstd",
+                options=self._options,
+                progress=self._progress,
             )
         return ops.describe(store, oid)
 
@@ -359,6 +349,7 @@ def fork(
     dst_storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
     at: int | datetime | None = None,
+    dst_encryption: Any = SAME_KEY,
     **options: Any,
 ) -> ops.ObjectInfo:
     """Fork the object at `src_url` into a new object at `dst_url`, on the
@@ -373,7 +364,9 @@ def fork(
     Callback that sees the source's download and the copy's upload.
     `at`: fork the state at a past point (a seq, or an aware datetime)
     instead of the current one, as `durable_obj.open(..., at=)` reads it.
-    Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...).
+    Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...;
+    `encryption`: the source's key). `dst_encryption`: the copy's key
+    provider (default: the same as the source's; None: a plain copy).
 
     An existing destination is refused (`InvalidArgument`, naming it) and
     left untouched; see `Namespace.fork` for a destination created meanwhile.
@@ -381,7 +374,13 @@ def fork(
     """
     namespace, oid = split_object_url(src_url)
     ns = Namespace(namespace, storage_options=storage_options, progress=progress, **options)
-    return ns.fork(check_oid(oid), dst_url, dst_storage_options=dst_storage_options, at=at)
+    return ns.fork(
+        check_oid(oid),
+        dst_url,
+        dst_storage_options=dst_storage_options,
+        at=at,
+        dst_encryption=dst_encryption,
+    )
 
 
 def open(
