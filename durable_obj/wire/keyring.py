@@ -134,7 +134,9 @@ def start(head: Head, oid: str, *, provider: KeyProvider | None, zstd: bool, now
 
 def rotate(head: Head, oid: str, provider: KeyProvider, *, now: float, retention: float) -> None:
     """A new active data key for what is written from now on (a checkpoint);
-    the old one is retired, and keys retired longer than `retention` ago go."""
+    the old one is retired, and keys retired longer than `retention` ago go
+    (with no history window, at once: the new head references nothing
+    sealed under them, and a reader of an older head holds its own list)."""
     section = _section(head)
     key = DataKey.new()
     keys = []
@@ -143,7 +145,7 @@ def rotate(head: Head, oid: str, provider: KeyProvider, *, now: float, retention
         if entry["id"] == section["active"]:
             entry["retired_at"] = now
         retired = entry.get("retired_at")
-        if isinstance(retired, int | float) and retired + retention < now:
+        if isinstance(retired, int | float) and (retention <= 0 or retired + retention < now):
             continue  # nothing retained can still need it
         keys.append(entry)
     keys.append(_entry(provider, oid, key, now))

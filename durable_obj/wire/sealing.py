@@ -96,20 +96,27 @@ def _nonce(prefix: bytes, index: int, last: bool) -> bytes:
 
 
 def seal_chunks(
-    key: DataKey, oid: str, name: str, chunks: Iterable[bytes], *, flags: int = 0
+    key: DataKey,
+    oid: str,
+    name: str,
+    chunks: Iterable[bytes],
+    *,
+    flags: int = 0,
+    size: int = SEAL_CHUNK,
 ) -> Iterator[bytes]:
     """The sealed blob of the plaintext `chunks` (any sizes), piece by piece:
-    the header first, then each sealed chunk."""
+    the header first, then each sealed chunk of `size` plaintext bytes (the
+    header records it; tests use small ones)."""
     salt, prefix = os.urandom(16), os.urandom(7)
-    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, SEAL_CHUNK)
+    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
     aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
     yield header
     index, pending = 0, b""
     for piece in chunks:
         pending += piece
-        while len(pending) > SEAL_CHUNK:  # keep one back: the last chunk is marked
-            yield aead.encrypt(_nonce(prefix, index, False), pending[:SEAL_CHUNK], aad)
-            pending, index = pending[SEAL_CHUNK:], index + 1
+        while len(pending) > size:  # keep one back: the last chunk is marked
+            yield aead.encrypt(_nonce(prefix, index, False), pending[:size], aad)
+            pending, index = pending[size:], index + 1
     yield aead.encrypt(_nonce(prefix, index, True), pending, aad)
 
 
@@ -146,10 +153,16 @@ class Unsealer:
             if len(buf) >= HEADER_SIZE:
                 break
         if len(buf) < HEADER_SIZE or buf[:4] != MAGIC:
-            raise Corrupt(f"{what} {name} is not sealed, yet the object is encrypted; not used")
+            raise Corrupt(
+                f"{what} {name} is not sealed, yet the object is encrypted (key "
+                f"{self.key_ref}); not used"
+            )
         _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(buf[:HEADER_SIZE])
         if version != VERSION or size <= 0 or size > 64 * SEAL_CHUNK:
-            raise Corrupt(f"{what} {name} has a sealed header this library cannot read")
+            raise Corrupt(
+                f"{what} {name} has a sealed header this library cannot read (version "
+                f"{version}, chunk size {size}; key {self.key_ref}); altered, or newer; not used"
+            )
         key = self._keys.get(key_id)
         if key is None:
             raise Corrupt(
