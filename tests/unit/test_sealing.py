@@ -100,7 +100,7 @@ def test_an_unknown_data_key_and_a_plain_blob_are_named() -> None:
 
 def test_codec_refuses_what_its_head_does_not_promise() -> None:
     plain = Codec(OID)
-    with pytest.raises(Corrupt, match="sealed .encrypted., yet the head declares no encryption"):
+    with pytest.raises(Corrupt, match=r"sealed \(encrypted\), yet the head declares no encryption"):
         plain.decode(NAME, sealed(b"x", 16))
     assert plain.decode(NAME, b'{"sql":"x"}\n') == b'{"sql":"x"}\n'
     zstd = Codec(OID, zstd=True)
