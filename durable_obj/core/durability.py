@@ -154,7 +154,11 @@ class Durability(Units):
         if provider is not None and keyring.is_encrypted(head):
             rotated = head.model_copy(deep=True)
             keyring.rotate(
-                rotated, self.oid, provider, now=time.time(), retention=self._opts.retention
+                rotated,
+                self.oid,
+                provider,
+                now=self._w.clock.time(),
+                retention=self._opts.retention,
             )
             section = rotated.extension()[keyring.ENCRYPTION]
             stored = GrowingFile(local + ".sealed")
