@@ -341,3 +341,43 @@ def test_a_compressed_wal_is_smaller_and_reads_back(tmp_path: Path) -> None:
         with durable_obj.open(url, read_only=True) as obj:  # no option needed to read
             assert obj.query("SELECT count() FROM m", "TSV") == "200\n"
     assert sizes["zstd"] < sizes["plain"] / 2
+
+
+def test_a_reader_follows_an_encrypted_writer_across_checkpoints(tmp_path: Path) -> None:
+    key = StaticKey(os.urandom(32))
+    url = _object(tmp_path, key)
+    with (
+        durable_obj.open(url, owner="w", encryption=key) as writer,
+        durable_obj.open(url, read_only=True, encryption=key) as reader,
+    ):
+        for n in range(3):
+            writer.execute(f"INSERT INTO m VALUES ('r{n}', 'x')")
+            writer.flush()
+            assert reader.refresh()
+            writer.checkpoint()  # a new base under a new data key
+            assert reader.refresh()
+            assert reader.query("SELECT count() FROM m", "TSV") == f"{3 + n}\n"
+        assert not reader.refresh()
+
+
+def test_a_base_of_many_chunks_round_trips_and_a_cut_at_a_chunk_boundary_is_corrupt(
+    tmp_path: Path,
+) -> None:
+    key = StaticKey(os.urandom(32))
+    url = str(tmp_path / "ns" / "big")
+    with durable_obj.open(url, owner="w", encryption=key) as obj:
+        obj.execute("CREATE TABLE b (n UInt64, h String) ENGINE = MergeTree ORDER BY n")
+        obj.execute(
+            "INSERT INTO b SELECT number, hex(SHA256(toString(number))) FROM numbers(80000)"
+        )
+        obj.checkpoint()
+    ref = _head(url)["manifest"]["base"]
+    sealed_base = Path(url, ref["key"]).read_bytes()
+    step = sealing.SEAL_CHUNK + sealing.TAG
+    chunks = -(-(len(sealed_base) - sealing.HEADER_SIZE) // step)
+    assert chunks >= 3  # several chunks, streamed both ways
+    with durable_obj.open(url, read_only=True, encryption=key) as obj:
+        assert obj.query("SELECT count(), sum(n) FROM b", "TSV") == "80000\t3199960000\n"
+    _resign(url, ref, sealed_base[: sealing.HEADER_SIZE + 2 * step])
+    with pytest.raises(Corrupt, match="chunk 1 does not verify"):
+        durable_obj.open(url, read_only=True, encryption=key)
