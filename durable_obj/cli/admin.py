@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import click
@@ -163,7 +162,7 @@ def fork_cmd(
         ns = Namespace(
             namespace, storage_options=storage_options, progress=bar, encryption=encryption
         )
-        keyed = _destination_key(ns, oid, dst_encryption)
+        keyed = _destination_key(dst_encryption)
         info = ns.fork(oid, dst, dst_storage_options=to_options or None, at=past, **keyed)
     where = ns.url if dst_namespace is None else dst_namespace
     sess = session()
@@ -172,26 +171,11 @@ def fork_cmd(
     sess.echo(fmt.info_text(info, where))
 
 
-def _destination_key(ns: Namespace, oid: str, dst_encryption: Any) -> dict[str, Any]:
+def _destination_key(dst_encryption: Any) -> dict[str, Any]:
     """The fork's `dst_encryption` argument: none when no --to-key flag was
     given (the copy keeps the source's key), else the provider (None for
     --to-plain)."""
-    if "dst_encryption" in inspect.signature(ns.fork).parameters:
-        return {} if dst_encryption is SAME_KEY else {"dst_encryption": dst_encryption}
-    # A library without keyed forks writes every copy plain: only --to-plain says that.
-    if dst_encryption is None:
-        return {}
-    source_key = ns.info(oid).encrypted_with
-    if dst_encryption is SAME_KEY and source_key is None:
-        return {}
-    raise Failure(
-        "invalid_argument",
-        "this durable_obj cannot fork into a key yet (Namespace.fork has no dst_encryption), "
-        "so the copy would be plain"
-        + ("" if source_key is None else f" although {oid} is encrypted under {source_key}")
-        + ". Pass --to-plain to fork into a plain copy anyway. Nothing was written.",
-        2,
-    )
+    return {} if dst_encryption is SAME_KEY else {"dst_encryption": dst_encryption}
 
 
 @cli.command("rotate-key")

@@ -72,7 +72,7 @@ _CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
             "a key applies to a new object (exec --create). Fork it into an encrypted copy "
             "('durable-obj fork SRC DST --to-key-env VAR') or run it without a key",
         ),
-        (r"\bgc needs that key\b", "gc needs that key (--key-env, --key-file or --kms-key)"),
+        (r"\bpass encryption=(?=\W)", "give it with --key-env, --key-file or --kms-key"),
         # ClassificationRefused from query() / execute()
         (r"\bUse execute\(\) for a change", "Use 'durable-obj exec' for a change"),
         (r"\bquery\(\) takes", "'durable-obj sql' takes"),

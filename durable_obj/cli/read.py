@@ -95,9 +95,14 @@ def verify_cmd(
         )
         report = ns.verify(oid, restore=restore)
     sess = session()
+    tags = {True: "; every sealed chunk's tag checks", None: ""}.get(
+        report.tags_checked,
+        "; encrypted: its tags were not checked (give its key with --key-env, --key-file or "
+        "--kms-key to check them)",
+    )
     sess.echo(
         f"ok: {oid}: {len(report.checked)} key(s), {fmt.human_size(report.checked_bytes)}, "
-        "every size and SHA-256 matches the head"
+        f"every size and SHA-256 matches the head{tags}"
     )
     if report.rows is not None:
         if not report.rows:
