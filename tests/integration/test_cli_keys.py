@@ -299,6 +299,7 @@ def test_kms_key_through_moto(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     assert pairs(ok("info", target).stdout)["encryption"].endswith(other)
 
 
+@pytest.mark.slow
 def test_mcp_serves_an_encrypted_object_with_its_key(tmp_path: Path, keys: dict[str, str]) -> None:
     pytest.importorskip("mcp")
     import anyio
@@ -333,3 +334,20 @@ def test_mcp_serves_an_encrypted_object_with_its_key(tmp_path: Path, keys: dict[
         assert done.returncode == 1 and "error: key_refused: " in done.stderr
         assert keys["id_a"] in done.stderr and done.stdout == ""
         assert keys["a"] not in done.stderr and keys["b"] not in done.stderr
+
+
+def test_kms_endpoint_is_the_one_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("boto3")
+    for name, value in (
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_DEFAULT_REGION", "us-east-1"),
+        ("AWS_MAX_ATTEMPTS", "1"),
+    ):
+        monkeypatch.setenv(name, value)
+    target = tmp_path / "ns" / "kms"
+    endpoint = ("--kms-key", "alias/agents", "--kms-endpoint", "http://127.0.0.1:9")
+    message = fails("key_refused", "exec", str(target), "--create", *endpoint, DDL)
+    assert "alias/agents" in message and "EndpointConnectionError" in message
+    assert "testing" not in message
+    assert not target.exists()
