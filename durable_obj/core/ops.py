@@ -86,6 +86,10 @@ class ObjectInfo:
     head: Head = field(repr=False)
     #: The short description set when the object was created (None: none set).
     description: str | None = None
+    #: The key id (of the key provider) its data keys are wrapped under; None: plain.
+    encrypted_with: str | None = None
+    #: Whether its WAL segments are zstd-compressed.
+    compressed: bool = False
 
 
 @dataclass
@@ -141,6 +145,8 @@ def _info(oid: str, head: Head, head_size: int, entries: list[Entry] | None) -> 
         timezone=head.timezone,
         head=head,
         description=head.description,
+        encrypted_with=keyring.kek_of(head),
+        compressed=keyring.is_compressed(head),
     )
 
 
@@ -408,12 +414,14 @@ def gc_waiting(
     grace: float = DEFAULT_GC_GRACE,
     retention: float | None = None,
     default: float = DEFAULT_RETENTION,
+    encryption: KeyProvider | None = None,
 ) -> GcWaiting:
     """The keys `gc(grace=0)` would delete that `gc(grace=grace)` keeps (both
     with the same window), and when the current base is `grace` seconds old.
     Reads only; the same rules as `gc`: computed as the difference of the two
     dry runs, so keys the window's `grace` margin keeps are among them (they
-    become collectable as their points age out of it, which may be later)."""
+    become collectable as their points age out of it, which may be later).
+    `encryption`: an encrypted object's key provider, as `gc` needs it."""
     if grace < 0:
         raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
     now = time.time()
@@ -428,7 +436,16 @@ def gc_waiting(
     if base_entry is None:
         return GcWaiting(oid, [], 0, collectable_at)
     runs = [
-        gc(store, oid, grace=g, dry_run=True, retention=retention, default=default, now=now)
+        gc(
+            store,
+            oid,
+            grace=g,
+            dry_run=True,
+            retention=retention,
+            default=default,
+            now=now,
+            encryption=encryption,
+        )
         for g in (grace, 0.0)
     ]
     kept, ungraced = set(runs[0].deleted), runs[1]
