@@ -381,3 +381,21 @@ def test_a_base_of_many_chunks_round_trips_and_a_cut_at_a_chunk_boundary_is_corr
     _resign(url, ref, sealed_base[: sealing.HEADER_SIZE + 2 * step])
     with pytest.raises(Corrupt, match="chunk 1 does not verify"):
         durable_obj.open(url, read_only=True, encryption=key)
+
+
+def test_a_pool_and_aopen_carry_the_key(tmp_path: Path) -> None:
+    key = StaticKey(os.urandom(32))
+    ns_url = str(tmp_path / "ns")
+    with durable_obj.Pool(ns_url, owner="svc", encryption=key, compression="zstd") as pool:
+        for oid in ("a", "b"):
+            with pool.object(oid) as obj:
+                obj.write(DDL, f"INSERT INTO m VALUES ('{oid}', '{MARKER}')")
+    assert leaks(stored_bytes(ns_url, {})) == []
+
+    async def read() -> str:
+        async with await durable_obj.aopen(f"{ns_url}/a", read_only=True, encryption=key) as a:
+            return str(await a.aquery("SELECT k FROM m", "TSV"))
+
+    assert asyncio.run(read()) == "a\n"
+    with pytest.raises(KeyRefused):
+        asyncio.run(durable_obj.aopen(f"{ns_url}/b", read_only=True))
