@@ -192,6 +192,10 @@ class Fetches:
                 done = Digested(file_digest(part))
                 verify(*done.result(), ref, "base checkpoint")
                 self._codec.open_file(ref.key, part, path)
+            except BaseException:
+                if os.path.exists(path):
+                    os.unlink(path)  # what verified before a bad chunk is never used
+                raise
             finally:
                 os.unlink(part)
             return path, done
