@@ -27,6 +27,7 @@ from durable_obj.errors import (
     EngineIncompatible,
     HostLost,
     InvalidArgument,
+    KeyRefused,
     LeaseError,
     LeaseFenced,
     LeaseHeld,
@@ -42,11 +43,13 @@ from durable_obj.errors import (
 from durable_obj.gate.bounds import Bounds
 from durable_obj.service.namespace import Namespace, export, fork, open
 from durable_obj.service.pool import Pool
+from durable_obj.wire.keys import AwsKms, EnvKey, KeyFile, KeyProvider, StaticKey
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AsyncDurableObject",
+    "AwsKms",
     "BackendError",
     "Bounds",
     "ClassificationRefused",
@@ -57,8 +60,12 @@ __all__ = [
     "DurableObject",
     "EngineError",
     "EngineIncompatible",
+    "EnvKey",
     "HostLost",
     "InvalidArgument",
+    "KeyFile",
+    "KeyProvider",
+    "KeyRefused",
     "LeaseError",
     "LeaseFenced",
     "LeaseHeld",
@@ -71,6 +78,7 @@ __all__ = [
     "ProtocolUnsupported",
     "Result",
     "SecretRefused",
+    "StaticKey",
     "Timeout",
     "UnsupportedStore",
     "aopen",

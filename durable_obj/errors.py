@@ -3,11 +3,12 @@
 The categories are the fourteen that chdb.durable V1 freezes, plus
 `nondeterministic` (a statement that would replay differently),
 `invalid_argument` (a bad URL, object id or option; raised before any storage
-is touched) and `host_lost` (the process hosting an object for a caller,
-a Ray actor of `durable_obj.ray`, died with the caller's unflushed
-statements). A caller, or a conformance runner comparing bindings, switches on
-`category`; Python code can also catch the classes or the builtin mixed into
-some of them::
+is touched), `key_refused` (an encrypted object's key provider cannot unwrap
+its data key: the wrong key, or none, or the KMS said no) and `host_lost`
+(the process hosting an object for a caller, a Ray actor of
+`durable_obj.ray`, died with the caller's unflushed statements). A caller,
+or a conformance runner comparing bindings, switches on `category`; Python
+code can also catch the classes or the builtin mixed into some of them::
 
     DurableError                         category
     ├── NotFound (FileNotFoundError)     not_found
@@ -30,6 +31,7 @@ some of them::
     ├── LimitExceeded (ValueError)       limit_exceeded
     ├── Closed                           closed
     ├── HostLost                         host_lost
+    ├── KeyRefused                       key_refused
     └── InvalidArgument (ValueError)     invalid_argument
         └── UnsupportedStore             invalid_argument
 
@@ -195,6 +197,14 @@ class HostLost(DurableError):
     category = "host_lost"
 
 
+class KeyRefused(DurableError):
+    """An encrypted object's data key could not be unwrapped: no key was
+    given, the key given is not the one the head names (the message names
+    the key id it needs), or the key service refused. Nothing was changed."""
+
+    category = "key_refused"
+
+
 class InvalidArgument(DurableError, ValueError):
     """A URL, object id or option is malformed; nothing was touched."""
 
@@ -223,6 +233,7 @@ CATEGORIES: dict[str, type[DurableError]] = {
     "closed": Closed,
     "nondeterministic": Nondeterministic,
     "invalid_argument": InvalidArgument,
+    "key_refused": KeyRefused,
     "host_lost": HostLost,
 }
 
@@ -239,6 +250,7 @@ __all__ = [
     "FeedGap",
     "HostLost",
     "InvalidArgument",
+    "KeyRefused",
     "LeaseError",
     "LeaseFenced",
     "LeaseHeld",

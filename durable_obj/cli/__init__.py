@@ -8,6 +8,7 @@
     durable-obj history /srv/agents/checkout-api
     durable-obj tail /srv/agents/checkout-api --since 0 --json
     durable-obj sql /srv/agents/checkout-api "SELECT count() FROM memories" --at 2026-05-01T14:03Z
+    durable-obj sql /srv/agents/vault "SELECT count() FROM memories" --key-env AGENT_KEY
 
 An object URL's last path segment is the object id; the rest is its
 namespace. Every command takes repeated `-o/--storage-option key=value`
@@ -21,12 +22,16 @@ password, credential, connection_string) are replaced by `***` wherever they
 would appear in the output.
 
 The commands use only the public API (`Namespace`, `durable_obj.core.ops`).
+An encrypted object's key goes in by name, never as a value:
+`--key-env VAR`, `--key-file PATH` or `--kms-key KEY_ID` (`keys`).
+
 Layout: `app` (the command group, failure and warning handling), `read`
 (ls, info, verify, sql), `write` (exec), `admin` (checkpoint, gc, fork,
-release), `exporting` (export), `history` (history, and --at for sql and
-fork), `tail` (the change feed, like tail -f), `mcp` (the MCP memory server),
+rotate-key, release), `exporting` (export), `history` (history, and --at
+for sql and fork), `tail` (the change feed, like tail -f), `mcp` (the MCP memory server),
 and private helpers: `failures`, `redaction`, `options` (`-o` parsing),
-`session` (per-invocation output), `progress`, `formatting`.
+`session` (per-invocation output), `keys` (the key options), `progress`,
+`formatting`.
 
 Needs the `cli` extra: `pip install 'durable_obj[cli]'`.
 """

@@ -1,4 +1,4 @@
-"""Commands that change stored state: checkpoint, gc, fork, release."""
+"""Commands that change stored state: checkpoint, gc, fork, rotate-key, release."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.history import at_option, parse_at
+from durable_obj.cli.keys import SAME_KEY, key_options, new_key_options, to_key_options
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import reclaim_option, session, storage_options, to_options
 from durable_obj.cli.write import default_owner
@@ -27,15 +28,19 @@ from durable_obj.service.namespace import split_destination
     help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
 )
 @reclaim_option
+@key_options
 @storage_options
 def checkpoint_cmd(
     object_url: str,
     owner: str | None,
     force: bool,
     reclaim: bool,
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
-    """Fold the WAL into a new base snapshot (open as writer, checkpoint, close)."""
+    """Fold the WAL into a new base snapshot (open as writer, checkpoint, close).
+
+    An encrypted object needs its key; its new base is sealed under a new data key."""
     namespace, oid = parse_object_url(object_url)
     with progress_bar("checkpoint") as bar:
         ns = Namespace(
@@ -43,6 +48,7 @@ def checkpoint_cmd(
             owner=owner or default_owner(),
             storage_options=storage_options,
             progress=bar,
+            encryption=encryption,
         )
         ns.info(oid)  # a writer open would create a missing object: refuse instead
         with ns.open(oid, force=force, reclaim=reclaim) as obj:
@@ -76,6 +82,7 @@ def checkpoint_cmd(
     help="The time-travel window to keep (default: the one the head records, else 7 days; "
     "0: keep no past states).",
 )
+@key_options
 @storage_options
 def gc_cmd(
     object_url: str,
@@ -83,15 +90,19 @@ def gc_cmd(
     grace: float,
     list_keys: bool,
     retention: float | None,
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Delete superseded bases, folded segments, orphans and history that no
     head and no point restorable in the retention window can need.
 
     Says how many superseded keys only the grace period still keeps (a
-    reader of an older head may need them), and when they become collectable."""
+    reader of an older head may need them), and when they become collectable.
+
+    An encrypted object with history files needs its key (--key-env, ...):
+    they say what a past point still needs."""
     namespace, oid = parse_object_url(object_url)
-    ns = Namespace(namespace, storage_options=storage_options)
+    ns = Namespace(namespace, storage_options=storage_options, encryption=encryption)
     report = ns.gc(oid, grace=grace, dry_run=dry_run, retention=retention)
     sess = session()
     if list_keys:
@@ -102,7 +113,10 @@ def gc_cmd(
         f"{verb} {len(report.deleted)} key(s), {fmt.human_size(report.deleted_bytes)}; "
         f"kept {report.kept} key(s), {fmt.human_size(report.kept_bytes)}"
     )
-    waiting = fmt.grace_text(ops.gc_waiting(ns.store, oid, grace=grace, retention=retention), grace)
+    waiting = fmt.grace_text(
+        ops.gc_waiting(ns.store, oid, grace=grace, retention=retention, encryption=encryption),
+        grace,
+    )
     if waiting is not None:
         sess.echo(waiting)
 
@@ -112,12 +126,16 @@ def gc_cmd(
 @click.argument("dst")
 @to_options("DST")
 @at_option
+@key_options
+@to_key_options
 @storage_options
 def fork_cmd(
     src_url: str,
     dst: str,
     to_options: dict[str, Any],
     at: str | None,
+    encryption: Any,
+    dst_encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Create DST, starting from SRC_URL's current state, or with --at from a
@@ -125,7 +143,11 @@ def fork_cmd(
 
     DST is an id beside SRC_URL, or an object URL on any store (s3://bucket/ns/id,
     /abs/path/ns/id, ./ns/id for a relative path). An existing DST is refused and
-    left unchanged."""
+    left unchanged.
+
+    An encrypted SRC is read with its key (--key-env, --key-file, --kms-key).
+    DST is sealed under the source's key by default, under another with
+    --to-key-env, --to-key-file or --to-kms-key, or not at all with --to-plain."""
     namespace, oid = parse_object_url(src_url)
     past = parse_at(at)
     dst_namespace = split_destination(dst)[0]
@@ -137,13 +159,80 @@ def fork_cmd(
             2,
         )
     with progress_bar("fork") as bar:
-        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
-        info = ns.fork(oid, dst, dst_storage_options=to_options or None, at=past)
+        ns = Namespace(
+            namespace, storage_options=storage_options, progress=bar, encryption=encryption
+        )
+        keyed = _destination_key(dst_encryption)
+        info = ns.fork(oid, dst, dst_storage_options=to_options or None, at=past, **keyed)
     where = ns.url if dst_namespace is None else dst_namespace
     sess = session()
     whence = "" if past is None else f" at seq {info.head.extension()['forked_from']['seq']}"
     sess.echo(f"forked {oid}{whence} into {info.oid if dst_namespace is None else dst}")
     sess.echo(fmt.info_text(info, where))
+
+
+def _destination_key(dst_encryption: Any) -> dict[str, Any]:
+    """The fork's `dst_encryption` argument: none when no --to-key flag was
+    given (the copy keeps the source's key), else the provider (None for
+    --to-plain)."""
+    return {} if dst_encryption is SAME_KEY else {"dst_encryption": dst_encryption}
+
+
+@cli.command("rotate-key")
+@click.argument("object_url")
+@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
+)
+@reclaim_option
+@key_options
+@new_key_options
+@storage_options
+def rotate_key_cmd(
+    object_url: str,
+    owner: str | None,
+    force: bool,
+    reclaim: bool,
+    encryption: Any,
+    new_key: Any,
+    storage_options: dict[str, Any],
+) -> None:
+    """Wrap every data key of an encrypted object under a new key.
+
+    The current key (--key-env, --key-file or --kms-key) unwraps them, the new
+    one (--new-key-env, --new-key-file or --new-kms-key) wraps them: one head
+    write as the object's writer, no data rewritten. From then on the object
+    opens with the new key only. Its next checkpoint also makes a new data key."""
+    if encryption is None or new_key is None:
+        raise Failure(
+            "invalid_argument",
+            "rotate-key needs the current key (--key-env, --key-file or --kms-key) and the "
+            "new one (--new-key-env, --new-key-file or --new-kms-key). Nothing was changed.",
+            2,
+        )
+    namespace, oid = parse_object_url(object_url)
+    ns = Namespace(
+        namespace,
+        owner=owner or default_owner(),
+        storage_options=storage_options,
+        encryption=encryption,
+    )
+    if ns.info(oid).encrypted_with is None:  # also: a writer open would create a missing one
+        raise Failure(
+            "invalid_argument",
+            f"{oid} is not encrypted: there is no key to rotate. Fork it into an encrypted "
+            f"copy instead ('durable-obj fork {object_url} DST --to-key-env VAR'). "
+            "Nothing was changed.",
+            2,
+        )
+    with ns.open(oid, force=force, reclaim=reclaim) as obj:
+        count = obj.rotate_key(new_key)
+    session().echo(
+        f"rewrapped {count} data key(s) of {oid} under key {new_key.key_id} "
+        f"(was {encryption.key_id}); it opens with the new key only from now on"
+    )
 
 
 @cli.command("release")

@@ -20,6 +20,7 @@ import click
 from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import session, storage_options, to_options
 from durable_obj.core import ops
@@ -97,6 +98,7 @@ def _refuse_existing(fs: Any, paths: list[str]) -> None:
 )
 @click.option("--overwrite", is_flag=True, help="Replace files that already exist.")
 @to_options("DEST_URL")
+@key_options
 @storage_options
 def export_cmd(
     object_url: str,
@@ -107,6 +109,7 @@ def export_cmd(
     id_column: str,
     overwrite: bool,
     to_options: dict[str, Any],
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Write each table to DEST_URL/<table>.<parquet|csv|jsonl>.
@@ -117,7 +120,9 @@ def export_cmd(
     Objects without TABLE are skipped (and named on stderr); every exported
     TABLE must have the same columns and types (else: schema_mismatch).
 
-    An existing file is refused unless --overwrite.
+    An existing file is refused unless --overwrite. An encrypted object is
+    read with its key (--key-env, --key-file or --kms-key; with --all, every
+    encrypted object must be under that key); the files written are plain.
     """
     fmt_name = fmt_name.lower()
     source = object_url if table is not None else parse_object_url(object_url)[0]
@@ -126,7 +131,9 @@ def export_cmd(
     if table is None:
         if ids or id_column != "object_id":
             raise Failure("invalid_argument", "--id and --id-column go with --all TABLE", 2)
-        _export_object(object_url, dest_url, fmt_name, overwrite, to_options, storage_options)
+        _export_object(
+            object_url, dest_url, fmt_name, overwrite, to_options, storage_options, encryption
+        )
     else:
         _export_namespace(
             object_url,
@@ -138,6 +145,7 @@ def export_cmd(
             overwrite=overwrite,
             to_options=to_options,
             storage_options=storage_options,
+            encryption=encryption,
         )
 
 
@@ -148,10 +156,13 @@ def _export_object(
     overwrite: bool,
     to_options: dict[str, Any],
     storage_options: dict[str, Any],
+    encryption: Any,
 ) -> None:
     namespace, oid = parse_object_url(object_url)
     with progress_bar("export") as bar:
-        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
+        ns = Namespace(
+            namespace, storage_options=storage_options, progress=bar, encryption=encryption
+        )
         with ns.open(oid, read_only=True) as obj:
             if not overwrite:
                 fs, root = _destination(dest_url, to_options)
@@ -178,6 +189,7 @@ def _export_namespace(
     overwrite: bool,
     to_options: dict[str, Any],
     storage_options: dict[str, Any],
+    encryption: Any,
 ) -> None:
     for oid in ids:
         check_oid(oid)
@@ -188,7 +200,7 @@ def _export_namespace(
         _refuse_existing(fs, [path])
     sess = session()
     with progress_bar("export") as bar:
-        ns = Namespace(ns_url, storage_options=storage_options, progress=bar)
+        ns = Namespace(ns_url, storage_options=storage_options, progress=bar, encryption=encryption)
         missing = ops.missing_namespace(ns.store)
         if missing is not None:
             raise Failure("not_found", f"{missing}: no namespace to export from")

@@ -61,6 +61,18 @@ _CLI_WORDS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (r"\bpass force=True\b", "pass --force"),
         (r"\bforce=True\b", "--force"),
         (r"\bread_only=True\b", "read-only ('durable-obj sql')"),
+        # KeyRefused, and a key given for a plain object
+        (
+            r"\bopen it with encryption= a key provider for that key",
+            "give that key with --key-env, --key-file or --kms-key",
+        ),
+        (
+            r"\bencryption= applies to a new object\. Fork it into an encrypted one "
+            r"\(durable_obj\.fork\(src, dst, encryption=\.\.\.\)\) or open it without a key",
+            "a key applies to a new object (exec --create). Fork it into an encrypted copy "
+            "('durable-obj fork SRC DST --to-key-env VAR') or run it without a key",
+        ),
+        (r"\bpass encryption=(?=\W)", "give it with --key-env, --key-file or --kms-key"),
         # ClassificationRefused from query() / execute()
         (r"\bUse execute\(\) for a change", "Use 'durable-obj exec' for a change"),
         (r"\bquery\(\) takes", "'durable-obj sql' takes"),

@@ -138,6 +138,8 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
         ),
         ("seq", str(manifest.seq)),
         ("timezone", info.timezone),
+        ("encryption", encryption_text(info)),
+        ("compression", "zstd (WAL segments)" if info.compressed else "none"),
         ("live size", human_size(info.live_bytes)),
         ("stored size", "-" if info.stored_bytes is None else human_size(info.stored_bytes)),
         ("last write", timestamp(info.last_write, now)),
@@ -148,6 +150,13 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
     if isinstance(forked, dict):
         pairs.append(("forked from", f"{forked.get('oid')} at seq {forked.get('seq')}"))
     return pairs_text(pairs)
+
+
+def encryption_text(info: ObjectInfo) -> str:
+    """How `info`'s object is sealed: the key id its data keys need, or none."""
+    if info.encrypted_with is None:
+        return "none"
+    return f"AES-256-GCM, data keys wrapped under key {info.encrypted_with}"
 
 
 def object_json(info: ObjectInfo) -> dict[str, Any]:
@@ -166,15 +175,20 @@ def object_json(info: ObjectInfo) -> dict[str, Any]:
         "db": info.db,
         "timezone": info.timezone,
         "description": info.description,
+        "encrypted_with": info.encrypted_with,
+        "compressed": info.compressed,
     }
 
 
 def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Table:
-    """`ls`'s table: one row per object; a description column last when
-    any object has a description."""
+    """`ls`'s table: one row per object; an encryption (key id) and a
+    compression column when any object is encrypted or compressed, and a
+    description column last when any object has a description."""
     now = clock() if now is None else now
     infos = list(infos)
     described = any(info.description is not None for info in infos)
+    encrypted = any(info.encrypted_with is not None for info in infos)
+    compressed = any(info.compressed for info in infos)
     table = Table()
     for name, justify in (
         ("id", "left"),
@@ -188,10 +202,16 @@ def objects_table(infos: Iterable[ObjectInfo], now: float | None = None) -> Tabl
         ("last write", "left"),
     ):
         table.add_column(name, justify=justify, overflow="fold")  # type: ignore[arg-type]
+    if encrypted:
+        table.add_column("encryption", overflow="fold")
+    if compressed:
+        table.add_column("compression")
     if described:
         table.add_column("description", overflow="fold")
     for info in infos:
-        extra = [info.description or "-"] if described else []
+        extra = [info.encrypted_with or "-"] if encrypted else []
+        extra += ["zstd" if info.compressed else "-"] if compressed else []
+        extra += [info.description or "-"] if described else []
         table.add_row(
             info.oid,
             str(info.seq),

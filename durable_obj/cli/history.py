@@ -14,6 +14,7 @@ from rich.table import Table
 from durable_obj import Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.session import session, storage_options
 from durable_obj.core import history as histories
 
@@ -72,9 +73,14 @@ def _iso(t: datetime | None) -> str:
 @click.argument("object_url")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document instead.")
 @click.option("--all", "show_all", is_flag=True, help="Also list points no longer restorable.")
+@key_options
 @storage_options
 def history_cmd(
-    object_url: str, as_json: bool, show_all: bool, storage_options: dict[str, Any]
+    object_url: str,
+    as_json: bool,
+    show_all: bool,
+    encryption: Any,
+    storage_options: dict[str, Any],
 ) -> None:
     """List the points an object can be opened at (sql --at, fork --at).
 
@@ -82,9 +88,10 @@ def history_cmd(
     commit time. Restorable: every point inside the retention window, plus
     the one in effect when the window opens. Reads only. With --json, times
     are ISO 8601 text in UTC, to the microsecond: a point's committed_at
-    given to --at names exactly that point."""
+    given to --at names exactly that point. An encrypted object's points
+    before its last checkpoint are read with its key (--key-env, ...)."""
     namespace, oid = parse_object_url(object_url)
-    ns = Namespace(namespace, storage_options=storage_options)
+    ns = Namespace(namespace, storage_options=storage_options, encryption=encryption)
     past = ns.history(oid)
     restorable = {p.seq for p in past.restorable}
     shown = past.points if show_all else past.restorable

@@ -24,6 +24,7 @@ import click
 
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.session import session, storage_options
 from durable_obj.errors import LeaseHeld
 
@@ -116,6 +117,7 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     type=float,
     help="Seconds the lease lasts without renewal (default: the object's default).",
 )
+@key_options
 @storage_options
 def mcp_cmd(
     object_url: str,
@@ -131,12 +133,15 @@ def mcp_cmd(
     reclaim: bool,
     follow: float,
     lease_ttl: float | None,
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Serve OBJECT_URL to agents as an MCP memory server.
 
     Tools: remember, search, get, list, revise, forget (and sql with
-    --allow-sql). Every write is durable when its tool answers.
+    --allow-sql). Every write is durable when its tool answers. An encrypted
+    object is served with its key (--key-env, --key-file or --kms-key); with
+    a key, a new object is created encrypted under it.
     """
     parse_object_url(object_url)  # a bad URL or id fails before anything opens
     try:
@@ -149,6 +154,8 @@ def mcp_cmd(
         ) from None
     embedder = memory.load_embedder(embed) if embed else None
     options: dict[str, Any] = {} if lease_ttl is None else {"lease_ttl": lease_ttl}
+    if encryption is not None:
+        options["encryption"] = encryption
     owner = owner or default_owner()
     announcer = memory.Announcer()
     try:

@@ -14,6 +14,7 @@ from durable_obj.cli import formatting as fmt
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure
 from durable_obj.cli.history import at_option, parse_at
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.core import ops
@@ -79,17 +80,29 @@ def info_cmd(object_url: str, as_json: bool, storage_options: dict[str, Any]) ->
 @cli.command("verify")
 @click.argument("object_url")
 @click.option("--restore", is_flag=True, help="Also restore and replay it; count rows per table.")
+@key_options
 @storage_options
-def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) -> None:
-    """Download every key the head references and check its size and SHA-256."""
+def verify_cmd(
+    object_url: str, restore: bool, encryption: Any, storage_options: dict[str, Any]
+) -> None:
+    """Download every key the head references and check its size and SHA-256.
+
+    An encrypted object's --restore needs its key (--key-env, --key-file or --kms-key)."""
     namespace, oid = parse_object_url(object_url)
     with progress_bar("verify") as bar:
-        ns = Namespace(namespace, storage_options=storage_options, progress=bar)
+        ns = Namespace(
+            namespace, storage_options=storage_options, progress=bar, encryption=encryption
+        )
         report = ns.verify(oid, restore=restore)
     sess = session()
+    tags = {True: "; every sealed chunk's tag checks", None: ""}.get(
+        report.tags_checked,
+        "; encrypted: its tags were not checked (give its key with --key-env, --key-file or "
+        "--kms-key to check them)",
+    )
     sess.echo(
         f"ok: {oid}: {len(report.checked)} key(s), {fmt.human_size(report.checked_bytes)}, "
-        "every size and SHA-256 matches the head"
+        f"every size and SHA-256 matches the head{tags}"
     )
     if report.rows is not None:
         if not report.rows:
@@ -115,6 +128,7 @@ def verify_cmd(object_url: str, restore: bool, storage_options: dict[str, Any]) 
 )
 @query_params
 @at_option
+@key_options
 @storage_options
 def sql_cmd(
     object_url: str,
@@ -122,16 +136,18 @@ def sql_cmd(
     fmt_name: str | None,
     params: dict[str, str],
     at: str | None,
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Run one read-only query on the last flushed state (or, with --at, on a
     past one: see `durable-obj history`).
 
     Takes no lease. To change data use `durable-obj exec`. Values for
-    `{name:Type}` placeholders go in with `-p name=value`."""
+    `{name:Type}` placeholders go in with `-p name=value`. An encrypted
+    object needs its key: --key-env, --key-file or --kms-key."""
     namespace, oid = parse_object_url(object_url)
     past = parse_at(at)
-    ns = Namespace(namespace, storage_options=storage_options)
+    ns = Namespace(namespace, storage_options=storage_options, encryption=encryption)
     with ns.open(oid, read_only=True, at=past) as obj:
         result = obj.query(query, fmt_name or "JSONCompact", params=params or None)
     sess = session()

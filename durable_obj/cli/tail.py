@@ -3,7 +3,9 @@
     durable-obj tail /srv/agents/checkout-api --since 0 --json
 
 Reads only (no engine, no lease): the change feed (`Namespace.changes`),
-one conditional read of the head per poll while nothing is committed.
+one conditional read of the head per poll while nothing is committed. An
+encrypted object's statements need its key (`--key-env`, `--key-file`,
+`--kms-key`, as every command takes them).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import click
 
 from durable_obj import Namespace
 from durable_obj.cli.app import cli, parse_object_url
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.session import session, storage_options
 from durable_obj.core import history as histories
 
@@ -39,6 +42,7 @@ from durable_obj.core import history as histories
 @click.option(
     "--no-follow", is_flag=True, help="Print the commits there are now, then exit (no -f)."
 )
+@key_options
 @storage_options
 def tail_cmd(
     object_url: str,
@@ -46,6 +50,7 @@ def tail_cmd(
     as_json: bool,
     poll: float,
     no_follow: bool,
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Print each commit of an object as it lands: its seq, commit time, writer
@@ -54,7 +59,7 @@ def tail_cmd(
     A seq outside the retention window, or collected by gc, stops it with
     not_found naming the oldest seq it can still serve: never a silent gap."""
     namespace, oid = parse_object_url(object_url)
-    ns = Namespace(namespace, storage_options=storage_options)
+    ns = Namespace(namespace, storage_options=storage_options, encryption=encryption)
     sess = session()
     try:
         for change in ns.changes(oid, since, follow=not no_follow, poll=poll):

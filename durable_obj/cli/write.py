@@ -11,6 +11,7 @@ import click
 from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure, cli_words, exit_code
+from durable_obj.cli.keys import key_options
 from durable_obj.cli.session import query_params, reclaim_option, session, storage_options
 from durable_obj.errors import DurableError, NotFound
 from durable_obj.gate.params import placeholders
@@ -49,6 +50,7 @@ def _discard(obj: DurableObject) -> None:
     help="Log a statement that would replay differently as written (replicas may diverge).",
 )
 @query_params
+@key_options
 @storage_options
 def exec_cmd(
     object_url: str,
@@ -59,6 +61,7 @@ def exec_cmd(
     create: bool,
     allow_nondeterministic: bool,
     params: dict[str, str],
+    encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Run changes (INSERT, ALTER, CREATE, ...) and commit them durably.
@@ -69,13 +72,21 @@ def exec_cmd(
     committed. For a read-only query use `durable-obj sql`. `-p name=value`
     gives a value to the placeholder `{name:Type}` of every statement that
     has one (a statement without it is run as written).
+
+    An encrypted object needs its key (--key-env, --key-file or --kms-key);
+    with --create and a key, a new object is created encrypted under it.
     """
     used = {p.name for statement in statements for p in placeholders(statement)}
     if set(params) - used:
         unused = ", ".join(sorted(set(params) - used))
         raise Failure("invalid_argument", f"--param {unused}: no statement has that placeholder", 2)
     namespace, oid = parse_object_url(object_url)
-    ns = Namespace(namespace, owner=owner or default_owner(), storage_options=storage_options)
+    ns = Namespace(
+        namespace,
+        owner=owner or default_owner(),
+        storage_options=storage_options,
+        encryption=encryption,
+    )
     if not create:
         try:
             ns.info(oid)  # a writer open would create a missing object: refuse instead

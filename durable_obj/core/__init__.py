@@ -14,7 +14,8 @@
     heartbeat  one scheduler renews every writer's lease, runs auto-flush
     history    time travel: restorable points and their manifests
     options    every option of an object, with its default
-    ops        list, describe, verify, gc, release: on a store, no object open
+    ops        list, describe, gc, release: on a store, no object open
+    keyed      verify: every reference's digest and, with the key, every tag
     unclosed   objects left open, warned about and closed
 
 May import: `durable_obj.errors`, `wire`, `stores`, `gate`, `replica` and

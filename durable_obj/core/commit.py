@@ -38,8 +38,10 @@ from durable_obj.errors import (
     StoreAmbiguous,
 )
 from durable_obj.stores.base import Unchanged
+from durable_obj.wire import keyring
 from durable_obj.wire import lease as leases
 from durable_obj.wire.head import RETENTION, Head, Lease
+from durable_obj.wire.keyring import Keys
 from durable_obj.wire.protocol import (
     COMMIT_BACKOFF_BASE,
     COMMIT_BACKOFF_MAX,
@@ -51,6 +53,8 @@ from durable_obj.wire.protocol import (
 
 if TYPE_CHECKING:
     from durable_obj.stores.base import Store, Version
+    from durable_obj.wire.keys import KeyProvider
+    from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
 
@@ -120,6 +124,8 @@ class HeadWriter:
         lease_ttl: float = DEFAULT_LEASE_TTL,
         commit_deadline: float = DEFAULT_COMMIT_DEADLINE,
         retention: float = 0.0,
+        encryption: KeyProvider | None = None,
+        compression: str | None = None,
     ) -> None:
         self.store = store
         self.retention = retention  # time travel: recorded in our heads; > 0 archives
@@ -138,6 +144,16 @@ class HeadWriter:
         #: (the writer could not renew in time): nothing more is committed.
         self.fenced = False
         self._key = head_key(oid)
+        #: The key provider and the data keys it unwrapped (`keyring.py`).
+        self.keys = Keys(oid, self.url, encryption)
+        #: A new object's WAL is zstd-compressed (the head decides after that).
+        self.zstd = compression == "zstd"
+
+    def codec(self, head: Head | None = None) -> Codec:
+        """How `head`'s (default: the held head's) blobs are stored."""
+        head = head if head is not None else self.head
+        assert head is not None
+        return self.keys.codec(head)
 
     # -- reads ------------------------------------------------------------------
     def read(self) -> Stored | None:
@@ -201,6 +217,9 @@ class HeadWriter:
         head.set_timezone(timezone)
         head.set_description(description)
         head.set_extension(RETENTION, self.retention)
+        keyring.start(
+            head, self.oid, provider=self.keys.provider, zstd=self.zstd, now=self.clock.time()
+        )
         return self.create(head)
 
     def take(

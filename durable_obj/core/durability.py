@@ -15,15 +15,34 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from durable_obj.core import publishing
+from durable_obj.core.options import make_options
 from durable_obj.core.units import Units
-from durable_obj.errors import DurableError, LeaseFenced
+from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.stores.growing import GrowingFile, SourceFailed
+from durable_obj.wire import keyring
 from durable_obj.wire.protocol import mint_checkpoint_key
 from durable_obj.wire.v1base import DefaultBase
 
+if TYPE_CHECKING:
+    from durable_obj.wire.keys import KeyProvider
+    from durable_obj.wire.sealing import Codec
+
 log = logging.getLogger("durable_obj")
+
+
+def _sealer(codec: Codec, key: str, archive: GrowingFile, path: str) -> Callable[[], None]:
+    """The producer of the sealed base `key` at `path`, read from `archive`
+    while BACKUP still writes it."""
+
+    def seal() -> None:
+        with open(path, "wb") as out:
+            codec.seal_file(key, archive.chunks(), out)
+
+    return seal
 
 
 class Durability(Units):
@@ -70,6 +89,40 @@ class Durability(Units):
             self._group.through(self._buf.end, self._commit_payload)
             self._maybe_fold()
 
+    def rotate_key(self, new: KeyProvider) -> int:
+        """Wrap this encrypted object's data keys under the key provider
+        `new` instead of the one it was opened with: one head write, no data
+        rewritten. From then on the object opens with `new` only. Returns
+        how many data keys were rewrapped. A new data key comes with the next
+        checkpoint(). `InvalidArgument` on a plain object."""
+        with self._lock:
+            self._require_writable()
+            old, head = self._w.keys.provider, self._w.head
+            assert head is not None
+            if old is None or not keyring.is_encrypted(head):
+                raise InvalidArgument(
+                    f"{self.url} is not encrypted: there is no key to rotate. Fork it into "
+                    "an encrypted object instead (durable_obj.fork(..., dst_encryption=key))."
+                )
+            make_options({"encryption": new})  # the same check open() makes
+            self._group.idle()
+            saved = head.model_copy(deep=True)
+            count = keyring.rewrap(head, self.oid, old, new)
+            try:
+                self._w.commit()
+            except LeaseFenced as exc:
+                saved.lease = head.lease
+                self._w.head = saved
+                self._fenced_by(exc)
+                raise
+            except BaseException:
+                saved.lease = head.lease
+                self._w.head = saved
+                raise
+            self._w.keys = keyring.Keys(self.oid, self.url, new)
+            log.info("%s: %d data key(s) rewrapped under %s", self.url, count, new.key_id)
+            return count
+
     def checkpoint(self) -> str:
         """Snapshot the database as a new base and empty the WAL list.
 
@@ -92,26 +145,53 @@ class Durability(Units):
         # a base of `default` is written in V1's shape (v1base.py)
         archive = GrowingFile(local, DefaultBase(local) if self.db == "default" else None)
         backup = archive.produce(lambda: engine.backup(self.db, local))
+        # An encrypted object's base is sealed as BACKUP writes it, under a
+        # new data key (one per checkpoint), and the sealed file is stored.
+        stored, sealing, section = archive, None, None
+        head = self._w.head
+        assert head is not None
+        provider = self._w.keys.provider
+        if provider is not None and keyring.is_encrypted(head):
+            rotated = head.model_copy(deep=True)
+            keyring.rotate(
+                rotated,
+                self.oid,
+                provider,
+                now=self._w.clock.time(),
+                retention=self._opts.retention,
+            )
+            section = rotated.extension()[keyring.ENCRYPTION]
+            stored = GrowingFile(local + ".sealed")
+            sealing = stored.produce(
+                _sealer(self._w.codec(rotated), key, archive, local + ".sealed")
+            )
         try:
             ref = publishing.commit_base(
                 self._w,
                 key,
-                archive,
+                stored,
                 engine_version=engine.version,
                 scratch=work,
                 progress=self._progress,
+                encryption=section,
             )
         except SourceFailed as exc:
-            assert exc.__cause__ is not None
-            raise exc.__cause__ from None  # BACKUP's own error
+            cause: BaseException = exc
+            while isinstance(cause, SourceFailed) and cause.__cause__ is not None:
+                cause = cause.__cause__  # the sealing failed because BACKUP did
+            raise cause from None  # BACKUP's own error
         except LeaseFenced as exc:
             self._fenced_by(exc)
             raise
         finally:
             backup.join()
             archive.close()
-            with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
-                os.unlink(local)
+            if sealing is not None:
+                sealing.join()
+                stored.close()
+            for path in (local, local + ".sealed"):
+                with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
+                    os.unlink(path)
         self._buf.committed(key, caller_told=caller_told)
         log.info(
             "%s: checkpoint %s, %d bytes, %.3f s",

@@ -21,7 +21,9 @@ archived manifests under `history/`, one listing) names them while they are
 inside the retention window and not collected. A seq the feed cannot serve
 that way is `FeedGap` (a `NotFound`) naming the oldest seq it still can:
 never a silent skip. Each segment is checked against the size and SHA-256
-its ref names before a statement of it is handed out (`Corrupt` if not).
+its ref names before a statement of it is handed out (`Corrupt` if not), and
+of an encrypted object unsealed (every tag checked) with the key provider
+the object was opened with (`KeyRefused` without it).
 
 A checkpoint also commits the statements its writer had executed and not
 flushed: they are in the new base and in no `commit` event. A consumer that
@@ -48,11 +50,14 @@ from durable_obj.replica import restore
 from durable_obj.stores.base import UNCHANGED
 from durable_obj.wire.digest import verify_bytes
 from durable_obj.wire.head import Head, ObjectRef, stamp_of
+from durable_obj.wire.keyring import Keys
 from durable_obj.wire.protocol import DEFAULT_RETENTION, head_key, object_key, seq_of
 from durable_obj.wire.wal import parse_segment
 
 if TYPE_CHECKING:
+    from durable_obj.core.options import Options
     from durable_obj.stores.base import Store, Version
+    from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
 
@@ -114,6 +119,7 @@ class Feed:
         since: int | None,
         retention: float = DEFAULT_RETENTION,
         clock: Any = None,
+        keys: Keys | None = None,
     ) -> None:
         bad = isinstance(since, bool) or not isinstance(since, int) or since < 0
         if since is not None and bad:
@@ -124,8 +130,17 @@ class Feed:
         self.url = f"{store.url.rstrip('/')}/{oid}"
         #: The wall clock of the retention window (a test passes a frozen one).
         self.retention, self.clock = retention, clock or time
+        #: The key provider of an encrypted object (none: a plain one).
+        self.keys = keys if keys is not None else Keys(oid, self.url, None)
         self._version: Version | None = None
         self._planned: list[_Item] = []
+        self._codec: Codec | None = None
+
+    @classmethod
+    def of(cls, store: Store, oid: str, since: int | None, options: Options) -> Feed:
+        """The feed of `oid` read with `options` (its retention, its key)."""
+        keys = Keys(oid, f"{store.url.rstrip('/')}/{oid}", options.encryption)
+        return cls(store, oid, since=since, retention=options.retention, keys=keys)
 
     def next_batch(self, limit: int = BATCH) -> list[Change]:
         if not self._planned:
@@ -138,6 +153,8 @@ class Feed:
             restore.check_protocol(head, url=self.url, read_only=True)
             if self.last is None:
                 self.last = head.manifest.seq  # only what is committed from now on
+            # how its blobs are stored: sealed (a key refused here) or compressed
+            self._codec = self.keys.codec(head)
             self._planned = self._plan(head, self.last)
             self._version = got.version
         batch, self._planned = self._planned[:limit], self._planned[limit:]
@@ -170,7 +187,12 @@ class Feed:
         """The seqs after `after` and before `first` (the head's oldest),
         from the chains archived in history/ while they are restorable."""
         past = history.read(
-            self.store, self.oid, now=self.clock.time(), default=self.retention, head=head
+            self.store,
+            self.oid,
+            now=self.clock.time(),
+            default=self.retention,
+            head=head,
+            codec=self._codec,
         )
         restorable = {p.seq: p for p in past.restorable}
         oldest = first  # the oldest seq from which on every one is served
@@ -214,7 +236,9 @@ class Feed:
                         since=item.seq - 1,
                     )
                 verify_bytes(blob.data, item.ref, "WAL segment")
-                statements = parse_segment(blob.data, item.ref.key)
+                assert self._codec is not None
+                body = self._codec.decode(item.ref.key, blob.data)  # unsealed, decompressed
+                statements = parse_segment(body, item.ref.key)
             out.append(_change(item, tuple(statements)))
         return out
 
@@ -242,7 +266,7 @@ def _change(item: _Item, statements: tuple[str, ...]) -> Change:
     )
 
 
-def changes(feed: Feed, poll: float, *, follow: bool) -> Iterator[Change]:
+def changes(feed: Feed, poll: float, follow: bool) -> Iterator[Change]:
     """The events of `feed`, in seq order; with `follow`, forever, polling
     the head every `poll` seconds when there is nothing new."""
     check_poll(poll)

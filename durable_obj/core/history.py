@@ -59,6 +59,7 @@ from durable_obj.wire.protocol import (
 
 if TYPE_CHECKING:
     from durable_obj.stores.base import Entry, Store
+    from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
 
@@ -279,7 +280,7 @@ def encode_archive(manifest: Manifest, *, archived_at: float, owner: str | None)
 
 
 def archive_of(
-    head: Head, retention: float, now: float, owner: str | None
+    head: Head, retention: float, now: float, owner: str | None, codec: Codec | None = None
 ) -> tuple[ObjectRef, bytes] | None:
     """The history file (its ref under a fresh key, its bytes) that archives
     `head`'s manifest before a checkpoint supersedes it; None when there is
@@ -288,8 +289,10 @@ def archive_of(
     if retention <= 0 or (manifest.base is None and not manifest.wal):
         return None
     body = encode_archive(manifest, archived_at=now, owner=owner)
-    size, sha256 = bytes_digest(body)
     key = mint_history_key(head.lease.generation, manifest.seq)
+    if codec is not None and codec.encrypted:
+        body = codec.encode(key, body, compressible=False)
+    size, sha256 = bytes_digest(body)
     return ObjectRef(key=key, size=size, sha256=sha256), body
 
 
@@ -404,6 +407,7 @@ def read(
     retention: float | None = None,
     default: float = DEFAULT_RETENTION,
     head: Head | None = None,
+    codec: Codec | None = None,
 ) -> History:
     """The history of `oid` as stored now: its head (or `head`, as just read),
     every history file, one listing. `retention` None: the window the head
@@ -423,8 +427,10 @@ def read(
     for key, blob in zip(keys, store.get_many(keys), strict=True):
         if blob is None:
             continue  # collected since the listing
+        name = key[len(oid) + 1 :]
         try:
-            archives.append((key, parse_archive(blob.data, key[len(oid) + 1 :])))
+            data = blob.data if codec is None else codec.decode(name, blob.data, what="history")
+            archives.append((key, parse_archive(data, name)))
         except Corrupt as exc:
             log.warning("%s: %s; ignored", oid, exc)
             unreadable.append(key)

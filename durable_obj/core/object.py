@@ -103,6 +103,8 @@ class DurableObject(Queries, Durability):
             lease_ttl=options.lease_ttl,
             commit_deadline=options.commit_deadline,
             retention=options.retention,
+            encryption=options.encryption,
+            compression=options.compression,
         )
         #: The engine, the scratch folder, the session time zone and pinner.
         self._local = LocalCopy(
@@ -258,9 +260,10 @@ class DurableObject(Queries, Durability):
         start = self.seq if since is None else since
         interval = poll if poll is not None else self._opts.follow or feed.DEFAULT_POLL
         feed.check_poll(interval)
-        return feed.Feed(self._w.store, self._oid, since=start, retention=self._opts.retention), (
-            interval
+        source = feed.Feed(
+            self._w.store, self._oid, since=start, retention=self._opts.retention, keys=self._w.keys
         )
+        return source, interval
 
     # -- writes ----------------------------------------------------------------
     def execute(

@@ -156,6 +156,7 @@ class Opener:
         got = writer.read()
         if got is not None:
             restore.check_protocol(got.head, url=writer.url, read_only=read_only)
+            writer.keys.check(got.head)  # the key it needs, before anything is changed
             if self.at is not None:
                 got = self._past(got)
             if not read_only and not force and self._reclaims(got.head.lease):
@@ -191,6 +192,7 @@ class Opener:
                     got.head,
                     work=local.work,
                     concurrency=options.fetch_concurrency,
+                    codec=writer.codec(got.head),
                     progress=self.progress,
                 )
             try:
@@ -236,6 +238,7 @@ class Opener:
             now=self.writer.clock.time(),
             default=self.options.retention,  # when the head records no window
             head=got.head,
+            codec=self.writer.codec(got.head),
         )
         point = past.resolve(at)
         log.info(
@@ -374,6 +377,7 @@ class Refresh:
                 fetched,
                 work=local.work,
                 concurrency=self.options.fetch_concurrency,
+                codec=writer.codec(fetched),
                 progress=self.progress,
             )
             try:

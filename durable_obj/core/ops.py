@@ -27,18 +27,24 @@ from __future__ import annotations
 
 import logging
 import os
-import tempfile
 import time
-import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable_obj.core import history as histories
 from durable_obj.core.commit import HeadWriter
-from durable_obj.errors import BackendError, Corrupt, InvalidArgument, NotFound, StoreAmbiguous
-from durable_obj.wire.digest import file_digest, verify, verify_bytes
+from durable_obj.errors import (
+    BackendError,
+    Corrupt,
+    InvalidArgument,
+    KeyRefused,
+    NotFound,
+    StoreAmbiguous,
+)
+from durable_obj.wire import keyring
 from durable_obj.wire.head import Head, ObjectRef
+from durable_obj.wire.keyring import Keys
 from durable_obj.wire.protocol import (
     CHECKPOINT_DIR,
     DEFAULT_COMMIT_DEADLINE,
@@ -52,9 +58,9 @@ from durable_obj.wire.protocol import (
 )
 
 if TYPE_CHECKING:
-    from fsspec.callbacks import Callback
-
     from durable_obj.stores.base import Blob, Entry, Store
+    from durable_obj.wire.keys import KeyProvider
+    from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
 
@@ -80,6 +86,10 @@ class ObjectInfo:
     head: Head = field(repr=False)
     #: The short description set when the object was created (None: none set).
     description: str | None = None
+    #: The key id (of the key provider) its data keys are wrapped under; None: plain.
+    encrypted_with: str | None = None
+    #: Whether its WAL segments are zstd-compressed.
+    compressed: bool = False
 
 
 @dataclass
@@ -135,6 +145,8 @@ def _info(oid: str, head: Head, head_size: int, entries: list[Entry] | None) -> 
         timezone=head.timezone,
         head=head,
         description=head.description,
+        encrypted_with=keyring.kek_of(head),
+        compressed=keyring.is_compressed(head),
     )
 
 
@@ -192,14 +204,42 @@ def history(
     retention: float | None = None,
     default: float = DEFAULT_RETENTION,
     now: float | None = None,
+    encryption: KeyProvider | None = None,
 ) -> histories.History:
     """The restorable points of `oid` (`durable_obj.core.history`): the window is
-    `retention`, else the one the head records, else `default`. Reads only."""
+    `retention`, else the one the head records, else `default`. Reads only.
+    An encrypted object's history files are sealed: `encryption` opens them."""
     if retention is not None and retention < 0:
         raise InvalidArgument("retention must be >= 0 seconds")
+    head = read_head(store, oid)
     return histories.read(
-        store, oid, now=time.time() if now is None else now, retention=retention, default=default
+        store,
+        oid,
+        now=time.time() if now is None else now,
+        retention=retention,
+        default=default,
+        head=head,
+        codec=history_codec(store, oid, head, encryption, "reading its history"),
     )
+
+
+def history_codec(
+    store: Store, oid: str, head: Head, encryption: KeyProvider | None, what: str
+) -> Codec | None:
+    """How `oid`'s history files are read: None for a plain object; for an
+    encrypted one, its codec (`KeyRefused` without the key: a sealed history
+    file cannot be read, and gc must not guess what it needs)."""
+    kek = keyring.kek_of(head)
+    if kek is None:
+        return None
+    if encryption is None:
+        raise KeyRefused(
+            f"{oid} is encrypted under key {kek}; {what} needs that key (its history files "
+            "are sealed): pass encryption=. Nothing was changed."
+        )
+    keys = Keys(oid, f"{store.url.rstrip('/')}/{oid}", encryption)
+    keys.check(head)
+    return keys.codec(head)
 
 
 def gc(
@@ -211,6 +251,7 @@ def gc(
     retention: float | None = None,
     default: float = DEFAULT_RETENTION,
     now: float | None = None,
+    encryption: KeyProvider | None = None,
 ) -> GcReport:
     """Delete what no current or recent head references, and what no point
     restorable in the window needs (module docstring). The window is
@@ -225,7 +266,8 @@ def gc(
         retention = head.retention if head.retention is not None else default
     # Read after the head: a history file written since is of a chain the
     # head still names (kept below), and is not in this listing anyway.
-    past = histories.read(store, oid, now=now, retention=retention + grace, head=head)
+    codec = history_codec(store, oid, head, encryption, "gc")
+    past = histories.read(store, oid, now=now, retention=retention + grace, head=head, codec=codec)
     entries = store.list_keys(oid)
     needed = {object_key(oid, key) for key in past.needed_keys()}
     needed_files = past.needed_files()
@@ -293,37 +335,6 @@ def _delete(store: Store, key: str) -> None:
             raise BackendError(
                 f"deleting {key} got no answer twice; gc stopped there and is safe to run again"
             ) from exc
-
-
-@dataclass
-class VerifyReport:
-    oid: str
-    checked: list[str] = field(default_factory=list)
-    checked_bytes: int = 0
-    rows: dict[str, int] | None = None
-
-
-def verify_object(store: Store, oid: str, *, callback: Callback | None = None) -> VerifyReport:
-    """Download every key the head references and check size and SHA-256."""
-    head = read_head(store, oid)
-    report = VerifyReport(oid)
-    with tempfile.TemporaryDirectory(prefix="durable_obj-verify-") as tmp:
-        for ref in live_refs(head):
-            key = object_key(oid, ref.key)
-            if ref.key.startswith(f"{CHECKPOINT_DIR}/"):
-                path = os.path.join(tmp, uuid.uuid4().hex)
-                if not store.download(key, path, callback):
-                    raise Corrupt(f"missing base: {key} is referenced by the head but missing")
-                verify(*file_digest(path), ref, "base checkpoint")
-                os.unlink(path)
-            else:
-                blob = store.get(key)
-                if blob is None:
-                    raise Corrupt(f"{key} is referenced by the head but missing")
-                verify_bytes(blob.data, ref, "WAL segment")
-            report.checked.append(key)
-            report.checked_bytes += ref.size
-    return report
 
 
 def release(store: Store, oid: str, *, commit_deadline: float = DEFAULT_COMMIT_DEADLINE) -> Head:
@@ -403,12 +414,14 @@ def gc_waiting(
     grace: float = DEFAULT_GC_GRACE,
     retention: float | None = None,
     default: float = DEFAULT_RETENTION,
+    encryption: KeyProvider | None = None,
 ) -> GcWaiting:
     """The keys `gc(grace=0)` would delete that `gc(grace=grace)` keeps (both
     with the same window), and when the current base is `grace` seconds old.
     Reads only; the same rules as `gc`: computed as the difference of the two
     dry runs, so keys the window's `grace` margin keeps are among them (they
-    become collectable as their points age out of it, which may be later)."""
+    become collectable as their points age out of it, which may be later).
+    `encryption`: an encrypted object's key provider, as `gc` needs it."""
     if grace < 0:
         raise InvalidArgument("grace must be >= 0 seconds; nothing was deleted")
     now = time.time()
@@ -423,7 +436,16 @@ def gc_waiting(
     if base_entry is None:
         return GcWaiting(oid, [], 0, collectable_at)
     runs = [
-        gc(store, oid, grace=g, dry_run=True, retention=retention, default=default, now=now)
+        gc(
+            store,
+            oid,
+            grace=g,
+            dry_run=True,
+            retention=retention,
+            default=default,
+            now=now,
+            encryption=encryption,
+        )
         for g in (grace, 0.0)
     ]
     kept, ungraced = set(runs[0].deleted), runs[1]

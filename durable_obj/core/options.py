@@ -89,6 +89,30 @@ class Options(BaseModel):
     #: object's lock, each time the view moved (a `follow.Update`).
     follow: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
     on_change: Callable[[Any], object] | None = None
+    #: Client-side encryption of a new object (`durable_obj.StaticKey`,
+    #: `EnvKey`, `KeyFile`, `AwsKms`, or any `KeyProvider`): every segment,
+    #: base and history file is sealed under a data key this provider
+    #: wraps. An encrypted object needs it to open; a plain one refuses it.
+    encryption: Any = None
+    #: "zstd": a new object's WAL segments are zstd-compressed. Off by
+    #: default: chdb.durable cannot read such an object (it refuses it by
+    #: the head's feature list), and interop with it is the default promise.
+    compression: Literal["zstd"] | None = None
+
+    @field_validator("encryption")
+    @classmethod
+    def _provider(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        for name in ("key_id", "wrap", "unwrap"):
+            if not hasattr(value, name):
+                raise ValueError(
+                    "give a key provider (durable_obj.StaticKey, EnvKey, KeyFile, AwsKms, "
+                    f"or an object with key_id, wrap and unwrap), not {type(value).__name__}"
+                )
+        if not isinstance(value.key_id, str) or not value.key_id:
+            raise ValueError("the key provider's key_id must be a non-empty string")
+        return value
 
     @field_validator("external_reads", mode="before")
     @classmethod

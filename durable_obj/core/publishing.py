@@ -20,12 +20,13 @@ import os
 import tempfile
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.core.history import archive_of
 from durable_obj.errors import BackendError, CommitAmbiguous, DurableError, StoreAmbiguous
 from durable_obj.wire.digest import BackgroundDigest, bytes_digest, file_digest, verify
 from durable_obj.wire.head import ObjectRef, stamp
+from durable_obj.wire.keyring import ENCRYPTION
 from durable_obj.wire.protocol import BACKUP_FORMAT, mint_wal_key, object_key
 
 if TYPE_CHECKING:
@@ -44,8 +45,10 @@ def commit_segment(writer: HeadWriter, payload: bytes, *, scratch: str | None) -
     assert head is not None
     manifest = head.manifest
     seq = manifest.seq + 1
+    key = mint_wal_key(head.lease.generation, seq)
+    payload = writer.codec().encode(key, payload)  # sealed and/or compressed, or as it is
     size, sha256 = bytes_digest(payload)
-    ref = _stamped(writer, mint_wal_key(head.lease.generation, seq), size, sha256)
+    ref = _stamped(writer, key, size, sha256)
     publish(
         writer,
         ref,
@@ -72,11 +75,14 @@ def commit_base(
     engine_version: str,
     scratch: str | None,
     progress: Callback | None = None,
+    encryption: dict[str, Any] | None = None,
 ) -> ObjectRef:
     """Publish `archive` (BACKUP by `engine_version`, which may still be
-    writing it) as the base `key`, minted for the next seq, and commit it
-    with an empty WAL. The file is given away: a store on its filesystem
-    moves it into place once complete. On failure the head is as it was;
+    writing it; sealed under the next data key when the object is
+    encrypted, whose head section `encryption` then becomes the head's) as
+    the base `key`, minted for the next seq, and commit it with an empty
+    WAL. The file is given away: a store on its filesystem moves it into
+    place once complete. On failure the head is as it was;
     a failed BACKUP is `SourceFailed` and nothing was created."""
     head = writer.head
     assert head is not None and writer.holder is not None
@@ -98,7 +104,9 @@ def commit_base(
     ref = _stamped(writer, key, *digest.result())
     # Archive the manifest a new base supersedes (proven committed, so an
     # orphan of a failed commit is harmless: history.py); retention > 0.
-    archived = archive_of(head, writer.retention, writer.clock.time(), writer.holder.owner)
+    archived = archive_of(
+        head, writer.retention, writer.clock.time(), writer.holder.owner, writer.codec()
+    )
     if archived is not None:
         body = archived[1]
         publish(
@@ -116,6 +124,8 @@ def commit_base(
     head.engine.version = engine_version
     head.engine.min_reader = engine_version
     head.engine.backup_format = BACKUP_FORMAT
+    if encryption is not None:
+        head.set_extension(ENCRYPTION, encryption)
     try:
         writer.commit()
     except BaseException:

@@ -55,6 +55,7 @@ def rebuild(
             head,
             work=local.work,
             concurrency=options.fetch_concurrency,
+            codec=writer.codec(head),
             progress=progress,
         )
         try:

@@ -29,7 +29,7 @@ from durable_obj.errors import (
 )
 from durable_obj.gate import reach
 from durable_obj.gate.replay import Replayer
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, file_digest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from durable_obj.replica.engine import Engine
     from durable_obj.stores.base import Store
+    from durable_obj.wire.sealing import Codec
 
 log = logging.getLogger("durable_obj")
 
@@ -108,6 +109,16 @@ def check_compatible(*, name: str, backup_format: int, min_reader: str, running:
         )
 
 
+class Digested:
+    """A digest already taken (a sealed base is hashed before it is opened)."""
+
+    def __init__(self, digest: tuple[int, str]) -> None:
+        self._digest = digest
+
+    def result(self) -> tuple[int, str]:
+        return self._digest
+
+
 class Fetches:
     """The base and every segment a head names, fetched on `pool` at once,
     each verified before it is handed out."""
@@ -121,13 +132,16 @@ class Fetches:
         *,
         work: str,
         concurrency: int,
+        codec: Codec,
         progress: Callback | None = None,
     ) -> None:
         self._store = store
+        #: How the blobs are stored: sealed and/or compressed, or plain (V1).
+        self._codec = codec
         self._oid = oid
         self._url = f"{store.url.rstrip('/')}/{oid}"
         self._work = work
-        self._base: Future[tuple[str, BackgroundDigest]] | None = None
+        self._base: Future[tuple[str, BackgroundDigest | Digested]] | None = None
         self._segments: Future[list[list[str]]] | None = None
         base = self._base_ref = head.manifest.base
         if base is not None:
@@ -160,7 +174,7 @@ class Fetches:
 
     def _fetch_base(
         self, ref: ObjectRef, progress: Callback | None
-    ) -> tuple[str, BackgroundDigest]:
+    ) -> tuple[str, BackgroundDigest | Digested]:
         path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
         # only read (by RESTORE), then removed: a folder store may link it
@@ -171,6 +185,20 @@ class Fetches:
                 "the object cannot be restored without it and was not opened. Nothing was "
                 "changed."
             )
+        if self._codec.encrypted:
+            # Checked as stored first (a cut or swapped base says so), then
+            # opened chunk by chunk: every tag holds before RESTORE sees a byte.
+            try:
+                done = Digested(file_digest(part))
+                verify(*done.result(), ref, "base checkpoint")
+                self._codec.open_file(ref.key, part, path)
+            except BaseException:
+                if os.path.exists(path):
+                    os.unlink(path)  # what verified before a bad chunk is never used
+                raise
+            finally:
+                os.unlink(part)
+            return path, done
         os.replace(part, path)
         handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
 
@@ -192,7 +220,7 @@ class Fetches:
                     "opened"
                 )
             verify_bytes(blob.data, ref, "WAL segment")
-            segments.append(parse_segment(blob.data, ref.key))
+            segments.append(parse_segment(self._codec.decode(ref.key, blob.data), ref.key))
         return segments
 
 

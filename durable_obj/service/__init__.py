@@ -2,6 +2,7 @@
 
     addressing  what names an object (`<namespace>/<id>`), checked first
     namespace   Namespace: open, fork, export, scan many objects of a prefix
+    forking     a fork's copy, sealed under its own data key when encrypted
     pool        Pool: objects opened on first use, closed when idle
     lanes       each object's async calls in order, on shared thread pools
 

@@ -10,27 +10,22 @@ The last path segment of an object URL is its id; the rest is the namespace
 from __future__ import annotations
 
 import builtins
-import contextlib
-import os
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from durable_obj.core import history, ops
-from durable_obj.core.commit import HeadWriter
+from durable_obj.core import history, keyed, ops
 from durable_obj.core.feed import Change, Feed, changes
 from durable_obj.core.object import DurableObject
 from durable_obj.core.opening import reclaim_rule
 from durable_obj.core.options import Options, make_options
-from durable_obj.core.publishing import publish
 from durable_obj.core.queries import Params
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
+from durable_obj.service import forking
 from durable_obj.service.addressing import check_at, check_oid, split_destination, split_object_url
+from durable_obj.service.forking import SAME_KEY
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
-from durable_obj.wire.digest import file_digest
-from durable_obj.wire.head import FORKED_FROM, RETENTION, Head, Lease, ObjectRef
-from durable_obj.wire.protocol import mint_checkpoint_key, object_key
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -67,8 +62,8 @@ class Namespace:
     "refuse"); retention (the time-travel window, seconds); external_reads (what
     a read-only query() may reach outside: "url", "s3", folders for file(); off);
     query_bounds (a `Bounds` every query() runs under unless it passes its own);
-    follow and on_change (read-only opens only: keep the view current, see
-    `durable_obj.open`).
+    encryption (a key provider: new objects are encrypted, encrypted ones need
+    it), compression ("zstd": a compressed WAL), follow and on_change (followers).
     """
 
     def __init__(
@@ -144,11 +139,8 @@ class Namespace:
     def changes(
         self, oid: str, since: int | None = None, *, follow: bool = True, poll: float = 1.0
     ) -> Iterator[Change]:
-        """The change feed of `oid` (`DurableObject.changes`) without opening
-        it: no engine, no lease, only reads. `since` None: only the commits
-        from now on."""
-        source = Feed(self.store, check_oid(oid), since=since, retention=self._options.retention)
-        return changes(source, poll, follow=follow)
+        """`DurableObject.changes` of `oid` without opening it; since None: from now on."""
+        return changes(Feed.of(self.store, check_oid(oid), since, self._options), poll, follow)
 
     def history(self, oid: str, *, now: float | None = None) -> history.History:
         """Every known point of `oid` (seq, kind, key, generation, owner,
@@ -156,7 +148,13 @@ class Namespace:
         retention window (the one its head records; else this namespace's
         `retention`). Reads only: the head, one listing, the history files."""
         check_oid(oid)
-        return ops.history(self.store, oid, default=self._options.retention, now=now)
+        return ops.history(
+            self.store,
+            oid,
+            default=self._options.retention,
+            now=now,
+            encryption=self._options.encryption,
+        )
 
     # -- operations ------------------------------------------------------------
     def list(self, *, stored: bool = True) -> builtins.list[ops.ObjectInfo]:
@@ -190,12 +188,18 @@ class Namespace:
             dry_run=dry_run,
             retention=retention,
             default=self._options.retention,
+            encryption=self._options.encryption,
         )
 
-    def verify(self, oid: str, *, restore: bool = False) -> ops.VerifyReport:
+    def verify(self, oid: str, *, restore: bool = False) -> keyed.VerifyReport:
         """Download and check every key the head references; with `restore`,
         also restore and replay it and count each table's rows."""
-        report = ops.verify_object(self.store, check_oid(oid), callback=self._progress)
+        report = keyed.verify_object(
+            self.store,
+            check_oid(oid),
+            callback=self._progress,
+            encryption=self._options.encryption,
+        )
         if restore:
             with self.open(oid, read_only=True) as obj:
                 report.rows = {
@@ -250,6 +254,7 @@ class Namespace:
         *,
         dst_storage_options: dict[str, Any] | None = None,
         at: int | datetime | None = None,
+        dst_encryption: Any = SAME_KEY,
     ) -> ops.ObjectInfo:
         """A new object `dst` whose base is the current state of `src` (its
         base with the WAL folded in), or its state at a past point `at` (a
@@ -263,6 +268,11 @@ class Namespace:
         the URL has the same protocol, else none). The namespace's progress
         callback sees the download of `src` and the upload of the copy.
 
+        `dst_encryption`: the key provider of the copy (default: this
+        namespace's `encryption`, under a new data key; None: a plain copy).
+        So a plain object forks into an encrypted one, and an encrypted one
+        into another key.
+
         An existing `dst` is refused (`InvalidArgument`) before anything is
         read or written. The head is created only if absent, so a writer that
         creates `dst` meanwhile wins: the fork is abandoned, its uploaded base
@@ -274,39 +284,16 @@ class Namespace:
         check_at(at, read_only=True)
         store, oid = self._destination(dst, dst_storage_options)
         ops.ensure_absent(store, oid)
-        writer = HeadWriter(store, oid, commit_deadline=self._options.commit_deadline)
+        provider = self._options.encryption if dst_encryption is SAME_KEY else dst_encryption
         with self.open(src, read_only=True, at=at) as obj:
-            path = obj.snapshot()
-            size, sha256 = file_digest(path)
-            ref = ObjectRef(key=mint_checkpoint_key(0, 1), size=size, sha256=sha256)
-            publish(
-                writer,
-                ref,
-                lambda key: store.create_file(key, path, self._progress),
-                scratch=os.path.dirname(path),
-            )
-            source = obj.head
-            assert source is not None
-        head = Head.cold(
-            db=source.manifest.db,
-            engine_version=source.engine.version,
-            lease=Lease(generation=0),
-        )
-        head.engine.min_reader = source.engine.min_reader
-        head.manifest.base = ref
-        head.manifest.seq = 1
-        head.set_timezone(source.timezone)
-        if source.description is not None:
-            head.set_description(source.description)
-        head.set_extension(FORKED_FROM, {"oid": src, "seq": source.manifest.seq})
-        head.set_extension(RETENTION, self._options.retention)
-        if not writer.create(head):
-            with contextlib.suppress(DurableError):  # an orphan, at worst: never the answer
-                store.delete(object_key(oid, ref.key))
-            raise InvalidArgument(
-                f"{oid!r} was created in {store.url} meanwhile by another writer, which wins; "
-                "the fork was abandoned and its uploaded base deleted (if that failed, it is "
-                "an orphan no head references)"
+            forking.fork_into(
+                obj,
+                store,
+                oid,
+                provider=provider,
+                zstd=self._options.compression == "zstd",
+                options=self._options,
+                progress=self._progress,
             )
         return ops.describe(store, oid)
 
@@ -369,6 +356,7 @@ def fork(
     dst_storage_options: dict[str, Any] | None = None,
     progress: Callback | None = None,
     at: int | datetime | None = None,
+    dst_encryption: Any = SAME_KEY,
     **options: Any,
 ) -> ops.ObjectInfo:
     """Fork the object at `src_url` into a new object at `dst_url`, on the
@@ -383,7 +371,9 @@ def fork(
     Callback that sees the source's download and the copy's upload.
     `at`: fork the state at a past point (a seq, or an aware datetime)
     instead of the current one, as `durable_obj.open(..., at=)` reads it.
-    Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...).
+    Options: those of `Namespace` (commit_deadline, fetch_concurrency, ...;
+    `encryption`: the source's key). `dst_encryption`: the copy's key
+    provider (default: the same as the source's; None: a plain copy).
 
     An existing destination is refused (`InvalidArgument`, naming it) and
     left untouched; see `Namespace.fork` for a destination created meanwhile.
@@ -391,7 +381,13 @@ def fork(
     """
     namespace, oid = split_object_url(src_url)
     ns = Namespace(namespace, storage_options=storage_options, progress=progress, **options)
-    return ns.fork(check_oid(oid), dst_url, dst_storage_options=dst_storage_options, at=at)
+    return ns.fork(
+        check_oid(oid),
+        dst_url,
+        dst_storage_options=dst_storage_options,
+        at=at,
+        dst_encryption=dst_encryption,
+    )
 
 
 def open(
@@ -484,14 +480,17 @@ def open(
     query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
         memory) every query() runs under unless it passes its own; the
         statement cannot raise it.
-    follow=None: a follower (read_only=True only; a writer open with it is
-        InvalidArgument): refresh the view every `follow` seconds on the
-        process's heartbeat scheduler, one conditional read of the head per
-        interval, shared by the followers of one object
-        (docs/guides/followers.md). `obj.following` says it still does.
-    on_change=None: a follower calls it with a `durable_obj.core.follow.Update`
-        (url, seq, previous, rebased) each time its view moved, outside the
-        object's lock; what it raises is logged.
+    encryption=None: a key provider (`durable_obj.StaticKey`, `EnvKey`,
+        `KeyFile`, `AwsKms`, or your own `KeyProvider`). A new object is
+        created encrypted: every segment, base and history file is sealed
+        (AES-256-GCM) under a data key this provider wraps; an encrypted
+        object needs the key that wrapped it (`KeyRefused` names its id).
+        chdb.durable refuses encrypted objects (docs/concepts/encryption.md).
+    compression=None: "zstd" compresses a new object's WAL segments
+        (several times smaller for SQL text); chdb.durable refuses such an
+        object, so it is off by default.
+    follow=None, on_change=None: a follower (read_only=True only) refreshes
+        every `follow` s, calls on_change(Update) (docs/guides/followers.md).
     """
     namespace, oid = split_object_url(url)
     check_oid(oid)

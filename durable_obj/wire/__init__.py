@@ -6,7 +6,12 @@
     digest    sha256 of every stored artifact, streamed
     lease     the single-writer lease inside the head, and its fencing
     v1base    a base of the `default` database shaped as chdb.durable writes it
+    sealing   sealed (AES-256-GCM, streamed) and zstd blobs; an object's codec
+    keyring   an object's encryption and compression as its head records them
+    keys      key providers: StaticKey, EnvKey, KeyFile, AwsKms
 
-Nothing here touches a network, an engine or a file: the modules take and
-give bytes and values. May import: `durable_obj.errors` and each other.
+Nothing here touches an engine or a store: the modules take and give bytes,
+values and local files. The one exception is a key provider, which may
+call the caller's key service (AwsKms). May import: `durable_obj.errors`
+and each other.
 """

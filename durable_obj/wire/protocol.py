@@ -28,9 +28,16 @@ from typing import Final
 #: Protocol version this library speaks. A head declaring more is refused.
 PROTOCOL_VERSION: Final = 1
 
-#: V1 defines no feature names: any name in a head is one we do not know.
-SUPPORTED_READER_FEATURES: Final[frozenset[str]] = frozenset()
-SUPPORTED_WRITER_FEATURES: Final[frozenset[str]] = frozenset()
+#: V1 defines no feature names; these two are ours (`keyring.py`), declared
+#: as both reader and writer features so that chdb.durable, which knows
+#: none, refuses such an object with `protocol_unsupported` instead of
+#: reading sealed or compressed bytes. Any other name is one we do not know.
+ENCRYPTED_FEATURE: Final = "durable_obj.encryption"
+COMPRESSED_FEATURE: Final = "durable_obj.zstd-wal"
+SUPPORTED_READER_FEATURES: Final[frozenset[str]] = frozenset(
+    {ENCRYPTED_FEATURE, COMPRESSED_FEATURE}
+)
+SUPPORTED_WRITER_FEATURES: Final[frozenset[str]] = SUPPORTED_READER_FEATURES
 
 ENGINE_NAME: Final = "chdb"
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 import durable_obj
 from durable_obj.core import ops
@@ -83,3 +86,19 @@ def test_tail_follows_in_a_subprocess_until_ctrl_c(tmp_path: Path) -> None:
             proc.kill()
             proc.communicate()
         obj.close()
+
+
+def test_tail_of_an_encrypted_object_takes_its_key_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    key = secrets.token_hex(32)
+    monkeypatch.setenv("DO_TAIL_KEY", key)
+    obj = durable_obj.open(str(tmp_path / "o"), owner="w", encryption=durable_obj.StaticKey(key))
+    with obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (7)")
+    url = str(tmp_path / "o")
+    out = ok("tail", url, "--since", "0", "--no-follow", "--key-env", "DO_TAIL_KEY").stdout
+    assert DDL in out and "VALUES (7)" in out and key not in out
+    message = fails("key_refused", "tail", url, "--since", "0", "--no-follow")
+    assert durable_obj.StaticKey(key).key_id in message

@@ -5,10 +5,13 @@ restart, and `FeedGap` when gc collected what it would need."""
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import time as _time
 import uuid
 from collections.abc import Iterator
 from datetime import timezone
+from pathlib import Path
 
 import pytest
 
@@ -254,3 +257,25 @@ def test_a_hole_in_an_archived_chain_names_the_oldest_seq_served_from_on() -> No
         list(ns.changes("o", since=1, follow=False))
     assert info.value.oldest == 5  # not 1: from 5 on every seq is served
     check(list(ns.changes("o", since=4, follow=False)), w.log, since=4)
+
+
+def test_an_encrypted_compressed_object_feeds_with_its_key_and_follows(tmp_path: Path) -> None:
+    key = durable_obj.StaticKey(os.urandom(32))
+    url = str(tmp_path / "ns")
+    ns = durable_obj.Namespace(url, owner="w", fold_segments=0, encryption=key, compression="zstd")
+    w = Writer(ns)
+    for i in range(6):
+        w.checkpoint() if i == 2 else w.insert()  # a new data key at the checkpoint
+    check(list(ns.changes("o", since=0, follow=False)), w.log)  # through a sealed archive
+    with pytest.raises(durable_obj.KeyRefused, match=key.key_id):
+        list(durable_obj.Namespace(url).changes("o", since=0, follow=False))
+    moved = threading.Event()
+    reader = durable_obj.Namespace(
+        url, encryption=key, follow=0.01, on_change=lambda u: moved.set()
+    ).open("o", read_only=True)
+    with reader:
+        check(list(reader.changes(since=0, follow=False)), w.log)
+        w.insert()
+        assert moved.wait(60) and reader.seq == w.obj.seq
+        assert reader.query("SELECT count() FROM t") == "6\n"
+    w.obj.close()

@@ -59,7 +59,7 @@ from hypothesis.stateful import (
 
 import durable_obj
 import durable_obj.core.object
-from durable_obj import errors
+from durable_obj import StaticKey, errors
 from durable_obj.core import ops
 from durable_obj.stores import open_store
 from durable_obj.stores.base import Store
@@ -68,6 +68,7 @@ from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, SimulatedCrash, abandon
 from durable_obj.wire import lease as leases
 from durable_obj.wire.head import Head, ObjectRef
+from durable_obj.wire.keyring import Keys
 
 DDL = "CREATE TABLE t (id UInt32, v UInt32) ENGINE = MergeTree ORDER BY id"
 HEAD = "o/head.json"
@@ -161,6 +162,9 @@ class FrozenClock:
 
 
 class DurableMachine(RuleBasedStateMachine):
+    #: Options of every object this machine opens (the encrypted variant's key).
+    options: ClassVar[dict[str, Any]] = {}
+
     def make_inner(self) -> Store:
         return MemoryStore(f"sm-{uuid.uuid4().hex}")
 
@@ -207,6 +211,7 @@ class DurableMachine(RuleBasedStateMachine):
             lease_ttl=TTL,
             clock_skew=SKEW,
             retention=RETENTION,
+            **self.options,
         )
         self.ns = ns
         self.obj = self._adopt(ns.open("o"))
@@ -343,11 +348,11 @@ class DurableMachine(RuleBasedStateMachine):
         if stmts:
             data = "".join(json.dumps({"sql": sql_of(s)}) + "\n" for s in stmts).encode()
             seq = head.manifest.seq + 1
-            ref = ObjectRef(
-                key=f"wal/{taken.generation}-{seq}-rival{uuid.uuid4().hex[:6]}.jsonl",
-                size=len(data),
-                sha256=hashlib.sha256(data).hexdigest(),
-            )
+            key = f"wal/{taken.generation}-{seq}-rival{uuid.uuid4().hex[:6]}.jsonl"
+            # sealed and compressed as the head says, as a writer of its own would
+            codec = Keys("o", "rival", self.options.get("encryption")).codec(head)
+            data = codec.encode(key, data)
+            ref = ObjectRef(key=key, size=len(data), sha256=hashlib.sha256(data).hexdigest())
             assert self.inner.create(f"o/{ref.key}", data) is not None
             head.manifest.wal = [*head.manifest.wal, ref]
             head.manifest.seq = seq
@@ -497,7 +502,14 @@ class DurableMachine(RuleBasedStateMachine):
         Without it (retention 0) the past before the head's base is forgotten."""
         STATS["steps"] += 1
         retention = None if window else 0.0
-        report = ops.gc(self.inner, "o", grace=0, retention=retention, now=self.clock.now)
+        report = ops.gc(
+            self.inner,
+            "o",
+            grace=0,
+            retention=retention,
+            now=self.clock.now,
+            encryption=self.options.get("encryption"),
+        )
         _count("gc_deleted", len(report.deleted))
         if not window:
             manifest = ops.read_head(self.inner, "o").manifest
@@ -523,13 +535,15 @@ class DurableMachine(RuleBasedStateMachine):
         seqs = sorted(self.past)
         seq = seqs[pick % len(seqs)]
         state, when = self.past[seq]
-        past = ops.history(self.inner, "o", now=self.clock.now)
+        past = ops.history(
+            self.inner, "o", now=self.clock.now, encryption=self.options.get("encryption")
+        )
         assert past.conflicts == [], past.conflicts
         assert past.retention == RETENTION
         restorable = {p.seq for p in past.restorable}
         if when is not None and when >= self.clock.now - RETENTION:
             assert seq in restorable, f"seq {seq} is inside the window, yet not restorable"
-        reader = durable_obj.Namespace(self.inner, retention=RETENTION)
+        reader = durable_obj.Namespace(self.inner, retention=RETENTION, **self.options)
         if seq not in restorable:
             assert past.oldest is not None and seq < past.oldest.seq
             with pytest.raises(errors.NotFound, match="oldest restorable point"):
@@ -647,6 +661,16 @@ class DurableMachine(RuleBasedStateMachine):
             self.patch.undo()
 
 
+class EncryptedDurableMachine(DurableMachine):
+    """The same machine on an encrypted object with a zstd WAL: every
+    segment, base and history file sealed, under faults at every call."""
+
+    options: ClassVar[dict[str, Any]] = {
+        "encryption": StaticKey(bytes(range(32))),
+        "compression": "zstd",
+    }
+
+
 class FileDurableMachine(DurableMachine):
     """The same machine on a local folder (real files, link, flock, fsync)."""
 
@@ -699,6 +723,11 @@ def _sharded(machine: type[DurableMachine], name: str) -> dict[str, type[TestCas
 
 globals().update(_sharded(DurableMachine, "DurableMachine"))
 globals().update(_sharded(FileDurableMachine, "FileDurableMachine"))
+#: The encrypted variant, at a quarter of the budget (one shard's share).
+TestEncryptedDurableMachine = EncryptedDurableMachine.TestCase
+TestEncryptedDurableMachine.settings = settings(
+    _SETTINGS, max_examples=-(-_SETTINGS.max_examples // SHARDS)
+)
 
 
 @pytest.mark.parametrize("shard", range(2))

@@ -19,6 +19,7 @@ def test_all_is_pinned() -> None:
         "MissingDependency", "Namespace", "Nondeterministic", "NotFound", "Pool",
         "ProtocolUnsupported", "Result", "SecretRefused", "Timeout", "UnsupportedStore",
         "errors", "export", "fork", "open",
+        "KeyRefused", "KeyProvider", "StaticKey", "EnvKey", "KeyFile", "AwsKms",
     }  # fmt: skip
     for name in durable_obj.__all__:
         assert hasattr(durable_obj, name)
@@ -30,7 +31,7 @@ def test_exception_tree() -> None:
         "protocol_unsupported", "corrupt", "classification_refused", "secret_refused",
         "engine", "backend", "timeout", "commit_ambiguous", "limit_exceeded", "closed",
     }  # fmt: skip
-    ours = {"nondeterministic", "invalid_argument", "host_lost"}
+    ours = {"nondeterministic", "invalid_argument", "host_lost", "key_refused"}
     assert v1 | ours == set(errors.CATEGORIES)
     for category, cls in errors.CATEGORIES.items():
         assert issubclass(cls, errors.DurableError)

@@ -112,6 +112,8 @@ def test_info_text() -> None:
         "stored size": "4.9 KiB",
         "last write": "1970-01-12 13:46:30 UTC (10s ago)",
         "forked from": "src at seq 4",
+        "encryption": "none",
+        "compression": "none",
     }
     # every value starts two blanks after the longest name ("stored size", 11)
     assert all(line[11:13] == "  " and line[13] != " " for line in lines)

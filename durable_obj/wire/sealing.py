@@ -1,0 +1,313 @@
+"""Sealed and compressed blobs: what an encrypted or compressed object stores.
+
+A sealed blob is a streaming AEAD in the manner of STREAM (Hoang, Reyhanitabar,
+Rogaway, Vizár) as Tink's AES-GCM-HKDF streaming AEAD does it: a header,
+then the plaintext cut into chunks, each sealed with AES-256-GCM under a
+key derived for this blob alone::
+
+    header  = MAGIC "\\x00DOS" | version 1 | flags | data key id (8) | salt (16)
+              | nonce prefix (7) | chunk size (4, big-endian)
+    subkey  = HKDF-SHA256(data key, salt, info="durable_obj seal v1")
+    chunk i = AES-256-GCM(subkey, nonce = prefix | i (4, big-endian) | last (1),
+                          aad = header | context)
+
+The context is the blob's place: the object id and the key relative to it
+(`wal/<gen>-<seq>-<u>.jsonl` names its seq), so a blob copied to another
+object or another position fails to open. The counter in the nonce catches a
+reordered chunk, the last-chunk flag a cut one, the header in the associated
+data an edited flag, key id or chunk size. Nothing here writes cipher code:
+the cipher is pyca `cryptography`'s.
+
+Flags: bit 0, the plaintext is a zstd frame (a compressed WAL segment).
+
+A compressed segment of an object that is not encrypted is a bare zstd frame
+(its magic `28 b5 2f fd` cannot begin a JSONL line). Decompression is
+bounded by the V1 segment limit, so a crafted frame cannot exhaust memory.
+
+`Codec` is one object's way of storing: plain (V1), compressed, sealed, or
+both. The head says which (`durable_obj.wire.keyring`); a blob says how it
+was written, and a codec refuses a blob that is not what its head promises
+(a plain segment in an encrypted object is `Corrupt`, never read as plain).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from collections.abc import Iterable, Iterator
+from typing import Any, BinaryIO, Final
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from durable_obj.errors import Corrupt, MissingDependency
+from durable_obj.wire.protocol import MAX_WAL_SEGMENT_BYTES
+
+MAGIC: Final = b"\x00DOS"
+VERSION: Final = 1
+FLAG_ZSTD: Final = 1
+ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
+#: Plaintext bytes per sealed chunk: large enough that the 16-byte tags cost
+#: nothing, small enough that a base streams through a little memory.
+SEAL_CHUNK: Final = 1024 * 1024
+_HEADER: Final = struct.Struct(">4sBB8s16s7sI")
+HEADER_SIZE: Final = _HEADER.size
+TAG: Final = 16
+_INFO: Final = b"durable_obj seal v1"
+#: zstd level for WAL segments: SQL text compresses several times over at 3.
+ZSTD_LEVEL: Final = 3
+
+
+class DataKey:
+    """A data key and its id (8 random bytes, named in every blob it seals)."""
+
+    __slots__ = ("id", "secret")
+
+    def __init__(self, key_id: bytes, secret: bytes) -> None:
+        assert len(key_id) == 8 and len(secret) == 32
+        self.id = key_id
+        self.secret = secret
+
+    @classmethod
+    def new(cls) -> DataKey:
+        return cls(os.urandom(8), AESGCM.generate_key(bit_length=256))
+
+    @property
+    def hex_id(self) -> str:
+        return self.id.hex()
+
+    def __repr__(self) -> str:  # never the secret
+        return f"DataKey({self.hex_id})"
+
+
+def _context(oid: str, name: str) -> bytes:
+    return b"durable_obj\x00" + oid.encode("utf-8") + b"\x00" + name.encode("utf-8")
+
+
+def _subkey(secret: bytes, salt: bytes) -> AESGCM:
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=_INFO).derive(secret)
+    return AESGCM(derived)
+
+
+def _nonce(prefix: bytes, index: int, last: bool) -> bytes:
+    return prefix + struct.pack(">IB", index, 1 if last else 0)
+
+
+def seal_chunks(
+    key: DataKey,
+    oid: str,
+    name: str,
+    chunks: Iterable[bytes],
+    *,
+    flags: int = 0,
+    size: int = SEAL_CHUNK,
+) -> Iterator[bytes]:
+    """The sealed blob of the plaintext `chunks` (any sizes), piece by piece:
+    the header first, then each sealed chunk of `size` plaintext bytes (the
+    header records it; tests use small ones)."""
+    salt, prefix = os.urandom(16), os.urandom(7)
+    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
+    aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
+    yield header
+    index, pending = 0, b""
+    for piece in chunks:
+        pending += piece
+        while len(pending) > size:  # keep one back: the last chunk is marked
+            yield aead.encrypt(_nonce(prefix, index, False), pending[:size], aad)
+            pending, index = pending[size:], index + 1
+    yield aead.encrypt(_nonce(prefix, index, True), pending, aad)
+
+
+def is_sealed(data: bytes) -> bool:
+    return data[:4] == MAGIC
+
+
+def sealed_key_id(header: bytes) -> str | None:
+    """The data key id a sealed blob names (hex), or None if it is not one."""
+    if len(header) < HEADER_SIZE or header[:4] != MAGIC:
+        return None
+    return _HEADER.unpack(header[:HEADER_SIZE])[3].hex()  # type: ignore[no-any-return]
+
+
+class Unsealer:
+    """Opens sealed blobs whose header names one of `keys` (by id)."""
+
+    def __init__(self, keys: dict[bytes, DataKey], key_ref: str) -> None:
+        self._keys = keys
+        #: How errors name the key: the provider's key id (never a secret).
+        self.key_ref = key_ref
+
+    def open_chunks(
+        self, oid: str, name: str, pieces: Iterable[bytes], *, what: str
+    ) -> Iterator[bytes]:
+        """The plaintext of a sealed blob read as `pieces` (any sizes), in
+        order; `Corrupt` naming `name` and the key at the first bad byte,
+        a missing end, or a header that is not ours. The last chunk is
+        yielded only after its tag holds, and nothing follows it."""
+        buf = b""
+        it = iter(pieces)
+        for piece in it:
+            buf += piece
+            if len(buf) >= HEADER_SIZE:
+                break
+        if len(buf) < HEADER_SIZE or buf[:4] != MAGIC:
+            raise Corrupt(
+                f"{what} {name} is not sealed, yet the object is encrypted (key "
+                f"{self.key_ref}); not used"
+            )
+        _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(buf[:HEADER_SIZE])
+        if version != VERSION or size <= 0 or size > 64 * SEAL_CHUNK:
+            raise Corrupt(
+                f"{what} {name} has a sealed header this library cannot read (version "
+                f"{version}, chunk size {size}; key {self.key_ref}); altered, or newer; not used"
+            )
+        key = self._keys.get(key_id)
+        if key is None:
+            raise Corrupt(
+                f"{what} {name} is sealed under data key {key_id.hex()}, which the head's "
+                f"key list (under {self.key_ref}) does not hold; not used"
+            )
+        header = buf[:HEADER_SIZE]
+        aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
+        buf = buf[HEADER_SIZE:]
+        index, step = 0, size + TAG
+
+        def bad(why: str) -> Corrupt:
+            return Corrupt(
+                f"{what} {name} fails authentication under data key {key_id.hex()} "
+                f"(key {self.key_ref}): {why}; it was altered, cut or moved, and not used"
+            )
+
+        exhausted = False
+        while True:
+            while len(buf) <= step and not exhausted:
+                more = next(it, None)
+                if more is None:
+                    exhausted = True
+                else:
+                    buf += more
+            last = exhausted and len(buf) <= step
+            sealed, buf = (buf, b"") if last else (buf[:step], buf[step:])
+            if len(sealed) < TAG:
+                raise bad("it ends inside a chunk")
+            try:
+                plain = aead.decrypt(_nonce(prefix, index, last), sealed, aad)
+            except InvalidTag:
+                raise bad(f"chunk {index} does not verify") from None
+            yield plain
+            if last:
+                return
+            index += 1
+
+    def flags(self, data: bytes) -> int:
+        return int(_HEADER.unpack(data[:HEADER_SIZE])[2]) if len(data) >= HEADER_SIZE else 0
+
+
+# -- zstd --------------------------------------------------------------------------
+def compress(data: bytes) -> bytes:
+    out: bytes = _zstd().ZstdCompressor(level=ZSTD_LEVEL).compress(data)
+    return out
+
+
+def decompress(data: bytes, name: str, limit: int = MAX_WAL_SEGMENT_BYTES) -> bytes:
+    """A zstd frame's content, at most `limit` bytes; `Corrupt` otherwise."""
+    zstd = _zstd()
+    try:
+        reader = zstd.ZstdDecompressor().decompressobj()
+        out = reader.decompress(data)
+    except zstd.ZstdError as exc:
+        raise Corrupt(f"WAL segment {name} is not a valid zstd frame ({exc}); not used") from None
+    if len(out) > limit:
+        raise Corrupt(f"WAL segment {name} decompresses past the {limit}-byte segment limit")
+    if not reader.eof:
+        raise Corrupt(f"WAL segment {name} is a cut zstd frame; not used")
+    return bytes(out)
+
+
+def _zstd() -> Any:
+    try:
+        import zstandard
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise MissingDependency(
+            "this object's WAL is zstd-compressed; install zstandard (pip install zstandard)"
+        ) from None
+    return zstandard
+
+
+# -- one object's way of storing -------------------------------------------------------
+class Codec:
+    """How one object stores its segments, bases and history files: `key`
+    seals what is written (None: not encrypted), `opener` opens what is
+    read, `zstd` compresses new segments."""
+
+    def __init__(
+        self,
+        oid: str,
+        *,
+        key: DataKey | None = None,
+        opener: Unsealer | None = None,
+        zstd: bool = False,
+    ) -> None:
+        self.oid = oid
+        self.key = key
+        self.opener = opener
+        self.zstd = zstd
+
+    @property
+    def encrypted(self) -> bool:
+        return self.opener is not None
+
+    @property
+    def plain(self) -> bool:
+        return self.opener is None and not self.zstd
+
+    def with_key(self, key: DataKey, opener: Unsealer) -> Codec:
+        return Codec(self.oid, key=key, opener=opener, zstd=self.zstd)
+
+    # segments and small files, in memory
+    def encode(self, name: str, data: bytes, *, compressible: bool = True) -> bytes:
+        zstd = self.zstd and compressible
+        body = compress(data) if zstd else data
+        if self.key is None:
+            return body
+        flags = FLAG_ZSTD if zstd else 0
+        return b"".join(seal_chunks(self.key, self.oid, name, [body], flags=flags))
+
+    def decode(self, name: str, stored: bytes, *, what: str = "WAL segment") -> bytes:
+        if self.opener is not None:
+            body = b"".join(self.opener.open_chunks(self.oid, name, [stored], what=what))
+            if self.opener.flags(stored) & FLAG_ZSTD:
+                return decompress(body, name)
+            return body
+        if is_sealed(stored):
+            raise Corrupt(
+                f"{what} {name} is sealed (encrypted), yet the head declares no encryption; "
+                "not used"
+            )
+        if stored[:4] == ZSTD_MAGIC:
+            return decompress(stored, name)
+        return stored
+
+    # bases, streamed
+    def seal_file(self, name: str, chunks: Iterable[bytes], out: BinaryIO) -> None:
+        """Write the sealed blob of `chunks` to `out`, flushing each piece
+        (a reader may be uploading the file while it grows)."""
+        assert self.key is not None
+        for piece in seal_chunks(self.key, self.oid, name, chunks):
+            out.write(piece)
+            out.flush()
+
+    def open_file(self, name: str, src: str, dst: str, *, what: str = "base checkpoint") -> None:
+        """Write the plaintext of the sealed file `src` to `dst`."""
+        assert self.opener is not None
+        with open(src, "rb") as handle, open(dst, "wb") as out:
+            pieces = iter(lambda: handle.read(SEAL_CHUNK + TAG), b"")
+            for plain in self.opener.open_chunks(self.oid, name, pieces, what=what):
+                out.write(plain)
+
+
+def plain_codec(oid: str) -> Codec:
+    """The V1 codec: every blob stored as it is."""
+    return Codec(oid)
