@@ -1,5 +1,6 @@
 """The heartbeat: one scheduler for every writer in the process renews each
-one's lease, and checks an idle buffer's age for the auto-flush in between.
+one's lease, and checks an idle buffer's age for the auto-flush in between;
+the same scheduler polls the heads that followers follow (`follow.py`).
 
 It only keeps time. What one beat does (renew, or fence the writer whose
 lease ran out unrenewed) is the state machine's `_beat`, and what one check

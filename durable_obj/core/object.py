@@ -31,7 +31,8 @@ the reads in `queries.py`, the engine, scratch folder and statement gates in
 `gate/pipeline.py`), the heartbeat
 thread in `heartbeat.py`, export in `export.py`, the buffer and who is owed
 a flush() answer in `pending.py`, the read-only properties and the entry
-gates in `surface.py`, the warning for an object left open in `unclosed.py`.
+gates in `surface.py`, the warning for an object left open in `unclosed.py`,
+a follower's shared poll in `follow.py`, the change feed in `feed.py`.
 """
 
 from __future__ import annotations
