@@ -4,8 +4,8 @@ head per interval, while a writer commits; and what they cost idle.
 
 The big test runs a writer flushing FLUSHES times at random small intervals
 (a checkpoint in the middle) against two followers sharing one poll, a
-change-feed consumer, and (on the folder store) a follower in another
-process. A follower's view may skip seqs that landed within one interval;
+change-feed consumer, and a follower in another process, on a folder and on
+an S3 server. A follower's view may skip seqs that landed within one interval;
 what it must do is move forward only, show at every seq it reports exactly
 the state committed at that seq, and reach the last one.
 """
@@ -112,12 +112,10 @@ def _soak(target: tuple[str, dict[str, Any]], stack: contextlib.ExitStack) -> No
 
     consumer = threading.Thread(target=consume, daemon=True)
     consumer.start()
-    child = None
-    if not options:  # the folder store: a follower in another process too
-        child = stack.enter_context(
-            _proc.Script("follower", {"url": url, "interval": 0.02, "until": final, "query": COUNT})
-        )
-        assert child.next_marked(PATIENCE) == {"ready": start}
+    # a follower in another process too
+    params = {"url": url, "options": options, "interval": 0.02, "until": final, "query": COUNT}
+    child = stack.enter_context(_proc.Script("follower", params))
+    assert child.next_marked(PATIENCE) == {"ready": start}
 
     counts = {start: 0}
     statements = {}
@@ -147,12 +145,11 @@ def _soak(target: tuple[str, dict[str, Any]], stack: contextlib.ExitStack) -> No
             assert c.statements[0].endswith(statements[c.seq].split(" VALUES")[1])
         else:
             assert c.kind == "checkpoint" and c.statements == ()
-    if child is not None:
-        got = child.next_marked(PATIENCE)
-        assert got["seq"] == final
-        seen = [(seq, int(text)) for seq, text in got["seen"]]
-        assert [s for s, _ in seen] == sorted({s for s, _ in seen}) and seen[-1][0] == final
-        assert all(count == counts[seq] for seq, count in seen)
+    got = child.next_marked(PATIENCE)
+    assert got["seq"] == final
+    seen = [(seq, int(text)) for seq, text in got["seen"]]
+    assert [s for s, _ in seen] == sorted({s for s, _ in seen}) and seen[-1][0] == final
+    assert all(count == counts[seq] for seq, count in seen)
     for obj in followers:
         assert obj.seq == final and obj.query(COUNT) == f"{FLUSHES}\n"
         poll = obj._follow_poll
@@ -205,13 +202,23 @@ def test_an_idle_follower_costs_one_conditional_read_per_interval_and_no_listing
         for _ in range(4):
             assert poll._beat() is True
         assert counting.calls == [("get_if_changed", "o/head.json")] * 4
+        # a second follower of the object joins the same poll: still one read per beat
+        other = durable_obj.Namespace(counting, follow=3600).open("o", read_only=True)
+        assert other._follow_poll is poll
+        counting.calls.clear()
+        assert poll._beat() is True
+        assert counting.calls == [("get_if_changed", "o/head.json")]
         with ns.open("o") as obj:
             obj.execute("INSERT INTO m VALUES (2)")
         counting.calls.clear()
         assert poll._beat() is True
         assert counting.calls[0] == ("get_if_changed", "o/head.json")
-        assert [op for op, _ in counting.calls[1:]] == ["get_many"]  # the one new segment
+        # the one new segment, read by each follower into its own copy
+        assert [op for op, _ in counting.calls[1:]] == ["get_many", "get_many"]
         assert reader.seq == 2 and reader.query(COUNT) == "2\n"
+        assert other.seq == 2  # from the head the poll read: one read for both
+        assert counting.calls.count(("get_if_changed", "o/head.json")) == 1
+        other.close()
 
 
 @pytest.mark.slow
