@@ -36,7 +36,7 @@ durable_obj runs with folding off, as in run.py. With --latency-ms every S3
 request of every variant goes through benchmarks/s3proxy.py, which waits that
 long first; by default the S3 figures are taken at +0 and at +20 ms on one
 SeaweedFS. Raw samples go to benchmarks/results/sealing-<time>.json.
-On a busy 2-core machine the full run took ~14 min, --quick ~11 min.
+On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
 """
 
 from __future__ import annotations
