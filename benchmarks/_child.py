@@ -3,7 +3,8 @@
     python benchmarks/_child.py '{"impl": "durable_obj", "phase": "open", ...}'
 
 The spec names the implementation ("durable_obj", "chdb.durable" or "raw" for
-chdb with no durability), the store ({"kind": "local", "root": ...} or
+chdb with no durability; durable_obj optionally with "key_hex", a StaticKey,
+and "compression": "zstd"), the store ({"kind": "local", "root": ...} or
 {"kind": "s3", "endpoint", "key", "secret", "bucket", "prefix"}), the object
 id and the phase. chdb.durable reads its S3 endpoint and keys from the
 environment the parent sets (CHDB_DURABLE_S3_ENDPOINT, AWS_*).
@@ -67,6 +68,11 @@ def namespace(**extra: Any) -> Any:
             "client_kwargs": {"region_name": "us-east-1"},
         }
     storage.update(extra)
+    # bench_sealing.py's variants: a StaticKey (hex) and/or a zstd WAL
+    if SPEC.get("key_hex"):
+        options["encryption"] = durable_obj.StaticKey(SPEC["key_hex"])
+    if SPEC.get("compression"):
+        options["compression"] = SPEC["compression"]
     return durable_obj.Namespace(url, owner="bench", storage_options=storage, **options)
 
 

@@ -12,6 +12,7 @@
     python benchmarks/run.py --only async    # the event loop's tick gap (bench_async.py)
     python benchmarks/run.py --only multi    # many objects in one process (bench_multi.py)
     python benchmarks/run.py --only langgraph   # saver and store vs SQLite (bench_langgraph.py)
+    python benchmarks/run.py --only sealing  # encrypted and zstd vs plain (bench_sealing.py)
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -52,6 +53,16 @@ from _common import RESULTS, Report, s3_bench, s3_env
 from _run_figures import GOAL_LIST_OBJECTS, LARGE, MILLION, Bench
 
 
+def stores_args(args: argparse.Namespace) -> list[str]:
+    """The stores, S3 server, latency and results folder, for an own group's script."""
+    out = ["--stores", args.stores, "--results", args.results]
+    out += ["--latency-ms", str(args.latency_ms)] if args.latency_ms else []
+    if args.endpoint:
+        out += ["--endpoint", args.endpoint, "--key", args.key, "--secret", args.secret]
+        out += ["--bucket", args.bucket]
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -88,8 +99,9 @@ def main() -> None:
         default="writes,bases,segments,wal,list",
         help="comma list of figure groups: writes, bases, segments, wal, list (default: all); "
         "async (benchmarks/bench_async.py, durable_obj alone, local folder), multi "
-        "(benchmarks/bench_multi.py, many objects in one process) and langgraph "
-        "(benchmarks/bench_langgraph.py, against the SQLite saver and store) only when named",
+        "(benchmarks/bench_multi.py, many objects in one process), langgraph "
+        "(benchmarks/bench_langgraph.py, against the SQLite saver and store) and sealing "
+        "(benchmarks/bench_sealing.py, encrypted and zstd objects against plain) only when named",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -99,7 +111,7 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    own = {"async", "multi", "langgraph"}  # each its own script and table
+    own = {"async", "multi", "langgraph", "sealing"}  # each its own script and table
     unknown = args.only - {"writes", "bases", "segments", "wal", "list", *own}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
@@ -135,26 +147,24 @@ def main() -> None:
         f"bases of {LARGE:,}+ rows: {args.large_repeat} checkpoint(s) and open(s) each",
     ]
     started = time.perf_counter()
-    # async and multi: each its own table, from its own script in a fresh process
+    # async, multi, langgraph, sealing: each its own table, from its own script in a fresh process
     size = ["--smoke"] if args.smoke else ["--quick"] if args.quick else []
     here = os.path.dirname(os.path.abspath(__file__))
     if "async" in args.only:
         bench_async = os.path.join(here, "bench_async.py")
         subprocess.run([sys.executable, bench_async, *size, "--results", args.results], check=True)
     if "multi" in args.only:
-        multi = [*size, "--stores", args.stores, "--results", args.results]
-        multi += ["--latency-ms", str(args.latency_ms)] if args.latency_ms else []
-        if args.endpoint:
-            multi += ["--endpoint", args.endpoint, "--key", args.key, "--secret", args.secret]
-            multi += ["--bucket", args.bucket]
         bench_multi = os.path.join(here, "bench_multi.py")
-        subprocess.run([sys.executable, bench_multi, *multi], check=True)
+        subprocess.run([sys.executable, bench_multi, *size, *stores_args(args)], check=True)
     if "langgraph" in args.only:
         graph = ["--smoke"] if args.smoke else []
         if "s3" in stores and not args.endpoint:  # SeaweedFS at +0 ms, then +20 (or +N)
             graph += ["--latency-ms", "0", "--latency-ms", str(args.latency_ms or 20.0)]
         bench_graph = os.path.join(here, "bench_langgraph.py")
         subprocess.run([sys.executable, bench_graph, *graph, "--results", args.results], check=True)
+    if "sealing" in args.only:  # SeaweedFS at +0 ms, then +20 (or at --latency-ms alone)
+        bench_seal = os.path.join(here, "bench_sealing.py")
+        subprocess.run([sys.executable, bench_seal, *size, *stores_args(args)], check=True)
     if not args.only - own:
         return
     raw = True

@@ -128,6 +128,39 @@ def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> N
     assert len(set(hits.values())) == 1 and next(iter(hits.values())) > 0, hits
 
 
+#: bench_sealing.py's rows per store: (metric prefix, variants over plain).
+SEALING_ROWS = {
+    "flush, 1 buffered": ("encrypted", "encrypted+zstd"),
+    "flush, 10 buffered": ("encrypted", "encrypted+zstd"),
+    "flush, 100 buffered": ("encrypted", "encrypted+zstd"),
+    "checkpoint, 200 rows": ("encrypted", "encrypted+zstd"),
+    "cold open, 200 rows": ("encrypted", "encrypted+zstd"),
+    "WAL bytes, 20 stmts": ("encrypted", "zstd", "encrypted+zstd"),
+}
+
+
+def test_bench_sealing_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    """`run.py --only sealing --smoke` (benchmarks/bench_sealing.py): plain,
+    encrypted and encrypted+zstd objects beside chdb.durable, on a folder
+    and on SeaweedFS through the latency proxy."""
+    proc = bench(
+        "run.py", "--only", "sealing", "--smoke", "--latency-ms", "1", "--results", str(tmp_path)
+    )
+    (written,) = tmp_path.glob("sealing-*.json")
+    rows = json.loads(written.read_text())["rows"]
+    assert {row["store"] for row in rows} == {"local", "s3+1ms"}
+    for store in ("local", "s3+1ms"):
+        for metric, variants in SEALING_ROWS.items():
+            got = [r for r in rows if r["store"] == store and r["metric"].startswith(metric)]
+            assert [r["variant"] for r in got] == list(variants), (store, metric)
+    for row in rows:
+        assert all(math.isfinite(row[f]) for f in ("ours", "theirs", "chdb")), row
+        if row["metric"].startswith("WAL bytes"):  # sizes, not timings: exact
+            compressed = "zstd" in row["variant"]
+            assert (row["ours"] < row["theirs"]) == compressed, row
+    assert "--smoke: a check that every figure group runs" in proc.stdout
+
+
 def test_bench_history_smoke_run(tmp_path: Path) -> None:
     """benchmarks/bench_history.py --smoke: opening a past point (that only a
     history archive names) beside opening the head, on a local folder."""

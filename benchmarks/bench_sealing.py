@@ -1,0 +1,333 @@
+"""Encryption and the zstd WAL (issue 29): what they cost against a plain object.
+
+    python benchmarks/bench_sealing.py                 # folder + SeaweedFS at +0 and +20 ms
+    python benchmarks/bench_sealing.py --quick         # 10k rows, fewer repeats
+    python benchmarks/bench_sealing.py --smoke         # tiny, 4 children at once: runs only
+    python benchmarks/bench_sealing.py --stores s3 --latency-ms 20   # one distant store
+    python benchmarks/bench_sealing.py --only flush,wal              # some figure groups
+    python benchmarks/run.py --only sealing --quick    # the same, from run.py
+
+durable_obj in three variants, the same `_child.py` phases as run.py with
+only the object's options changed: `plain`, `encrypted`
+(`encryption=durable_obj.StaticKey(<32 random bytes>)`) and
+`encrypted+zstd` (and `compression="zstd"`); for the WAL bytes also `zstd`
+alone. The key is random, made for the run and handed to each child on its
+command line. chdb.durable (no encryption, no compression) runs beside them as the
+house baseline: its figure is printed next to every ratio.
+
+Figure groups (--only), each in fresh processes, the variants' order rotated
+every repetition so that noise from the machine spreads over all of them:
+
+* `flush`: flush latency of 1, 10 and 100 buffered agent-memory INSERTs
+  (`_workload.row_sql`: ~200 bytes of text, a 256-dim embedding); --repeat
+  processes per variant, each 3 x --flushes flushes of 1 and of 10 and
+  --flushes of 100. Median. Goal: encrypted / plain <= 1.05.
+* `bases`: --rows rows (100,000; run.py's hashed bulk rows) loaded and
+  checkpointed --checkpoints times (median), then cold-opened read-only in a
+  fresh process (from before the library import to open() returned;
+  --opens samples, chdb.durable one at >= 100k rows: it takes ~30 s there).
+  Goals: <= 1.10 of plain for both.
+* `wal`: the WAL bytes of --statements (1,000) agent-memory INSERTs in
+  flushes of 10 (the sizes the head's manifest records for its segments).
+  Exact: one run, on the folder and on the first S3 run only (the bytes do
+  not depend on the latency). Goal: zstd / plain <= 0.4.
+
+durable_obj runs with folding off, as in run.py. With --latency-ms every S3
+request of every variant goes through benchmarks/s3proxy.py, which waits that
+long first; by default the S3 figures are taken at +0 and at +20 ms on one
+SeaweedFS. Raw samples go to benchmarks/results/sealing-<time>.json.
+On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _common import RESULTS, Report, Row, S3Server, fmt, median, s3_bench, s3_env, seaweed
+from _run_figures import Bench
+
+GROUPS = ("flush", "bases", "wal")
+BASELINE = "chdb.durable"
+#: The spec each variant adds to a `_child.py` spec (the key is filled in by main).
+VARIANTS: dict[str, dict[str, Any]] = {
+    "plain": {},
+    "encrypted": {"key_hex": None},
+    "zstd": {"compression": "zstd"},
+    "encrypted+zstd": {"key_hex": None, "compression": "zstd"},
+}
+TIMED = ("plain", "encrypted", "encrypted+zstd", BASELINE)  # flush, checkpoint, open
+SIZED = ("plain", "encrypted", "zstd", "encrypted+zstd", BASELINE)  # WAL bytes
+GOAL_FLUSH = 1.05  # encrypted flush over plain
+GOAL_BASE = 1.10  # encrypted checkpoint and cold open over plain
+GOAL_WAL = 0.4  # zstd WAL bytes over plain
+GOAL_ROWS = 100_000  # the size the base goals are set at
+LARGE = 100_000  # from here chdb.durable's cold open is sampled once
+PER_FLUSH = 10  # statements per flush in the WAL-bytes figure
+
+
+@dataclass
+class SealRow(Row):
+    """One variant's figure (`ours`) over plain's (`theirs`), beside chdb.durable's."""
+
+    variant: str = ""
+    chdb: float = math.nan
+
+
+class SealReport(Report):
+    def table(self) -> str:
+        head = (
+            f"{'store':<9}{'metric':<30}{'unit':<6}{'variant':<16}{'figure':>10}{'plain':>10}"
+            f"{'ratio':>8}  {'goal':<8}{'':<9}{BASELINE:>12}"
+        )
+        lines = [head.rstrip(), "-" * len(head)]
+        for r in self.rows:
+            assert isinstance(r, SealRow)
+            goal = f"<={r.goal:g}" if r.goal is not None else ""
+            ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
+            lines.append(
+                f"{r.store:<9}{r.metric:<30}{r.unit:<6}{r.variant:<16}{fmt(r.ours):>10}"
+                f"{fmt(r.theirs):>10}{ratio:>8}  {goal:<8}{r.verdict:<9}{fmt(r.chdb):>12}"
+                f"  {r.note}".rstrip()
+            )
+        return "\n".join(lines)
+
+
+def rotated(names: Sequence[str], rep: int) -> list[str]:
+    """`names`, starting at a different one each repetition."""
+    k = rep % len(names)
+    return [*names[k:], *names[:k]]
+
+
+class SealBench(Bench):
+    """The three figure groups on one store; run.py's Bench for the plumbing
+    (children, samples, the head), its rows our own."""
+
+    def __init__(self, *pos: Any, keys: dict[str, dict[str, Any]], **kw: Any) -> None:
+        super().__init__(*pos, **kw)
+        self.variants = keys
+
+    @staticmethod
+    def name(oid: str, variant: str) -> str:
+        return f"{oid}-{variant.replace('+', '-').replace('.', '-')}"
+
+    def run(self, variant: str, phase: str, oid: str, **params: Any) -> dict[str, Any]:
+        impl = BASELINE if variant == BASELINE else "durable_obj"
+        extra = {} if variant == BASELINE else self.variants[variant]
+        return self.child(impl, phase, self.name(oid, variant), **extra, **params)
+
+    def children(self, calls: list[tuple[str, str, str, dict[str, Any]]]) -> list[dict[str, Any]]:
+        """`run` each (variant, phase, oid, params) in turn; --jobs at once in
+        a smoke run (whose figures mean nothing: it only has to run)."""
+        if self.args.jobs <= 1:
+            return [self.run(v, phase, oid, **params) for v, phase, oid, params in calls]
+        with ThreadPoolExecutor(self.args.jobs) as pool:
+            return list(pool.map(lambda c: self.run(c[0], c[1], c[2], **c[3]), calls))
+
+    def add(self, metric: str, unit: str, key: str, goals: dict[str, float | None]) -> None:
+        """A row per variant in `goals` (its goal over plain), plain and chdb.durable beside."""
+        figures = {name: median(self.samples[key].get(name, [])) for name in SIZED}
+        for variant, goal in goals.items():
+            note = f"n={len(self.samples[key][variant])}" if unit != "KiB" else ""
+            self.report.add(
+                SealRow(
+                    self.label,
+                    metric,
+                    unit,
+                    figures[variant],
+                    figures["plain"],
+                    goal=goal,
+                    note=note,
+                    variant=variant,
+                    chdb=figures[BASELINE],
+                )
+            )
+
+    def flushes(self) -> None:
+        start = time.perf_counter()
+        n = {"executes": 0, "flushes": self.args.flushes}
+        calls = [
+            (variant, "write", f"flush{rep}", n)
+            for rep in range(self.args.repeat)
+            for variant in rotated(TIMED, rep)
+        ]
+        for (variant, *_), got in zip(calls, self.children(calls), strict=True):
+            for size in (1, 10, 100):
+                self.keep(f"flush_{size}_ms", variant, got[f"flush_{size}_ms"])
+        self.progress("flushes", start)
+        for size in (1, 10, 100):
+            key = f"flush_{size}_ms"
+            self.add(f"flush, {size} buffered", "ms", key, dict.fromkeys(TIMED[1:3], GOAL_FLUSH))
+
+    def bases(self) -> None:
+        rows, ckpts = self.args.rows, self.args.checkpoints
+        start = time.perf_counter()
+        n = {"rows": rows, "checkpoints": ckpts}
+        calls = [(variant, "load", "base", n) for variant in TIMED]
+        for (variant, *_), got in zip(calls, self.children(calls), strict=True):
+            self.keep("checkpoint_ms", variant, got["checkpoint_ms"])
+        self.progress(f"{rows:,} rows: load + checkpoints", start)
+        calls = [
+            (variant, "open", "base", {})
+            for rep in range(self.args.opens)
+            for variant in rotated(TIMED, rep)
+            if not (variant == BASELINE and rep and rows >= LARGE)  # ~30 s each
+        ]
+        for (variant, *_), got in zip(calls, self.children(calls), strict=True):
+            if got["rows"] != rows + ckpts - 1:  # each later checkpoint adds a row
+                raise RuntimeError(f"{variant} opened {got['rows']} rows, not {rows}")
+            self.keep("open_s", variant, [got["open_ms"] / 1e3])
+        self.progress(f"{rows:,} rows: cold opens", start)
+        goals = dict.fromkeys(TIMED[1:3], GOAL_BASE)
+        self.add(f"checkpoint, {rows:,} rows", "ms", "checkpoint_ms", goals)
+        self.add(f"cold open, {rows:,} rows", "s", "open_s", goals)
+
+    def wal(self) -> None:
+        statements = self.args.statements
+        start = time.perf_counter()
+        segments = statements // PER_FLUSH
+        n = {"create": True, "segments": segments, "statements": PER_FLUSH}
+        calls = [(variant, "append", "wal", n) for variant in SIZED]
+        for (variant, *_), got in zip(calls, self.children(calls), strict=True):
+            refs = self.head(self.name("wal", variant))["manifest"]["wal"]
+            if len(refs) != segments + 1:  # the CREATE TABLE's segment first
+                raise RuntimeError(f"{variant}: {len(refs)} segments, not {segments + 1}")
+            self.keep("wal_kib", variant, [sum(ref["size"] for ref in refs[1:]) / 1024])
+            self.keep("append_ms", variant, [got["append_ms"] / segments])
+        self.progress(f"WAL of {statements:,} statements", start)
+        metric = f"WAL bytes, {statements:,} stmts/{PER_FLUSH}"
+        goals = {"encrypted": None, "zstd": GOAL_WAL, "encrypted+zstd": GOAL_WAL}
+        self.add(metric, "KiB", "wal_kib", goals)
+
+    def all(self, raw: bool = False, *, wal: bool = True) -> None:
+        """Every figure group named by --only (`wal`: also the WAL bytes)."""
+        for group, figure in (("flush", self.flushes), ("bases", self.bases), ("wal", self.wal)):
+            if group in self.args.only and (wal or group != "wal"):
+                figure()
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="10k rows, fewer repeats")
+    parser.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
+    parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
+    parser.add_argument("--only", default=",".join(GROUPS), help=f"comma list of {GROUPS}")
+    parser.add_argument("--repeat", type=int, help="flush processes per variant (6)")
+    parser.add_argument("--flushes", type=int, help="flushes of 100 per process (3x of 1, 10)")
+    parser.add_argument("--rows", type=int, help=f"rows of the checkpointed base ({GOAL_ROWS:,})")
+    parser.add_argument("--checkpoints", type=int, help="checkpoints per variant (3)")
+    parser.add_argument("--opens", type=int, help="cold opens per variant (3)")
+    parser.add_argument("--statements", type=int, help="statements in the WAL figure (1,000)")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        action="append",
+        help="added per S3 request; repeat for several S3 runs (default: 0 and 20)",
+    )
+    parser.add_argument(
+        "--jobs", type=int, help="children at once (1; --smoke: 4, as it measures nothing)"
+    )
+    parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
+    parser.add_argument("--key", default="")
+    parser.add_argument("--secret", default="")
+    parser.add_argument("--bucket", default="")
+    parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    args = parser.parse_args(argv)
+    args.only = {g.strip() for g in args.only.split(",") if g.strip()}
+    if args.only - set(GROUPS):
+        parser.error(f"--only: unknown group(s) {', '.join(sorted(args.only - set(GROUPS)))}")
+
+    def pick(name: str, smoke: Any, quick: Any, full: Any) -> None:
+        if getattr(args, name) is None:
+            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
+
+    pick("repeat", 1, 4, 6)
+    pick("flushes", 1, 2, 3)
+    pick("rows", 200, 10_000, GOAL_ROWS)
+    pick("checkpoints", 1, 3, 3)
+    pick("opens", 1, 3, 3)
+    pick("statements", 2 * PER_FLUSH, 500, 1000)
+    pick("jobs", 4, 1, 1)
+    pick("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0])
+    return args
+
+
+@contextlib.contextmanager
+def s3_servers(args: argparse.Namespace) -> Iterator[Iterator[Any]]:
+    """One S3 server (--endpoint, or a SeaweedFS started here), behind a
+    latency proxy per --latency-ms in turn."""
+    with contextlib.ExitStack() as stack:
+        server = (
+            S3Server(args.endpoint, args.key, args.secret, args.bucket)
+            if args.endpoint
+            else stack.enter_context(seaweed())
+        )
+
+        def each() -> Iterator[Any]:
+            for ms in args.latency_ms:
+                with s3_bench(
+                    server.endpoint, server.key, server.secret, server.bucket, ms, "seal"
+                ) as s3:
+                    yield ms, s3
+
+        yield each()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    report = SealReport("sealing", {k: v for k, v in vars(args).items() if k != "secret"})
+    secret = os.urandom(32).hex()  # one StaticKey for the run, never written anywhere
+    keys = {
+        name: {k: secret if k == "key_hex" else v for k, v in extra.items()}
+        for name, extra in VARIANTS.items()
+    }
+    report.notes += [
+        "ratio = variant / plain durable_obj: below 1 is faster or smaller; "
+        f"{BASELINE}: the same figure of chdb.durable (which has neither encryption nor zstd)",
+        f"flush: {args.repeat} fresh processes per variant, order rotated; each "
+        f"{3 * args.flushes} flushes of 1 and of 10, {args.flushes} of 100; median of all",
+        f"bases: {args.rows:,} rows, {args.checkpoints} checkpoint(s) per variant; "
+        f"{args.opens} cold open(s) each, fresh process, read-only"
+        + (f" ({BASELINE}: 1)" if args.rows >= LARGE else ""),
+        f"WAL bytes: {args.statements:,} agent-memory INSERTs in flushes of {PER_FLUSH}, "
+        "the segment sizes the head records",
+        "durable_obj with folding off; encrypted: StaticKey (AES-256-GCM, a data key per "
+        "checkpoint); zstd at level 3",
+    ]
+    if args.rows != GOAL_ROWS and "bases" in args.only:
+        report.notes.append(f"the base goals are set at {GOAL_ROWS:,} rows, not {args.rows:,}")
+    started = time.perf_counter()
+    if "local" in stores:
+        with tempfile.TemporaryDirectory(prefix="bench-seal-") as root:
+            store = {"kind": "local", "root": root}
+            SealBench("local", store, None, args, report, keys=keys).all()
+    if "s3" in stores:
+        with s3_servers(args) as runs:
+            for i, (ms, s3) in enumerate(runs):
+                report.notes.append(s3.note)
+                label = f"s3+{ms:g}ms" if ms else "s3"
+                env = s3_env(s3.target)
+                # the WAL's bytes do not depend on the latency: once per server
+                bench = SealBench(label, s3.store, env, args, report, s3=s3.server, keys=keys)
+                bench.all(wal=i == 0)
+    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
+    if args.smoke:
+        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
+    report.print()
+    print(f"\nwrote {report.write(args.results)}")
+
+
+if __name__ == "__main__":
+    main()
