@@ -29,7 +29,7 @@ from durable_obj.errors import (
 )
 from durable_obj.gate import reach
 from durable_obj.gate.replay import Replayer
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, file_digest, verify, verify_bytes
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -186,12 +186,11 @@ class Fetches:
                 "changed."
             )
         if self._codec.encrypted:
-            # Checked as stored first (a cut or swapped base says so), then
-            # opened chunk by chunk: every tag holds before RESTORE sees a byte.
+            # Opened chunk by chunk while hashed as stored, in one pass: every
+            # tag, the size and the SHA-256 hold before RESTORE sees a byte.
             try:
-                done = Digested(file_digest(part))
+                done = Digested(self._codec.open_file(ref.key, part, path))  # one pass
                 verify(*done.result(), ref, "base checkpoint")
-                self._codec.open_file(ref.key, part, path)
             except BaseException:
                 if os.path.exists(path):
                     os.unlink(path)  # what verified before a bad chunk is never used

@@ -32,6 +32,7 @@ was written, and a codec refuses a blob that is not what its head promises
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 from collections.abc import Iterable, Iterator
@@ -111,13 +112,37 @@ def seal_chunks(
     header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
     aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
     yield header
-    index, pending = 0, b""
+    index, pending = 0, _Window()
     for piece in chunks:
-        pending += piece
+        pending.feed(piece)
         while len(pending) > size:  # keep one back: the last chunk is marked
-            yield aead.encrypt(_nonce(prefix, index, False), pending[:size], aad)
-            pending, index = pending[size:], index + 1
-    yield aead.encrypt(_nonce(prefix, index, True), pending, aad)
+            yield aead.encrypt(_nonce(prefix, index, False), pending.take(size), aad)
+            index += 1
+    yield aead.encrypt(_nonce(prefix, index, True), pending.take(len(pending)), aad)
+
+
+class _Window:
+    """Bytes arriving in pieces of any size, taken from the front in others,
+    as zero-copy views where they can be: a piece is copied only to join
+    what was left of the one before (slicing a growing bytes object would
+    copy the rest at every take, quadratic in a large blob)."""
+
+    def __init__(self) -> None:
+        self._data = memoryview(b"")
+        self._at = 0
+
+    def feed(self, piece: bytes) -> None:
+        rest = self._data[self._at :]
+        self._data = memoryview(bytes(rest) + piece) if len(rest) else memoryview(piece)
+        self._at = 0
+
+    def __len__(self) -> int:
+        return len(self._data) - self._at
+
+    def take(self, n: int) -> memoryview:
+        out = self._data[self._at : self._at + n]
+        self._at += len(out)
+        return out
 
 
 def is_sealed(data: bytes) -> bool:
@@ -146,18 +171,19 @@ class Unsealer:
         order; `Corrupt` naming `name` and the key at the first bad byte,
         a missing end, or a header that is not ours. The last chunk is
         yielded only after its tag holds, and nothing follows it."""
-        buf = b""
+        buf = _Window()
         it = iter(pieces)
         for piece in it:
-            buf += piece
+            buf.feed(piece)
             if len(buf) >= HEADER_SIZE:
                 break
-        if len(buf) < HEADER_SIZE or buf[:4] != MAGIC:
+        header = bytes(buf.take(HEADER_SIZE))
+        if len(header) < HEADER_SIZE or header[:4] != MAGIC:
             raise Corrupt(
                 f"{what} {name} is not sealed, yet the object is encrypted (key "
                 f"{self.key_ref}); not used"
             )
-        _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(buf[:HEADER_SIZE])
+        _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(header)
         if version != VERSION or size <= 0 or size > 64 * SEAL_CHUNK:
             raise Corrupt(
                 f"{what} {name} has a sealed header this library cannot read (version "
@@ -169,9 +195,7 @@ class Unsealer:
                 f"{what} {name} is sealed under data key {key_id.hex()}, which the head's "
                 f"key list (under {self.key_ref}) does not hold; not used"
             )
-        header = buf[:HEADER_SIZE]
         aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
-        buf = buf[HEADER_SIZE:]
         index, step = 0, size + TAG
 
         def bad(why: str) -> Corrupt:
@@ -187,9 +211,9 @@ class Unsealer:
                 if more is None:
                     exhausted = True
                 else:
-                    buf += more
+                    buf.feed(more)
             last = exhausted and len(buf) <= step
-            sealed, buf = (buf, b"") if last else (buf[:step], buf[step:])
+            sealed = buf.take(len(buf) if last else step)
             if len(sealed) < TAG:
                 raise bad("it ends inside a chunk")
             try:
@@ -299,13 +323,25 @@ class Codec:
             out.write(piece)
             out.flush()
 
-    def open_file(self, name: str, src: str, dst: str, *, what: str = "base checkpoint") -> None:
-        """Write the plaintext of the sealed file `src` to `dst`."""
+    def open_file(
+        self, name: str, src: str, dst: str, *, what: str = "base checkpoint"
+    ) -> tuple[int, str]:
+        """Write the plaintext of the sealed file `src` to `dst`, in one pass
+        that also hashes what it reads: the size and SHA-256 of `src`."""
         assert self.opener is not None
+        digest, size = hashlib.sha256(), 0
+
+        def pieces(handle: BinaryIO) -> Iterator[bytes]:
+            nonlocal size
+            for piece in iter(lambda: handle.read(4 * SEAL_CHUNK), b""):
+                digest.update(piece)
+                size += len(piece)
+                yield piece
+
         with open(src, "rb") as handle, open(dst, "wb") as out:
-            pieces = iter(lambda: handle.read(SEAL_CHUNK + TAG), b"")
-            for plain in self.opener.open_chunks(self.oid, name, pieces, what=what):
+            for plain in self.opener.open_chunks(self.oid, name, pieces(handle), what=what):
                 out.write(plain)
+        return size, digest.hexdigest()
 
 
 def plain_codec(oid: str) -> Codec:
