@@ -33,9 +33,11 @@ was written, and a codec refuses a blob that is not what its head promises
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import struct
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, BinaryIO, Final
 
 from cryptography.exceptions import InvalidTag
@@ -327,20 +329,30 @@ class Codec:
         self, name: str, src: str, dst: str, *, what: str = "base checkpoint"
     ) -> tuple[int, str]:
         """Write the plaintext of the sealed file `src` to `dst`, in one pass
-        that also hashes what it reads: the size and SHA-256 of `src`."""
+        that also hashes what it reads (on a thread of its own, beside the
+        decryption: both release the GIL): the size and SHA-256 of `src`."""
         assert self.opener is not None
         digest, size = hashlib.sha256(), 0
+        hashing = ThreadPoolExecutor(1, thread_name_prefix="durable_obj-digest")
 
         def pieces(handle: BinaryIO) -> Iterator[bytes]:
             nonlocal size
-            for piece in iter(lambda: handle.read(4 * SEAL_CHUNK), b""):
-                digest.update(piece)
+            # the header alone, then whole sealed chunks: no piece is split
+            first = handle.read(HEADER_SIZE)
+            step = SEAL_CHUNK + TAG
+            if len(first) == HEADER_SIZE and first[:4] == MAGIC:
+                step = _HEADER.unpack(first)[6] + TAG
+            for piece in itertools.chain([first], iter(lambda: handle.read(4 * step), b"")):
+                hashing.submit(digest.update, piece)  # in order: one worker
                 size += len(piece)
                 yield piece
 
-        with open(src, "rb") as handle, open(dst, "wb") as out:
-            for plain in self.opener.open_chunks(self.oid, name, pieces(handle), what=what):
-                out.write(plain)
+        try:
+            with open(src, "rb") as handle, open(dst, "wb") as out:
+                for plain in self.opener.open_chunks(self.oid, name, pieces(handle), what=what):
+                    out.write(plain)
+        finally:
+            hashing.shutdown(wait=True)
         return size, digest.hexdigest()
 
 
