@@ -10,7 +10,14 @@ encrypted object's statements need its key (`--key-env`, `--key-file`,
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 import click
@@ -62,16 +69,44 @@ def tail_cmd(
     ns = Namespace(namespace, storage_options=storage_options, encryption=encryption)
     sess = session()
     try:
-        for change in ns.changes(oid, since, follow=not no_follow, poll=poll):
-            if as_json:
-                sess.echo(json.dumps(change.to_json(), ensure_ascii=False))
-                continue
-            who = f"gen {'-' if change.generation is None else change.generation}"
-            if change.owner:
-                who += f", {change.owner}"
-            stamp = histories.iso(change.committed_at) or "time unknown"
-            sess.echo(f"{change.seq}  {stamp}  {change.kind}  ({who})")
-            for sql in change.statements:
-                sess.echo(f"    {sql}")
+        with _ctrl_c_ends_it():
+            _print(sess, ns.changes(oid, since, follow=not no_follow, poll=poll), as_json)
     except KeyboardInterrupt:
         return  # Ctrl-C: the way a tail -f ends
+
+
+@contextlib.contextmanager
+def _ctrl_c_ends_it() -> Iterator[None]:
+    """Ctrl-C ends the process at once, with exit status 0, wherever the
+    main thread is: a tail only reads and prints whole lines, so there is
+    nothing to clean up, and a KeyboardInterrupt raised inside a store call
+    or a thread pool's wait could leave a worker the interpreter then waits
+    for at exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # a signal handler can only be set from the main thread
+        return
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        os._exit(0)
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _print(sess: Any, changes: Iterator[Any], as_json: bool) -> None:
+    for change in changes:
+        if as_json:
+            sess.echo(json.dumps(change.to_json(), ensure_ascii=False))
+            continue
+        who = f"gen {'-' if change.generation is None else change.generation}"
+        if change.owner:
+            who += f", {change.owner}"
+        stamp = histories.iso(change.committed_at) or "time unknown"
+        sess.echo(f"{change.seq}  {stamp}  {change.kind}  ({who})")
+        for sql in change.statements:
+            sess.echo(f"    {sql}")
