@@ -151,13 +151,6 @@ def is_sealed(data: bytes) -> bool:
     return data[:4] == MAGIC
 
 
-def sealed_key_id(header: bytes) -> str | None:
-    """The data key id a sealed blob names (hex), or None if it is not one."""
-    if len(header) < HEADER_SIZE or header[:4] != MAGIC:
-        return None
-    return _HEADER.unpack(header[:HEADER_SIZE])[3].hex()  # type: ignore[no-any-return]
-
-
 class Unsealer:
     """Opens sealed blobs whose header names one of `keys` (by id)."""
 
@@ -285,13 +278,6 @@ class Codec:
     def encrypted(self) -> bool:
         return self.opener is not None
 
-    @property
-    def plain(self) -> bool:
-        return self.opener is None and not self.zstd
-
-    def with_key(self, key: DataKey, opener: Unsealer) -> Codec:
-        return Codec(self.oid, key=key, opener=opener, zstd=self.zstd)
-
     # segments and small files, in memory
     def encode(self, name: str, data: bytes, *, compressible: bool = True) -> bytes:
         zstd = self.zstd and compressible
@@ -354,8 +340,3 @@ class Codec:
         finally:
             hashing.shutdown(wait=True)
         return size, digest.hexdigest()
-
-
-def plain_codec(oid: str) -> Codec:
-    """The V1 codec: every blob stored as it is."""
-    return Codec(oid)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-import time as _time
 import uuid
 from collections.abc import Iterator
 from datetime import timezone
@@ -21,22 +20,10 @@ from durable_obj.core import feed, ops
 from durable_obj.core.feed import Change
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import FaultyStore
+from tests.integration.test_history import FrozenClock
 
 DDL = "CREATE TABLE t (id UInt32) ENGINE = MergeTree ORDER BY id"
 DAY = 24 * 3600.0
-
-
-class FrozenClock:
-    """The wall clock commits are stamped with and the feed's window reads."""
-
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def time(self) -> float:
-        return self.now
-
-    monotonic = staticmethod(_time.monotonic)
-    sleep = staticmethod(_time.sleep)
 
 
 @pytest.fixture
