@@ -13,7 +13,7 @@ from durable_obj.cli.failures import Failure
 from durable_obj.cli.history import at_option, parse_at
 from durable_obj.cli.keys import SAME_KEY, key_options, new_key_options, to_key_options
 from durable_obj.cli.progress import progress_bar
-from durable_obj.cli.session import reclaim_option, session, storage_options, to_options
+from durable_obj.cli.session import session, storage_options, to_options, writer_options
 from durable_obj.cli.write import default_owner
 from durable_obj.core import ops
 from durable_obj.service.namespace import split_destination
@@ -21,13 +21,7 @@ from durable_obj.service.namespace import split_destination
 
 @cli.command("checkpoint")
 @click.argument("object_url")
-@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
-)
-@reclaim_option
+@writer_options
 @key_options
 @storage_options
 def checkpoint_cmd(
@@ -180,13 +174,7 @@ def _destination_key(dst_encryption: Any) -> dict[str, Any]:
 
 @cli.command("rotate-key")
 @click.argument("object_url")
-@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
-)
-@reclaim_option
+@writer_options
 @key_options
 @new_key_options
 @storage_options

@@ -99,6 +99,20 @@ def reclaim_option(f: F) -> F:
     )(f)
 
 
+def writer_options(f: F) -> F:
+    """`--owner`, `--force` and `--reclaim`: how a command that writes takes
+    the lease."""
+    f = reclaim_option(f)
+    f = click.option(
+        "--force",
+        is_flag=True,
+        help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
+    )(f)
+    return click.option(
+        "--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST)."
+    )(f)
+
+
 def to_options(what: str) -> Callable[[F], F]:
     """The repeatable `-t/--to-option KEY=VALUE` option: storage options for
     the destination `what` (default: the `-o` options when it has the same

@@ -12,7 +12,7 @@ from durable_obj import DurableObject, Namespace
 from durable_obj.cli.app import cli, parse_object_url
 from durable_obj.cli.failures import Failure, cli_words, exit_code
 from durable_obj.cli.keys import key_options
-from durable_obj.cli.session import query_params, reclaim_option, session, storage_options
+from durable_obj.cli.session import query_params, session, storage_options, writer_options
 from durable_obj.errors import DurableError, NotFound
 from durable_obj.gate.params import placeholders
 
@@ -36,13 +36,7 @@ def _discard(obj: DurableObject) -> None:
 @cli.command("exec")
 @click.argument("object_url")
 @click.argument("statements", metavar="STATEMENT...", nargs=-1, required=True)
-@click.option("--owner", help="Name in the lease while this runs (default: durable-obj-cli@HOST).")
-@click.option(
-    "--force",
-    is_flag=True,
-    help="Take an unexpired lease: its holder is fenced and loses what it did not flush.",
-)
-@reclaim_option
+@writer_options
 @click.option("--create", is_flag=True, help="Create the object if it does not exist.")
 @click.option(
     "--allow-nondeterministic",
