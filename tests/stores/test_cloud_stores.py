@@ -25,7 +25,7 @@ import pytest
 
 from durable_obj.errors import BackendError, StoreAmbiguous
 from durable_obj.stores import Store, Version, open_store
-from durable_obj.testing.conformance import SharedStoreTests
+from durable_obj.testing.conformance import ProcessRaces, StoreContract, ThreadRaces
 
 pytestmark = pytest.mark.slow
 
@@ -47,7 +47,7 @@ def _root_of(url: str) -> tuple[str, str]:
     return proto, path
 
 
-class CloudStoreTests(SharedStoreTests):
+class CloudStoreTests(StoreContract):
     """The conformance suite plus error mapping, on one server fixture."""
 
     stream_bytes = 200 * 1024 * 1024
@@ -354,6 +354,10 @@ class S3StoreTests(TransportTests):
 
 
 class TestMotoS3(S3StoreTests):
+    """The contract without the one-winner races: moto's server is not
+    linearizable (two racers won one create in 4 of 400 rounds, and CI saw
+    it), so the same S3 code races on SeaweedFS below."""
+
     server_fixture = "moto_s3"
 
 
@@ -362,12 +366,12 @@ class TestMotoS3ClientWrites(S3StoreTests):
     writes = "client"
 
 
-class TestSeaweedS3ClientWrites(S3StoreTests):
+class TestSeaweedS3ClientWrites(S3StoreTests, ThreadRaces, ProcessRaces):
     server_fixture = "seaweed_s3"
     writes = "client"
 
 
-class TestSeaweedS3(S3StoreTests):
+class TestSeaweedS3(S3StoreTests, ThreadRaces, ProcessRaces):
     server_fixture = "seaweed_s3"
 
     def test_wrong_credentials(self, server: Server) -> None:
@@ -390,11 +394,11 @@ class TestSeaweedS3(S3StoreTests):
             store.close()
 
 
-class TestFakeGCS(CloudStoreTests):
+class TestFakeGCS(CloudStoreTests, ThreadRaces, ProcessRaces):
     server_fixture = "fake_gcs"
 
 
-class TestAzurite(TransportTests):
+class TestAzurite(TransportTests, ThreadRaces, ProcessRaces):
     """Azure's conditional Put Blob through obstore (azwrites) or, in
     `TestAzuriteClientWrites`, through the SDK (`DURABLE_OBJ_AZURE_WRITES=client`)."""
 
