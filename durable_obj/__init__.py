@@ -15,6 +15,8 @@ replaced only by compare-and-swap, with a fenced single-writer lease.
 
 from durable_obj import errors
 from durable_obj.aio import AsyncDurableObject, aopen
+from durable_obj.core.feed import Change
+from durable_obj.core.follow import Update
 from durable_obj.core.object import DurableObject, Result
 from durable_obj.errors import (
     BackendError,
@@ -25,6 +27,7 @@ from durable_obj.errors import (
     DurableError,
     EngineError,
     EngineIncompatible,
+    FeedGap,
     HostLost,
     InvalidArgument,
     KeyRefused,
@@ -52,6 +55,7 @@ __all__ = [
     "AwsKms",
     "BackendError",
     "Bounds",
+    "Change",
     "ClassificationRefused",
     "Closed",
     "CommitAmbiguous",
@@ -61,6 +65,7 @@ __all__ = [
     "EngineError",
     "EngineIncompatible",
     "EnvKey",
+    "FeedGap",
     "HostLost",
     "InvalidArgument",
     "KeyFile",
@@ -81,6 +86,7 @@ __all__ = [
     "StaticKey",
     "Timeout",
     "UnsupportedStore",
+    "Update",
     "aopen",
     "errors",
     "export",

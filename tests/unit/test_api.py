@@ -20,6 +20,7 @@ def test_all_is_pinned() -> None:
         "ProtocolUnsupported", "Result", "SecretRefused", "Timeout", "UnsupportedStore",
         "errors", "export", "fork", "open",
         "KeyRefused", "KeyProvider", "StaticKey", "EnvKey", "KeyFile", "AwsKms",
+        "Change", "FeedGap", "Update",
     }  # fmt: skip
     for name in durable_obj.__all__:
         assert hasattr(durable_obj, name)
