@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from durable_obj.core.pending import Pending
+from durable_obj.core.pending import Outgoing, Pending
 from durable_obj.replica import turn
 
 
@@ -72,9 +72,9 @@ class GroupCommit:
             with turn.released():
                 self._cond.wait()
 
-    def through(self, target: int, commit: Callable[[bytes], str]) -> str | None:
+    def through(self, target: int, commit: Callable[[Outgoing], str]) -> str | None:
         """Make every line before position `target` durable, with `commit`
-        (publish a payload, replace the head; returns the key) for a round
+        (publish the lines as a segment, replace the head; returns the key) for a round
         this call leads. Returns the key of the commit that covered `target`,
         or None if nothing needed committing (an earlier commit, or a
         checkpoint, covered it: `Pending.last_key` names it)."""
@@ -92,11 +92,11 @@ class GroupCommit:
                 continue
             if pending.start >= target:
                 return None
-            payload, upto = pending.take()
+            outgoing, upto = pending.take()
             current = self._round = _Round(upto)
             try:
                 with _released(self._lock):
-                    key = commit(payload)
+                    key = commit(outgoing)
             except BaseException as exc:
                 current.error = exc
                 raise

@@ -62,6 +62,7 @@ from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.replica.export import check_format, export_tables
 from durable_obj.replica.local import LocalCopy
 from durable_obj.wire import lease as leases
+from durable_obj.wire.keyring import is_compressed
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
@@ -112,7 +113,7 @@ class DurableObject(Queries, Durability):
             oid, url=self._w.url, mode=options.nondeterminism, timezone=options.timezone
         )
         self._local.gate.external = options.external_reads
-        self._buf = Pending()
+        self._buf = Pending(self._compresses)
         self._group = GroupCommit(self._lock, self._buf)
         self._diverged = False
         self._queued: list[Any] = []
@@ -126,6 +127,12 @@ class DurableObject(Queries, Durability):
 
     def __enter__(self) -> DurableObject:
         return self
+
+    def _compresses(self) -> bool:
+        """Whether the held head declares a zstd WAL (lines are then
+        compressed as they are buffered)."""
+        head = self._w.head
+        return head is not None and is_compressed(head)
 
     def __exit__(
         self,

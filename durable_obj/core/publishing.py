@@ -38,15 +38,18 @@ if TYPE_CHECKING:
 
 
 # -- a writer's commits -------------------------------------------------------------
-def commit_segment(writer: HeadWriter, payload: bytes, *, scratch: str | None) -> ObjectRef:
-    """Publish `payload` as the next WAL segment and commit it into the
-    head. On failure the manifest is as it was."""
+def commit_segment(
+    writer: HeadWriter, lines: list[bytes], *, frame: bytes | None = None, scratch: str | None
+) -> ObjectRef:
+    """Publish `lines` as the next WAL segment (`frame`: them compressed
+    already, if so) and commit it into the head. On failure the manifest is
+    as it was."""
     head = writer.head
     assert head is not None
     manifest = head.manifest
     seq = manifest.seq + 1
     key = mint_wal_key(head.lease.generation, seq)
-    payload = writer.codec().encode(key, payload)  # sealed and/or compressed, or as it is
+    payload = writer.codec().encode_lines(key, lines, frame)  # sealed and/or compressed, or joined
     size, sha256 = bytes_digest(payload)
     ref = _stamped(writer, key, size, sha256)
     publish(

@@ -36,6 +36,7 @@ from collections.abc import Iterator, Mapping
 
 from durable_obj.core import publishing
 from durable_obj.core.group import GroupCommit
+from durable_obj.core.pending import Outgoing
 from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
 from durable_obj.core.surface import Surface
@@ -342,14 +343,16 @@ class Units(Surface):
         self._maybe_fold()
         return key
 
-    def _commit_payload(self, payload: bytes) -> str:
-        """Publish `payload` as the next segment and commit it (lock released)."""
+    def _commit_payload(self, outgoing: Outgoing) -> str:
+        """Publish `outgoing` as the next segment and commit it (lock released)."""
         try:
-            ref = publishing.commit_segment(self._w, payload, scratch=self._local.work)
+            ref = publishing.commit_segment(
+                self._w, outgoing.lines, frame=outgoing.frame, scratch=self._local.work
+            )
         except LeaseFenced as exc:
             self._fenced_by(exc)
             raise
-        log.debug("%s: flushed %d statement(s) as %s", self.url, payload.count(b"\n"), ref.key)
+        log.debug("%s: flushed %d statement(s) as %s", self.url, len(outgoing.lines), ref.key)
         return ref.key
 
     def _maybe_fold(self, segments: int | None = None) -> None:

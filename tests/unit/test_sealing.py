@@ -45,6 +45,24 @@ def test_round_trip_at_any_chunk_size_and_read_size(plain: bytes, size: int, pie
     assert opened(blob, pieces=pieces) == plain
 
 
+@settings(max_examples=200)
+@given(
+    pieces=st.lists(st.binary(max_size=40), max_size=12),
+    size=st.integers(min_value=1, max_value=64),
+    cut=st.integers(min_value=0, max_value=400),
+)
+def test_lines_sealed_in_place_open_as_their_join(pieces: list[bytes], size: int, cut: int) -> None:
+    """A segment sealed from its lines (never joined) is the same format:
+    it opens to the lines' join, at the length `seal_chunks` gives, and a
+    cut of it is caught."""
+    blob = bytes(sealing.seal_pieces(KEY, OID, NAME, pieces, size=size))
+    plain = b"".join(pieces)
+    assert len(blob) == len(sealed(plain, size))
+    assert opened(blob) == plain
+    with pytest.raises(Corrupt):
+        opened(blob[: min(cut, len(blob) - 1)])
+
+
 @settings(max_examples=100)
 @given(plain=st.binary(min_size=1, max_size=120), data=st.data())
 def test_any_flipped_byte_is_corrupt(plain: bytes, data: st.DataObject) -> None:
