@@ -126,6 +126,35 @@ def phase_write() -> dict[str, Any]:
     return out
 
 
+def phase_write_variants() -> dict[str, Any]:
+    """`phase_write`'s flushes for several variants of one object (SPEC
+    "variants": name -> options for `namespace`) in one process, their
+    flushes interleaved and the order turned every round: a variant is
+    compared with the others under the same machine state, not with another
+    process's (on a shared machine a process's median flush varies by a third)."""
+    objs = {}
+    for name, extra in SPEC["variants"].items():
+        SPEC.update(key_hex=extra.get("key_hex"), compression=extra.get("compression"))
+        objs[name] = namespace().open(f"{SPEC['oid']}-{name.replace('+', '-')}")
+        objs[name].execute(DDL)
+        objs[name].flush()
+    names, n = list(objs), 100_000
+    out: dict[str, Any] = {}
+    for size in (1, 10, 100):
+        times: dict[str, list[float]] = {name: [] for name in names}
+        for turn in range(SPEC["flushes"] * (1 if size == 100 else 3)):
+            k = turn % len(names)
+            for name in names[k:] + names[:k]:
+                for _ in range(size):
+                    n += 1
+                    objs[name].execute(row_sql(n))
+                times[name].append(timed(objs[name].flush))
+        out[f"flush_{size}_ms"] = times
+    for obj in objs.values():
+        obj.close()
+    return out
+
+
 def phase_raw() -> dict[str, Any]:
     """The same INSERTs on a plain chdb connection: the floor under both."""
     import tempfile
@@ -359,6 +388,7 @@ def phase_ckpt_floor() -> dict[str, Any]:
 
 PHASES = {
     "write": phase_write,
+    "write_variants": phase_write_variants,
     "floor": phase_floor,
     "ckpt_floor": phase_ckpt_floor,
     "raw": phase_raw,
