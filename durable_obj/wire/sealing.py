@@ -104,6 +104,16 @@ def _nonce(prefix: bytes, index: int, last: bool) -> bytes:
     return prefix + struct.pack(">IB", index, 1 if last else 0)
 
 
+def _new_blob(
+    key: DataKey, oid: str, name: str, flags: int, size: int
+) -> tuple[bytes, bytes, AESGCM, bytes]:
+    """A new sealed blob's header, nonce prefix, cipher (its own subkey, from
+    a random salt) and associated data."""
+    salt, prefix = os.urandom(16), os.urandom(7)
+    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
+    return header, prefix, _subkey(key.secret, salt), header + _context(oid, name)
+
+
 def seal_chunks(
     key: DataKey,
     oid: str,
@@ -116,9 +126,7 @@ def seal_chunks(
     """The sealed blob of the plaintext `chunks` (any sizes), piece by piece:
     the header first, then each sealed chunk of `size` plaintext bytes (the
     header records it; tests use small ones)."""
-    salt, prefix = os.urandom(16), os.urandom(7)
-    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
-    aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
+    header, prefix, aead, aad = _new_blob(key, oid, name, flags, size)
     yield header
     index, pending = 0, _Window()
     for piece in chunks:
@@ -145,9 +153,7 @@ def seal_pieces(
     more in page faults than the cipher does."""
     total = sum(len(piece) for piece in pieces)
     count = max(1, -(-total // size))
-    salt, prefix = os.urandom(16), os.urandom(7)
-    header = _HEADER.pack(MAGIC, VERSION, flags, key.id, salt, prefix, size)
-    aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
+    header, prefix, aead, aad = _new_blob(key, oid, name, flags, size)
     out = bytearray(HEADER_SIZE + total + count * TAG)
     out[:HEADER_SIZE] = header
     view, at = memoryview(out), HEADER_SIZE

@@ -65,9 +65,6 @@ class WalBuffer:
     def nbytes(self) -> int:
         return self._bytes
 
-    def serialize(self) -> bytes:
-        return b"".join(self._lines)
-
     def clear(self) -> None:
         self._lines = []
         self._bytes = 0

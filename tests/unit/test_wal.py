@@ -18,7 +18,7 @@ def test_roundtrip_unicode_and_newlines() -> None:
     ]
     for sql in sqls:
         buf.append(buf.admit(sql))
-    seg = buf.serialize()
+    seg = b"".join(buf.lines())
     assert seg.count(b"\n") == 3
     assert parse_segment(seg, "k") == sqls
     assert len(buf) == 3 and buf.nbytes == len(seg)
