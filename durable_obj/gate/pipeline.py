@@ -20,8 +20,16 @@ mutation (`Gate.mutation`), for execute() and every write:
      first (a secret, a control statement), as chdb.durable would;
   3. `classify.check_mutation` in V1's order; then `reach.check`, whatever
      flag is set;
-  4. `determinism.Pinner.prepare`: pinned or refused
+  4. `writes.check`: every query inside the write (INSERT ... SELECT,
+     CREATE ... AS SELECT, subqueries, VALUES expressions) resolved by the
+     engine and held to the read's allow-list;
+  5. `determinism.Pinner.prepare`: pinned or refused
      (`allow_nondeterministic` lifts this step only).
+
+committed (`committed`), for every WAL line on replay: steps 1-4 of a
+mutation. A line `execute()` would refuse is refused (replay reports it as
+`Corrupt`); determinism is not judged again (a V1 writer logs unpinned
+lines, and `allow_nondeterministic` lines replay as logged).
 """
 
 from __future__ import annotations
@@ -31,7 +39,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate import reach
+from durable_obj.gate import reach, writes
 from durable_obj.gate.classify import check_mutation, check_read
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.reading import engine_text
@@ -113,6 +121,7 @@ class Gate:
                 engine.check_implicit_select(local)
         check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
         reach.check(engine, text)
+        writes.check(engine, local)
         if allow_nondeterministic:
             warnings.warn(
                 f"{self.url}: logging a statement unchecked for determinism; replicas "
@@ -132,3 +141,21 @@ class Gate:
         reach.check(engine, sql)
         if pinner is not None:
             pinner.refuse_outside_reads(sql)
+
+
+def committed(engine: Engine, sql: str, db: str) -> str:
+    """The text of a committed WAL line to replay (naming the logical
+    database, as logged), once it passes the mutation gate but determinism:
+    the engine's reading, isolation, classification (one statement that
+    changes only the object's database: never SET, SYSTEM, KILL, CREATE
+    FUNCTION, a named collection or a grant), reach and the queries inside
+    it. Anyone who can write to the store can write a segment with a valid
+    digest, so a line is untrusted input like any statement."""
+    text = engine_text(engine, sql)
+    local = engine.localize(text)
+    analysis = engine.analyze(local, db)
+    syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
+    check_mutation(analysis, db, syntax)
+    reach.check(engine, text)
+    writes.check(engine, local)
+    return text

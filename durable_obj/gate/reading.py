@@ -26,7 +26,11 @@ the text every later check reads, the text that runs and the text logged.
 An INSERT's data (after `VALUES`, or after `FORMAT <name>`) is not SQL to
 the formatter, which drops it: the canonical head is joined to the data as
 written, and `VALUES` data (whose rows the engine may evaluate as
-expressions) must be plain too. Other formats' data is never read as SQL.
+expressions; comments dropped and heredocs made quoted literals, when the
+engine proves that means the same), in any spelling of the format's name, must be plain too, so
+that `writes.check` reads its expressions as the engine does. Other
+formats' data is never read as SQL (Values is the one input format in
+`system.formats` that evaluates expressions).
 """
 
 from __future__ import annotations
@@ -35,7 +39,8 @@ import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate.sql import tokenize_head
+from durable_obj.gate.quoting import quote_string
+from durable_obj.gate.sql import tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -52,8 +57,10 @@ _PLAIN = re.compile(
     rf"(?:[{_SAFE_CHARS}]+|{_QUOTED_TOKEN}|-(?!-)|/(?!\*))*",
     re.DOTALL,
 )
-#: `FORMAT Values` at the end of the engine's canonical INSERT: it prints
-#: `VALUES` so; the WAL (and V1) write `VALUES`.
+#: `FORMAT <name>` at the end of the engine's canonical INSERT: it prints
+#: `VALUES` as `FORMAT Values`, and a format name as written, unquoted (the
+#: engine reads `FORMAT values`, `FORMAT "VALUES"` as Values: any case); the
+#: WAL (and V1) write `VALUES`.
 _CANONICAL_DATA = re.compile(r" FORMAT (\w+)$")
 
 
@@ -99,11 +106,48 @@ def _split_data(sql: str) -> tuple[str, str, str]:
     if last.kind == "ident" and last.word == "values":
         return sql[: last.end], "values", sql[last.end :]
     if last.kind == "ident" and last.word == "format":
-        fmt = re.match(r"\s+([A-Za-z_][A-Za-z0-9_]*)", sql[last.end :])
+        # the engine reads a format name quoted or not, in any case
+        fmt = re.match(
+            r"\s+(?:[A-Za-z_][A-Za-z0-9_]*|\"[A-Za-z_]\w*\"|`[A-Za-z_]\w*`)", sql[last.end :]
+        )
         if fmt is not None:
             end = last.end + fmt.end()
             return sql[:end], "format", sql[end:]
     return sql, "", ""
+
+
+_HEREDOC_BODY = re.compile(r"\$(\w*)\$(.*)\$\1\$", re.DOTALL)
+
+
+def _rows_as_literals(engine: Engine, data: str) -> str:
+    """VALUES rows that are not plain, in plain text the engine reads as the
+    same expressions: comments dropped, each heredoc (`$$it's$$`) written as
+    the quoted literal it is. Our lexer makes the text; the engine proves
+    it means what the caller wrote (its canonical text of both as one
+    SELECT list is the same), and the plain text is the one checked, run
+    and logged. Anything else is refused."""
+    out: list[str] = []
+    pos = 0
+    for tok in tokenize(data):
+        gap = data[pos : tok.start]
+        out.append(gap if not gap or gap.isspace() else " ")
+        body = _HEREDOC_BODY.fullmatch(tok.text) if tok.text.startswith("$") else None
+        out.append(quote_string(body.group(2)) if body is not None else tok.text)
+        pos = tok.end
+    plain = "".join(out)
+    same = False
+    if is_plain(plain):
+        wrote, plain_rows = data.strip().rstrip(";"), plain.strip().rstrip(";")
+        try:
+            same = engine.canonical("SELECT " + wrote) == engine.canonical("SELECT " + plain_rows)
+        except ClassificationRefused:
+            same = False  # one of them is not rows the engine reads: not the same
+    if not same:
+        raise _refuse(
+            "the VALUES rows hold a backslash outside a string, a character that is not "
+            "ASCII outside a string, or a comment or heredoc the engine reads otherwise"
+        )
+    return plain
 
 
 def engine_text(engine: Engine, sql: str) -> str:
@@ -118,14 +162,11 @@ def engine_text(engine: Engine, sql: str) -> str:
     found = _CANONICAL_DATA.search(canonical) if canonical.startswith("INSERT ") else None
     if bool(kind) != (found is not None):
         raise _refuse("the engine does not read the INSERT's data where the gate found it")
-    if found is not None and found.group(1) == "Values":
+    if found is not None and found.group(1).lower() == "values":
         canonical = canonical[: found.start()] + " VALUES"
         data = _without_trailing_comments(data)
         if data and not is_plain(data):
-            raise _refuse(
-                "the VALUES rows hold a comment, a heredoc, a backslash outside a string "
-                "or a character that is not ASCII outside a string"
-            )
+            data = _rows_as_literals(engine, data)
     if not is_plain(canonical):
         raise _refuse("the statement holds a name or character outside plain ASCII")
     return canonical + data if data else canonical

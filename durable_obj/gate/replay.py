@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import ClassificationRefused, Corrupt, EngineError
-from durable_obj.gate import reach
-from durable_obj.gate.reading import engine_text
+from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
+from durable_obj.gate.pipeline import committed
 from durable_obj.gate.sql import insert_shape, is_insert, split_rows, tokenize_head
 
 if TYPE_CHECKING:
@@ -28,16 +27,18 @@ MAX_BATCH_BYTES = 16 * 1024 * 1024
 MAX_BATCH_STATEMENTS = 10_000
 
 
-def gated(engine: Engine, sql: str) -> str:
-    """A committed statement through the same gate as a new one: the
-    engine's reading of it, and what it may reach (`EngineError` if it
-    reaches past the object, which replay reports as `Corrupt`)."""
+def gated(engine: Engine, sql: str, db: str) -> str:
+    """A committed statement through the same gate as a new one
+    (`pipeline.committed`): `Refused` if `execute()` would refuse it, which
+    replay reports as `Corrupt`, naming the segment and the line."""
     try:
-        text = engine_text(engine, sql)
-        reach.check(engine, text)
-    except ClassificationRefused as exc:
-        raise EngineError(str(exc)) from None
-    return text
+        return committed(engine, sql, db)
+    except (ClassificationRefused, SecretRefused) as exc:
+        raise Refused(str(exc)) from None
+
+
+class Refused(Exception):
+    """A committed line the gate refuses: it is never run."""
 
 
 @dataclass
@@ -90,7 +91,17 @@ class Replayer:
     def _run(self, sql: str, where: str) -> None:
         self.engine_calls += 1
         try:
-            self._engine.replay(gated(self._engine, sql))
+            text = gated(self._engine, sql, self._db)
+        except Refused as exc:
+            # Valid bytes (the digest matched), but a statement execute()
+            # refuses: written by hand, by a writer with a looser gate, or by
+            # anyone with store access. Never run, not even in part.
+            raise Corrupt(
+                f"{where} is a statement the gate refuses, so it was not run; the object was "
+                f"not opened, nothing was changed and no other object was touched. {exc}"
+            ) from None
+        try:
+            self._engine.replay(text)
         except EngineError as exc:
             # The segment passed its size and SHA-256 check, so these are the
             # committed bytes: a statement in them that no longer runs means

@@ -1,0 +1,184 @@
+"""What a write reads, as the engine resolves it: the queries inside a write.
+
+A read is held to an allow-list on the engine's own resolution of it
+(`EXPLAIN QUERY TREE`: every table the object's, every function on the
+catalogue's allow-list). A write holds queries too, and the engine runs
+them just the same: the SELECT of `INSERT ... SELECT` and of `CREATE ...
+AS SELECT` (tables, views, materialized views), a subquery inside an
+`ALTER ... UPDATE/DELETE` or a lightweight `DELETE`, and the expressions
+of `VALUES` rows, which the engine evaluates as SQL (in any spelling of
+the format name: `VALUES`, `FORMAT values`, `FORMAT "Values"`). Each is
+given to the engine's analyser and its tree checked exactly as a read's
+(`isolation.Scope.check_tree`, `reach.check_resolved`).
+
+The text here is the gate's own (`reading.engine_text` made it plain and
+`isolation` localized it), so the lexer reads it token for token as the
+engine does. `reach.check` has refused every call it knows to reach
+outside before anything here asks the engine to resolve (analysis folds
+constants: it may evaluate what it resolves).
+
+Cost: a `VALUES` row of literals holds no code word and costs nothing; a
+row whose only code is calls on the allow-list (`toDate('...')`, `[..]`,
+`map(...)`) cannot name a table either (a table needs a bare name, a
+subquery needs SELECT) and is checked by name without the engine; the
+rest are resolved in one `EXPLAIN QUERY TREE` per statement.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import ClassificationRefused
+from durable_obj.gate import reach
+from durable_obj.gate.sql import (
+    Token,
+    code_words,
+    depth_zero,
+    match_parens,
+    split_rows,
+    tokenize,
+    tokenize_head,
+)
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Engine
+
+#: Words of a VALUES row that are literals, not code.
+_LITERAL_WORDS = frozenset({"null", "true", "false", "inf", "nan", "infinity"})
+#: Words that start a query.
+_QUERY_START = frozenset({"select", "with"})
+#: Rows resolved per EXPLAIN: the engine's parser has a limit on one query's size.
+_ROWS_PER_CHECK = 2_000
+
+
+def check(engine: Engine, local: str) -> None:
+    """`ClassificationRefused` if a query inside the (localized, plain)
+    write `local` resolves a table outside the object or a function off the
+    allow-list; nothing runs (only the engine's analyser)."""
+    for query, whole in queries(engine, local):
+        tree = engine.query_tree(query)
+        if tree is None:
+            if whole:
+                continue  # it does not analyse: running the write fails the same way
+            raise ClassificationRefused(
+                "could not check what a subquery of this write reads (the engine does not "
+                "analyse it on its own); write it as INSERT ... SELECT or a read first. "
+                "Nothing was run or logged."
+            )
+        engine.scope.check_tree(tree)
+        reach.check_resolved(engine, tree)
+
+
+def queries(engine: Engine, local: str) -> list[tuple[str, bool]]:
+    """The queries the engine would resolve inside the write `local`, each
+    with whether it is the write's whole query (its failure to analyse is
+    the write's own failure)."""
+    head = tokenize_head(local)
+    if not head:
+        return []
+    first = head[0].word
+    if first == "insert":
+        return _insert(engine, local, head)
+    words = code_words(local)
+    if not (words & _QUERY_START):
+        return []
+    tokens = tokenize(local)
+    if first in ("create", "attach", "replace"):
+        found = _as_select(tokens)
+        if found is not None:
+            return [(local[tokens[found].start :], True)]
+    return [(q, False) for q in _subqueries(local, tokens)]
+
+
+def values_format(tokens: list[Token], at: int) -> bool:
+    """Whether the token after FORMAT at `at` names the Values format, as the
+    engine reads a format name: without regard to case, quoted or not."""
+    nxt = tokens[at + 1] if at + 1 < len(tokens) else None
+    return nxt is not None and nxt.kind in ("ident", "quoted") and nxt.word == "values"
+
+
+def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bool]]:
+    last = head[-1]
+    if last.kind != "ident":
+        return []
+    if last.word in _QUERY_START:
+        return [(local[last.start :], True)]
+    if last.word == "values":
+        data = local[last.end :]
+    elif last.word == "format":
+        rest = tokenize(local[last.end : last.end + 200])
+        if not rest or rest[0].kind not in ("ident", "quoted") or rest[0].word != "values":
+            return []  # no other format evaluates its data as SQL
+        data = local[last.end + rest[0].end :]
+    else:
+        return []
+    return _rows(engine, data)
+
+
+def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
+    """The VALUES rows of `data` that hold code, as SELECTs to resolve."""
+    words = code_words(data) - _LITERAL_WORDS
+    if not words:
+        return []  # literals only: nothing is evaluated
+    rows = split_rows(data)
+    if rows is None:
+        # Not a list of rows the splitter reads: resolve the data as one
+        # SELECT list, which the engine parses the way it parses the rows.
+        return [("SELECT " + data.strip().rstrip(";"), False)]
+    known = reach.catalog(engine)
+    coded = [row for row in rows if not _literal_calls(row, known)]
+    return [
+        ("SELECT " + ", ".join(coded[i : i + _ROWS_PER_CHECK]), False)
+        for i in range(0, len(coded), _ROWS_PER_CHECK)
+    ]
+
+
+def _literal_calls(row: str, known: reach.Catalog) -> bool:
+    """Whether the row's only code is calls of functions on the allow-list
+    (no bare name, no subquery, no lambda): it cannot reach a table."""
+    if not (code_words(row) - _LITERAL_WORDS):
+        return True
+    tokens = tokenize(row)
+    for i, tok in enumerate(tokens):
+        if tok.kind == "quoted":
+            return False
+        if tok.kind != "ident" or tok.word in _LITERAL_WORDS:
+            continue
+        called = i + 1 < len(tokens) and tokens[i + 1].text == "("
+        if not called or not known.allowed_in_tree(tok.text):
+            return False
+    return True
+
+
+def _as_select(tokens: list[Token]) -> int | None:
+    """Where the query of `CREATE ... AS SELECT` starts (a table, a view, a
+    materialized view), or None."""
+    for i, tok in depth_zero(tokens):
+        if tok.kind != "ident" or tok.word != "as" or i + 1 >= len(tokens):
+            continue
+        nxt = tokens[i + 1]
+        if nxt.word in _QUERY_START and nxt.kind == "ident":
+            return i + 1
+        if nxt.text == "(":
+            j = i + 2
+            while j < len(tokens) and tokens[j].text == "(":
+                j += 1
+            if j < len(tokens) and tokens[j].kind == "ident" and tokens[j].word in _QUERY_START:
+                return i + 1
+    return None
+
+
+def _subqueries(local: str, tokens: list[Token]) -> list[str]:
+    """The outermost `(SELECT ...)` / `(WITH ...)` of a write."""
+    closing = match_parens(tokens)
+    out: list[str] = []
+    i = 0
+    while i < len(tokens) - 1:
+        tok, nxt = tokens[i], tokens[i + 1]
+        if tok.text == "(" and nxt.kind == "ident" and nxt.word in _QUERY_START and i in closing:
+            end = closing[i]
+            out.append(local[nxt.start : tokens[end].start])
+            i = end + 1
+            continue
+        i += 1
+    return out
