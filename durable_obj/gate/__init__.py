@@ -11,11 +11,14 @@ checks, in one straight line (the order is drawn in `pipeline`).
     reach        allow-lists: engines, sources, settings; functions refused
     isolation    one engine, many objects: names mapped, routes out refused
     classify     one statement, read-only vs mutating, V1's categories
+    writes       the queries inside a write, resolved by the engine and
+                 held to the read's allow-list (VALUES expressions too)
     determinism  pin or refuse what would replay differently (defaults: column
                  DEFAULTs; literals: exact literals)
     params       {name:Type} bound to exact literals; fits: checked, not converted
     bounds       time, result and memory bounds a statement cannot raise
-    replay       a verified WAL onto the engine, gated, batched where exact
+    replay       a verified WAL onto the engine, every line through the
+                 execute gate (`pipeline.committed`), batched where exact
     sql          the lexer: used only on text the engine vouched for
     quoting      text the engine reads back exactly: literals, names, splices
 
