@@ -15,41 +15,39 @@ Threads: one bounded executor shared by every object of the process, not a
 thread per object. It has two sides. Local calls (aexecute, awrite's
 statements, aquery, atables: lexing, pinning and chDB, no network) run on
 `LOCAL_WORKERS` threads, four by default, that take turns (`turn.py`): one
-runs at a time, as if there were one thread (every thread running Python
-at once is another wait for the loop's thread at the GIL), but once a call's
-engine statement has run 20 ms (chDB releases the GIL while it runs) the
-next waiting call, of another object, goes on beside it. So a long query or
-a large INSERT of one object never holds up the others' calls beyond the
-engine's own sharing of the CPU. Storage calls (aopen, aflush, acheckpoint, arefresh, aclose and
-awrite's commits), which mostly wait on the network or the disk with the
-GIL released, run on up to `IO_WORKERS` threads so that fifty agents'
+runs at a time, as if there were one thread (every thread running Python at
+once is another wait for the loop's thread at the GIL), but once a call's
+engine statement has run 20 ms (chDB releases the GIL while it runs) the next
+waiting call, of another object, goes on beside it. So a long query or a large
+INSERT of one object never holds up the others' calls beyond the engine's own
+sharing of the CPU. Storage calls (aopen, aflush, acheckpoint, arefresh,
+aclose and awrite's commits), which mostly wait on the network or the disk
+with the GIL released, run on up to `IO_WORKERS` threads so that fifty agents'
 flushes wait on the store together, not in turn. A service sets
-`durable_obj.aio.LOCAL_WORKERS` (and `IO_WORKERS`) before its first async
-call to change them. Each object has a *lane*: its calls run one at a
-time, in the order they were started (the order their coroutines first
-ran: the order of the awaits, or of `create_task`/`gather`), each on
-whichever thread of its side is free. A long call of one object (a
-checkpoint) holds one thread, never the others' turns. Units of work
-(`awrite`, `abatch`) queued one behind the other on a lane run as one call
-(`lanes.py`), their INSERTs merged per table, and their commits are group
-commits: one commit of an object in flight at a time, taking every unit
-buffered by then (`group.py`).
+`durable_obj.aio.LOCAL_WORKERS` (and `IO_WORKERS`) before its first async call
+to change them. Each object has a *lane*: its calls run one at a time, in the
+order they were started (the order their coroutines first ran: the order of
+the awaits, or of `create_task`/`gather`), each on whichever thread of its
+side is free. A long call of one object (a checkpoint) holds one thread, never
+the others' turns. Units of work (`awrite`, `abatch`) queued one behind the
+other on a lane run as one call (`lanes.py`), their INSERTs merged per table,
+and their commits are group commits: one commit of an object in flight at a
+time, taking every unit buffered by then (`group.py`).
 
-Cancellation. Cancelling the task that awaits a call cancels the call only
-if it has not started: it then never runs (an `aflush` cancelled in the
-queue left the buffer intact). A call that has started runs to completion
-in its worker thread, and only the awaiting task gets `CancelledError`.
-Which of the two is decided inside `task.cancel()` itself (so also by
-`asyncio.timeout`, `wait_for` and a cancelled `gather`), atomically with
-the worker's claim of the call: a call not yet claimed by a worker when
-`task.cancel()` returns never runs, even if the call ahead of it finishes
-before the loop's next turn. The
-commit path publishes a head by one compare-and-swap, so there is never a
+Cancellation. Cancelling the task that awaits a call cancels the call only if
+it has not started: it then never runs (an `aflush` cancelled in the queue
+left the buffer intact). A call that has started runs to completion in its
+worker thread, and only the awaiting task gets `CancelledError`. Which of the
+two is decided inside `task.cancel()` itself (so also by `asyncio.timeout`,
+`wait_for` and a cancelled `gather`), atomically with the worker's claim of
+the call: a call not yet claimed by a worker when `task.cancel()` returns
+never runs, even if the call ahead of it finishes before the loop's next turn.
+The commit path publishes a head by one compare-and-swap, so there is never a
 half-committed head: a cancelled `aflush` either committed every buffered
 statement or left the buffer intact. `await obj.flush_outcome()` says which
 (waiting for the worker if it still runs); so do `obj.sync.pending` and
-`obj.sync.seq` once `await obj.asettle()` returned. A cancelled `aopen`
-closes the object it opened in the background (releasing its lease).
+`obj.sync.seq` once `await obj.asettle()` returned. A cancelled `aopen` closes
+the object it opened in the background (releasing its lease).
 
 Errors are the sync API's: the same `DurableError` classes and categories.
 """
@@ -65,7 +63,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from durable_obj.core.feed import Change, achanges
 from durable_obj.core.object import DurableObject, Result
@@ -73,6 +71,7 @@ from durable_obj.core.queries import Params
 from durable_obj.core.units import Batch, Statement, collect, collecting, plan
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
+from durable_obj.gate.classify import speaking_as
 from durable_obj.replica import server
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
@@ -88,6 +87,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 log = logging.getLogger("durable_obj")
 
@@ -209,7 +209,6 @@ class AsyncDurableObject:
         self, sql: str, *, params: Params = None, allow_nondeterministic: bool = False
     ) -> None:
         """`DurableObject.execute` in a worker: local, NOT durable until aflush()."""
-
         batch = collecting(self._sync)
         if batch is not None:  # an abatch() block of this task: joins its unit
             batch.execute(sql, params=params, allow_nondeterministic=allow_nondeterministic)
@@ -221,7 +220,7 @@ class AsyncDurableObject:
             if task is not None:
                 self._owed.add(task)
 
-        await wait_for(self._call(run, io=False))
+        await self._read("aexecute()", run)
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -244,7 +243,7 @@ class AsyncDurableObject:
         if batch is not None:
             batch.planned += planned
             return None
-        return await self._write(planned)
+        return await self._write(planned, "awrite()")
 
     @contextlib.asynccontextmanager
     async def abatch(self) -> AsyncIterator[Batch]:
@@ -255,11 +254,11 @@ class AsyncDurableObject:
         with collect(self._sync) as (batch, new):
             yield batch
         if new and batch.planned:
-            batch.key = await self._write(batch.planned)
+            batch.key = await self._write(batch.planned, "abatch()")
 
-    async def _write(self, planned: list[Any]) -> str | None:
+    async def _write(self, planned: list[Any], name: str) -> str | None:
         call = UnitCall(self, planned, asyncio.current_task())
-        target = await wait_for(self._call(call, io=False))
+        target = await self._read(name, call)
         return None if target is None else await self._durable(target)
 
     async def _durable(self, target: int) -> str | None:
@@ -298,30 +297,32 @@ class AsyncDurableObject:
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None
     ) -> Result:
         """`DurableObject.query` in a worker: local, read-only, nothing logged."""
-        return await self._read(lambda: self._sync.query(sql, fmt, params=params, bounds=bounds))
+        query = self._sync.query
+        return await self._read("aquery()", query, sql, fmt, params=params, bounds=bounds)
 
     async def aquery_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
         """`DurableObject.query_bytes` in a worker."""
-        return await self._read(lambda: self._sync.query_bytes(sql, fmt, params=params))
+        return await self._read("aquery_bytes()", self._sync.query_bytes, sql, fmt, params=params)
 
     async def arows(self, sql: str, *, params: Params = None) -> list[tuple[Any, ...]]:
         """`DurableObject.rows` in a worker."""
-        return await self._read(lambda: self._sync.rows(sql, params=params))
+        return await self._read("arows()", self._sync.rows, sql, params=params)
 
     async def adicts(self, sql: str, *, params: Params = None) -> list[dict[str, Any]]:
         """`DurableObject.dicts` in a worker."""
-        return await self._read(lambda: self._sync.dicts(sql, params=params))
+        return await self._read("adicts()", self._sync.dicts, sql, params=params)
 
     async def aarrow(self, sql: str, *, params: Params = None) -> Any:
         """`DurableObject.arrow` in a worker (a pyarrow.Table)."""
-        return await self._read(lambda: self._sync.arrow(sql, params=params))
+        return await self._read("aarrow()", self._sync.arrow, sql, params=params)
 
     async def adf(self, sql: str, *, params: Params = None) -> Any:
         """`DurableObject.df` in a worker (a pandas.DataFrame)."""
-        return await self._read(lambda: self._sync.df(sql, params=params))
+        return await self._read("adf()", self._sync.df, sql, params=params)
 
-    async def _read(self, fn: Callable[[], T]) -> T:
-        return await wait_for(self._call(fn, io=False))
+    async def _read(self, call: str, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
+        with speaking_as(call):  # a refusal names the caller's own call
+            return await wait_for(self._call(lambda: fn(*args, **kw), io=False))
 
     async def atables(self) -> list[str]:
         """`DurableObject.tables` in a worker."""
@@ -385,7 +386,6 @@ class AsyncDurableObject:
     async def acheckpoint(self) -> str:
         """`DurableObject.checkpoint` in a worker (the BACKUP, its upload and
         hashing all off the loop). Makes buffered statements durable too."""
-
         task = asyncio.current_task()
 
         def run() -> str:

@@ -159,7 +159,7 @@ class HeadWriter:
     def read(self) -> Stored | None:
         """The head as stored now, or None when there is none."""
         blob = self.store.get(self._key)
-        return None if blob is None else Stored(Head.parse(blob.data), blob.version)
+        return None if blob is None else Stored(Head.parse(blob.data, self.url), blob.version)
 
     def read_if_changed(self) -> Stored | Unchanged | None:
         """The head as stored now; `UNCHANGED` (one conditional request, no
@@ -167,7 +167,7 @@ class HeadWriter:
         got = self.store.get_if_changed(self._key, self.version)
         if got is None or isinstance(got, Unchanged):
             return got
-        return Stored(Head.parse(got.data), got.version)
+        return Stored(Head.parse(got.data, self.url), got.version)
 
     def adopt(self, stored: Stored) -> None:
         """Hold `stored` as the current head (a read-only open writes nothing)."""
@@ -410,7 +410,7 @@ class HeadWriter:
                         "moment (our create was refused; the store does not show its head "
                         "yet), so its lease holds. Nothing was written; open again to see it."
                     )
-                current = None if blob is None else Head.parse(blob.data)
+                current = None if blob is None else Head.parse(blob.data, self.url)
                 if blob is not None and current is not None and _is_ours(current, head):
                     return Stored(head, blob.version)
                 verdict = judge(current, None if blob is None else blob.version)

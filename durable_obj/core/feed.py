@@ -149,7 +149,7 @@ class Feed:
                 raise NotFound(f"no durable object at {self.url} (no head.json)")
             if got is UNCHANGED:
                 return []
-            head = Head.parse(got.data)
+            head = Head.parse(got.data, self.url)
             restore.check_protocol(head, url=self.url, read_only=True)
             if self.last is None:
                 self.last = head.manifest.seq  # only what is committed from now on

@@ -113,7 +113,7 @@ class _Poll:
         try:
             got = self.store.get_if_changed(head_key(self.oid), self.latest.version)
             if got is not None and got is not UNCHANGED:
-                self.latest = Stored(Head.parse(got.data), got.version)
+                self.latest = Stored(Head.parse(got.data, self.url), got.version)
         except TRANSIENT as exc:
             log.info("%s: following: reading the head failed, will retry: %s", self.url, exc)
             return True

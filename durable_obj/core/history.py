@@ -56,6 +56,7 @@ from durable_obj.wire.protocol import (
     object_key,
     seq_of,
 )
+from durable_obj.wire.untrusted import parse_json
 
 if TYPE_CHECKING:
     from durable_obj.stores.base import Entry, Store
@@ -300,12 +301,12 @@ def parse_archive(data: bytes, key: str) -> Chain:
     """A history file's chain; `Corrupt` if it is not one."""
     if len(data) > 2 * MAX_HEAD_BYTES:
         raise Corrupt(f"{key} is {len(data)} bytes, more than any archived manifest")
+    doc = parse_json(data, key, safe="nothing was changed")
     try:
-        doc = json.loads(data.decode("utf-8"))
         if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
             raise ValueError(f"not a {HISTORY_FORMAT} document")
         manifest = Manifest.model_validate(doc["manifest"])
-    except (UnicodeDecodeError, ValueError, KeyError, ValidationError) as exc:
+    except (ValueError, KeyError, ValidationError) as exc:
         raise Corrupt(f"{key} is not a history file ({exc})") from None
     if len(manifest.wal) > manifest.seq:
         raise Corrupt(f"{key} archives more segments than its seq counts")
@@ -416,7 +417,7 @@ def read(
         blob = store.get(head_key(oid))
         if blob is None:
             raise NotFound(f"no durable object {oid!r} in {store.url}")
-        head = Head.parse(blob.data)
+        head = Head.parse(blob.data, f"{store.url.rstrip('/')}/{oid}")
     if retention is None:
         retention = head.retention if head.retention is not None else default
     entries = store.list_keys(oid)

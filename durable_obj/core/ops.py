@@ -36,7 +36,6 @@ from durable_obj.core import history as histories
 from durable_obj.core.commit import HeadWriter
 from durable_obj.errors import (
     BackendError,
-    Corrupt,
     InvalidArgument,
     KeyRefused,
     NotFound,
@@ -56,6 +55,7 @@ from durable_obj.wire.protocol import (
     seq_of,
     valid_oid,
 )
+from durable_obj.wire.untrusted import parse_json
 
 if TYPE_CHECKING:
     from durable_obj.stores.base import Blob, Entry, Store
@@ -109,7 +109,7 @@ def read_head(store: Store, oid: str) -> Head:
 def _parse_head(store: Store, oid: str, blob: Blob | None) -> Head:
     if blob is None:
         raise NotFound(f"no durable object {oid!r} in {store.url}")
-    return Head.parse(blob.data)
+    return Head.parse(blob.data, f"{store.url.rstrip('/')}/{oid}")
 
 
 def live_refs(head: Head) -> list[ObjectRef]:
@@ -191,7 +191,7 @@ def list_objects(
     else:
         blobs = store.get_many(heads, concurrency)
     return [
-        _info(oid, Head.parse(blob.data), len(blob.data), found)
+        _info(oid, Head.parse(blob.data, f"{store.url.rstrip('/')}/{oid}"), len(blob.data), found)
         for oid, blob, found in zip(oids, blobs, listings, strict=True)
         if blob is not None
     ]
@@ -360,17 +360,13 @@ def ensure_absent(store: Store, oid: str) -> None:
 def head_document(store: Store, oid: str) -> object:
     """The stored head.json of `oid` as parsed JSON, NOT validated: it also
     shows a head that `read_head` refuses. `NotFound` if there is none,
-    `Corrupt` if it is not UTF-8 JSON."""
-    import json
-
+    `Corrupt` if it is not UTF-8 JSON (or nests deeper than a stored
+    document may)."""
     key = head_key(oid)
     blob = store.get(key)
     if blob is None:
         raise NotFound(f"no durable object {oid!r} in {store.url}")
-    try:
-        doc: object = json.loads(blob.data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise Corrupt(f"{key} is not UTF-8 JSON ({exc})") from None
+    doc: object = parse_json(blob.data, key, safe="nothing was changed")
     return doc
 
 

@@ -41,6 +41,7 @@ from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
 from durable_obj.core.surface import Surface
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
+from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert
@@ -183,7 +184,8 @@ class Units(Surface):
         if batch is not None:
             batch.planned += planned
             return None
-        return self._write_queued(planned)
+        with speaking_as("write()"):
+            return self._write_queued(planned)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[Batch]:
@@ -194,7 +196,8 @@ class Units(Surface):
         with collect(self) as (batch, new):
             yield batch
         if new and batch.planned:
-            batch.key = self._write_queued(batch.planned)
+            with speaking_as("batch()"):
+                batch.key = self._write_queued(batch.planned)
 
     # -- the machinery ----------------------------------------------------------
     def _run_one(self, sql: str, params: Params, allow: bool, extra: int = 0) -> bytes | None:

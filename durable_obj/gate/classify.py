@@ -7,12 +7,35 @@ category. Messages never quote the statement: it may carry a credential.
 
 from __future__ import annotations
 
+import contextlib
+import re
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused, SecretRefused
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Analysis
+
+
+#: The call a refusal names first ("execute() could not classify ...").
+_NAMED_CALL = re.compile(r"^[a-z_]+\(\) ")
+
+
+@contextlib.contextmanager
+def speaking_as(call: str) -> Iterator[None]:
+    """A refusal raised inside names `call` (e.g. "write()", "aexecute()"),
+    the method the caller actually called, instead of the one the gate
+    checks for (execute() or query()). The gate is shared by every call
+    and cannot know which one it serves; the call's own layer says so here.
+    Nested calls rename in turn, so the outermost (the caller's own) wins."""
+    try:
+        yield
+    except ClassificationRefused as exc:
+        text = str(exc)
+        if _NAMED_CALL.match(text):
+            exc.args = (_NAMED_CALL.sub(call + " ", text, count=1),)
+        raise
 
 
 def check_read(analysis: Analysis, syntax: str) -> None:

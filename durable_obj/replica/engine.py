@@ -43,13 +43,15 @@ from durable_obj.gate.bounds import RESET, Bounds
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import server
-from durable_obj.replica.messages import clean, describe_syntax_error
+from durable_obj.replica.messages import clean, describe_syntax_error, without_table_uuids
 from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_root
 from durable_obj.replica.turn import Turned
 
 #: An engine hint naming another object's internal database, and such a name.
 _FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
+#: The words of the engine's keywords (`Engine._keywords`), once read.
+_KEYWORDS: frozenset[str] | None = None
 
 
 def acquire() -> Engine:
@@ -110,7 +112,23 @@ class Engine:
         text = clean(exc).replace(self.database, self.scope.logical)
         text = _FOREIGN_HINT.sub("", text)
         text = _RESERVED_NAME.sub("<another database>", text)
+        text = without_table_uuids(text, self._table_named)
         return text.replace(engine_root(), "<engine folder>")
+
+    def _table_named(self, table_uuid: str) -> str | None:
+        """`db.name` of this object's table with that UUID (logical names),
+        None for no table of this object's (never another object's name)."""
+        try:
+            out = self._conn.query(
+                "SELECT name FROM system.tables WHERE database = {db:String} "
+                "AND uuid = toUUIDOrZero({u:String}) LIMIT 1",
+                "TSVRaw",
+                params={"db": self.database, "u": table_uuid},
+            )
+        except Exception:  # an error path: say less rather than fail again
+            return None
+        name = decoded(out).strip()
+        return f"{self.scope.logical}.{name}" if name else None
 
     def _mapped(self, params: dict[str, str]) -> dict[str, str]:
         if params.get("db") == self.scope.logical:
@@ -294,7 +312,7 @@ class Engine:
                 "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": _escaped(sql)}
             )
         except Exception as exc:
-            why = describe_syntax_error(str(exc), sql)
+            why = describe_syntax_error(str(exc), sql, self._keywords())
             raise ClassificationRefused(
                 f"chDB does not parse this as one statement ({why}). Nothing was run or logged."
             ) from None
@@ -318,8 +336,20 @@ class Engine:
         try:
             self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
         except Exception as exc:
-            return describe_syntax_error(str(exc), sql)
+            return describe_syntax_error(str(exc), sql, self._keywords())
         return "it parses but is not a statement chDB can classify"
+
+    def _keywords(self) -> frozenset[str]:
+        """Every word of the engine's keywords (`system.keywords`), upper
+        case; read once per process, on the first syntax error."""
+        global _KEYWORDS
+        if _KEYWORDS is None:
+            try:
+                out = decoded(self._conn.query("SELECT keyword FROM system.keywords", "TSVRaw"))
+            except Exception:  # an error path: without them, the engine's position stands
+                return frozenset()
+            _KEYWORDS = frozenset(w for line in out.splitlines() for w in line.upper().split())
+        return _KEYWORDS
 
     # -- Durable V1 archives -------------------------------------------------
     def backup(self, db: str, path: str) -> None:

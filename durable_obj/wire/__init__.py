@@ -9,6 +9,7 @@
     sealing   sealed (AES-256-GCM, streamed) and zstd blobs; an object's codec
     keyring   an object's encryption and compression as its head records them
     keys      key providers: StaticKey, EnvKey, KeyFile, AwsKms
+    untrusted JSON read from a store, its depth bounded before parsing
 
 Nothing here touches an engine or a store: the modules take and give bytes,
 values and local files. The one exception is a key provider, which may

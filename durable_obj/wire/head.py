@@ -22,7 +22,6 @@ durable_obj commits carries its own `durable_obj` field: `committed_at`
 
 from __future__ import annotations
 
-import json
 import uuid
 from typing import Annotated, Any
 
@@ -39,6 +38,7 @@ from durable_obj.wire.protocol import (
     check_key,
     check_sha256,
 )
+from durable_obj.wire.untrusted import parse_json
 
 SafeInt = Annotated[int, Field(ge=0, le=MAX_SAFE_INT)]
 Key = Annotated[str, AfterValidator(check_key)]
@@ -164,29 +164,33 @@ class Head(_Model):
         )
 
     @classmethod
-    def parse(cls, data: bytes) -> Head:
-        """Validate stored bytes. `Corrupt` names the first bad field."""
+    def parse(cls, data: bytes, where: str = "") -> Head:
+        """Validate stored bytes. `Corrupt` names the first bad field, and
+        `where` (the object's URL or key), so a caller of many objects can
+        tell which head it was.
+
+        Size and nesting depth are checked before the parser runs: a hostile
+        head is `Corrupt` (or `LimitExceeded`), never a `RecursionError`."""
+        name = f"head.json of {where}" if where else "head.json"
+        safe = "nothing was changed; the object was not opened"
         if len(data) > MAX_HEAD_BYTES:
             raise LimitExceeded(
-                f"head.json is {len(data)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
-                "it was not read"
+                f"{name} is {len(data)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "
+                f"it was not read; {safe}"
             )
-        try:
-            doc = json.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise Corrupt(f"head.json is not valid UTF-8 JSON ({exc}); nothing was opened") from exc
+        doc = parse_json(data, name, safe=safe)
         if not isinstance(doc, dict):
-            raise Corrupt(f"head.json must be a JSON object, not {type(doc).__name__}")
+            raise Corrupt(f"{name} must be a JSON object, not {type(doc).__name__}; {safe}")
         if "manifest" in doc and "protocol" not in doc and "engine" not in doc:
             raise Corrupt(
-                "head.json has no 'protocol' or 'engine' section: it is the pre-V1 "
+                f"{name} has no 'protocol' or 'engine' section: it is the pre-V1 "
                 "chdb.durable shape, whose checkpoints carry no size or SHA-256 and cannot "
                 "be verified. Export it with that version and load it into a new object."
             )
         try:
             return cls.model_validate(doc)
         except ValidationError as exc:
-            raise Corrupt(_describe(exc)) from None
+            raise Corrupt(_describe(exc, name)) from None
 
     def to_bytes(self) -> bytes:
         """Serialize with a fresh nonce, so every write changes the bytes.
@@ -262,7 +266,7 @@ class Head(_Model):
         return None
 
 
-def _describe(exc: ValidationError) -> str:
+def _describe(exc: ValidationError, name: str) -> str:
     """'head.manifest.wal[0].sha256: ...' for the first error, plus a count."""
     errors = exc.errors(include_input=False, include_url=False)
     first = errors[0]
@@ -271,4 +275,4 @@ def _describe(exc: ValidationError) -> str:
         path += f"[{part}]" if isinstance(part, int) else f".{part}"
     msg = str(first["msg"]).removeprefix("Value error, ")
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
-    return f"head.json is invalid at {path}: {msg}{more}; nothing was opened or changed"
+    return f"{name} is invalid at {path}: {msg}{more}; nothing was opened or changed"

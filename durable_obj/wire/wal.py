@@ -15,6 +15,9 @@ import json
 
 from durable_obj.errors import Corrupt, LimitExceeded
 from durable_obj.wire.protocol import MAX_SQL_BYTES, MAX_WAL_SEGMENT_BYTES
+from durable_obj.wire.untrusted import parse_json
+
+_UNREPLAYED = "it was not replayed and nothing was changed"
 
 
 def encode_statement(sql: str) -> bytes:
@@ -87,12 +90,9 @@ def parse_segment(segment: bytes, key: str) -> list[str]:
         raise Corrupt(f"WAL segment {key} does not end with a newline; it was not replayed")
     statements: list[str] = []
     for lineno, line in enumerate(segment[:-1].split(b"\n"), start=1):
-        try:
-            record = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            raise Corrupt(
-                f"WAL segment {key} line {lineno} is not valid UTF-8 JSON ({type(exc).__name__})"
-            ) from None
+        # Depth-bounded before parsing: a hostile line is Corrupt, never a
+        # RecursionError escaping replay.
+        record = parse_json(line, f"WAL segment {key} line {lineno}", safe=_UNREPLAYED)
         if not isinstance(record, dict):
             raise Corrupt(f"WAL segment {key} line {lineno} is not a JSON object")
         sql = record.get("sql")
