@@ -11,6 +11,7 @@ checks, in one straight line (the order is drawn in `pipeline`).
     reach        allow-lists: engines, sources, settings; functions refused
     isolation    one engine, many objects: names mapped, routes out refused
     classify     one statement, read-only vs mutating, V1's categories
+    control      the CONTROL statements that replay the same (DETACH, ATTACH)
     determinism  pin or refuse what would replay differently (defaults: column
                  DEFAULTs; literals: exact literals)
     params       {name:Type} bound to exact literals; fits: checked, not converted
