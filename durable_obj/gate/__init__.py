@@ -13,6 +13,7 @@ checks, in one straight line (the order is drawn in `pipeline`).
     classify     one statement, read-only vs mutating, V1's categories
     writes       the queries inside a write, resolved by the engine and
                  held to the read's allow-list (VALUES expressions too)
+    control      the CONTROL statements that replay the same (DETACH, ATTACH)
     determinism  pin or refuse what would replay differently (defaults: column
                  DEFAULTs; literals: exact literals)
     params       {name:Type} bound to exact literals; fits: checked, not converted

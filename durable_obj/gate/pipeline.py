@@ -18,8 +18,9 @@ mutation (`Gate.mutation`), for execute() and every write:
   1. the engine's reading, as above; this text is what runs and is logged;
   2. isolation (`localize`); a refusal there still reports V1's category
      first (a secret, a control statement), as chdb.durable would;
-  3. `classify.check_mutation` in V1's order; then `reach.check`, whatever
-     flag is set;
+  3. `classify.check_mutation` in V1's order (the CONTROL forms that replay
+     the same, `control.admitted`, judged as writes); then `reach.check`,
+     whatever flag is set;
   4. `writes.check`: every query inside the write (INSERT ... SELECT,
      CREATE ... AS SELECT, subqueries, VALUES expressions) resolved by the
      engine and held to the read's allow-list;
@@ -41,6 +42,7 @@ from typing import TYPE_CHECKING
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach, writes
 from durable_obj.gate.classify import check_mutation, check_read
+from durable_obj.gate.control import admitted
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
@@ -108,7 +110,7 @@ class Gate:
             # first (and keep their categories); then it is refused here.
             self._check_alone(engine, text, db, pinner if not allow_nondeterministic else None)
             raise
-        analysis = engine.analyze(local, db)
+        analysis = admitted(engine, local, engine.analyze(local, db))  # DETACH, ATTACH: control.py
         syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
         if analysis.query_class == "READ_ONLY" and not analysis.has_secrets:
             first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
@@ -153,7 +155,7 @@ def committed(engine: Engine, sql: str, db: str) -> str:
     digest, so a line is untrusted input like any statement."""
     text = engine_text(engine, sql)
     local = engine.localize(text)
-    analysis = engine.analyze(local, db)
+    analysis = admitted(engine, local, engine.analyze(local, db))  # DETACH, ATTACH
     syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
     check_mutation(analysis, db, syntax)
     reach.check(engine, text)

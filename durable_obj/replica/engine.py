@@ -54,6 +54,17 @@ _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 _KEYWORDS: frozenset[str] | None = None
 
 
+#: RESTORE recreates each table from its stored definition, and checks its
+#: column types as a new CREATE would: a table made with one of these in its
+#: CREATE's SETTINGS (accepted, and replayed so from the WAL) failed to
+#: restore from a checkpoint. They only relax which types a definition may
+#: hold; every definition in a base passed the gate when it was made.
+_RESTORE_TYPES = (
+    "allow_suspicious_low_cardinality_types = 1, allow_suspicious_fixed_string_types = 1, "
+    "allow_suspicious_variant_types = 1"
+)
+
+
 def acquire() -> Engine:
     """A new connection to the process's engine (started on first use), for
     one object: any number may be open at once, each in its own database."""
@@ -355,7 +366,21 @@ class Engine:
     def backup(self, db: str, path: str) -> None:
         """A full backup of the object's database, archived under its logical
         name `db` (never incremental: an incremental archive records its base
-        by local path, which does not survive object storage)."""
+        by local path, which does not survive object storage). Refused while
+        a table is detached: BACKUP DATABASE skips it, so it would vanish
+        from the base and a later ATTACH would not replay (gate/control.py)."""
+        detached = self.json_rows(
+            "SELECT table FROM system.detached_tables WHERE database = {db:String} ORDER BY table",
+            {"db": self.database},
+        )
+        if detached:
+            names = ", ".join(str(row[0])[:60] for row in detached[:5])
+            raise InvalidArgument(
+                f"the object's table(s) {names} are detached, and a checkpoint (a BACKUP of the "
+                "database) does not carry a detached table: it would vanish from the base. "
+                "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
+                "buffered statements stay buffered, and flush() makes them durable."
+            )
         self._archive(
             f"BACKUP DATABASE {quote_ident(self.database)} AS {quote_ident(db)} "
             f"TO File({quote_string(path)})",
@@ -368,7 +393,8 @@ class Engine:
         self._name(db)
         self._archive(
             f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "
-            f"FROM File({quote_string(path)}) SETTINGS allow_different_database_def = 1",
+            f"FROM File({quote_string(path)}) SETTINGS allow_different_database_def = 1, "
+            + _RESTORE_TYPES,
             f"restore of database {db!r}",
         )
         self._recount_blocks()

@@ -1,0 +1,151 @@
+"""Statements chDB calls CONTROL that an object can replay the same.
+
+chdb-core's `classify_query` puts DETACH, ATTACH and SET in CONTROL, which
+execute() refuses whole (V1 does the same). Some of them only change the
+object's own database, and replay the same from the WAL:
+
+* `DETACH TABLE|VIEW|DICTIONARY [IF EXISTS] name [SYNC]` and
+  `ATTACH TABLE|DICTIONARY [IF NOT EXISTS] name` (the short form, which
+  re-attaches what this database detached) of the object's own table:
+  every open replays into a fresh database, so a detach replays to a
+  detached table and an attach to the same table again. PERMANENTLY is
+  refused: it only decides what a server restart does (an object's
+  database never outlives its open), and chdb.durable's database
+  (DatabaseOverlay) cannot run it, so a shared object would not open there.
+  `classify_query` proves the name is the object's
+  (`writes_only_target_database`). A checkpoint cannot carry a detached
+  table (BACKUP DATABASE skips it), so `Engine.backup` refuses while one is.
+* Any other ATTACH (`FROM '/path'`, a full definition, `UUID '...'`) can
+  point the engine at files outside the object: refused, saying so.
+* SET changes the connection's session, not the database: a checkpoint does
+  not carry it, so a later statement that needed it would fail or mean
+  something else when replayed from the base. The settings that only
+  decide what DDL the engine accepts work in the statement's own SETTINGS
+  (a CREATE TABLE's SETTINGS takes query settings too), where they are
+  logged with it and every replay (chdb.durable's too) applies them: the
+  refusal says so. `allow_deprecated_syntax_for_merge_tree` is refused
+  anywhere: an old-syntax table with rows does not RESTORE from a base.
+
+What a statement is comes from the engine: its class from `classify_query`,
+its form from the engine's own canonical text (`formatQuerySingleLine`) and
+parse (`EXPLAIN AST`), never from the caller's spelling.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import ClassificationRefused
+from durable_obj.gate.sql import code_words, tokenize
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Analysis, Engine
+
+#: Settings that only change which DDL the engine accepts (types, codecs,
+#: keys, old syntax) or how it spells a Nested column: in a statement's own
+#: SETTINGS they are logged with it and replay the same.
+DDL_SETTINGS = (
+    "allow_suspicious_low_cardinality_types",
+    "allow_suspicious_fixed_string_types",
+    "allow_suspicious_codecs",
+    "allow_suspicious_variant_types",
+    "allow_suspicious_types_in_order_by",
+    "allow_suspicious_types_in_group_by",
+    "allow_nullable_key",
+    "allow_floating_point_partition_key",
+    "allow_experimental_*_type",
+    "enable_time_time64_type",
+    "flatten_nested",
+    "data_type_default_nullable",
+)
+_DDL_SETTING = re.compile(
+    "|".join(re.escape(s).replace(r"\*", r"\w+") for s in DDL_SETTINGS), re.IGNORECASE
+)
+
+_NAME = r"(?:[A-Za-z_][A-Za-z0-9_]*|`(?:[^`\\]|``)+`)"
+_QUALIFIED = rf"{_NAME}(?:\.{_NAME})?"
+#: The engine's canonical text of the DETACH and ATTACH forms accepted.
+_DETACH = re.compile(rf"DETACH (?:TABLE|VIEW|DICTIONARY) (?:IF EXISTS )?{_QUALIFIED}(?: SYNC)?")
+_ATTACH = re.compile(rf"ATTACH (?:TABLE|DICTIONARY) (?:IF NOT EXISTS )?{_QUALIFIED}")
+#: `EXPLAIN AST` of those forms: the query node and its name, nothing else.
+_BARE_AST = re.compile(r"(?:Detach|Attach)Query [^\n]*\n(?: Identifier [^\n]*\n?){1,2}")
+
+
+def admitted(engine: Engine, text: str, analysis: Analysis) -> Analysis:
+    """`analysis` of the (localized) statement `text`, as MUTATING when it
+    is a CONTROL statement the object can replay the same (the rest of the
+    gate then judges it as any write); `ClassificationRefused` saying why
+    and what to write instead for an ATTACH that names files or a SET;
+    `analysis` unchanged otherwise (but for the deprecated MergeTree syntax,
+    refused: a base holding such a table with rows does not RESTORE)."""
+    if analysis.query_class != "CONTROL" or analysis.has_secrets:
+        if "allow_deprecated_syntax_for_merge_tree" in code_words(text):
+            raise ClassificationRefused(
+                "the deprecated MergeTree syntax (ENGINE = MergeTree(date, key, 8192), "
+                "allow_deprecated_syntax_for_merge_tree) writes parts that a checkpoint's "
+                "RESTORE cannot read back (BAD_DATA_PART_NAME), so the object would not open "
+                "after one; write ENGINE = MergeTree PARTITION BY toYYYYMM(date) ORDER BY key. "
+                "Nothing was run or logged."
+            )
+        return analysis
+    canonical = engine.canonical(text)
+    word = canonical.split(" ", 1)[0]
+    if word in ("DETACH", "ATTACH"):
+        form = _DETACH if word == "DETACH" else _ATTACH
+        if form.fullmatch(canonical) and _BARE_AST.fullmatch(engine.ast(text).strip() + "\n"):
+            return dataclasses.replace(analysis, query_class="MUTATING")
+        if word == "ATTACH":
+            raise ClassificationRefused(
+                "only the short ATTACH TABLE name / ATTACH DICTIONARY name (re-attaching what "
+                "this object detached) is accepted: an ATTACH with FROM '<path>', a UUID or "
+                "its own definition points the engine at files outside the object, which no "
+                "checkpoint or replay carries. Use CREATE TABLE and INSERT the rows. Nothing "
+                "was run or logged."
+            )
+        raise ClassificationRefused(
+            "only DETACH TABLE|VIEW|DICTIONARY name [SYNC] of the object's own table is "
+            "accepted: no ON CLUSTER, no DATABASE, and no PERMANENTLY (it only decides what a "
+            "server restart does, which an object's database never sees, and chdb.durable "
+            "cannot replay it: write DETACH TABLE name). Nothing was run or logged."
+        )
+    if word == "SET":
+        raise _set_refused(canonical)
+    return analysis
+
+
+def _set_refused(canonical: str) -> ClassificationRefused:
+    names = _set_names(canonical)
+    other = [n for n in names if not _DDL_SETTING.fullmatch(n)]
+    allowed = ", ".join(DDL_SETTINGS)
+    if other:
+        return ClassificationRefused(
+            f"SET {other[0][:60]} is not accepted: an object's session settings are its own "
+            "(time zone, bounds, synchronous writes). Only settings that decide what DDL the "
+            f"engine accepts may be given, in the statement's own SETTINGS clause: {allowed}. "
+            "Nothing was run or logged."
+        )
+    return ClassificationRefused(
+        "SET changes this connection's session, which a checkpoint does not carry: a "
+        "statement that needed it would fail or mean something else when replayed from the "
+        "base. Put the setting in the statement itself, where it is logged with it and every "
+        f"replay applies it: CREATE TABLE ... SETTINGS {names[0] if names else 'name'} = ..., "
+        "ALTER TABLE ... SETTINGS ..., INSERT INTO t SETTINGS ... VALUES/SELECT (a CREATE "
+        f"TABLE's SETTINGS takes query settings too). Settings accepted there: {allowed}. "
+        "Nothing was run or logged."
+    )
+
+
+def _set_names(canonical: str) -> list[str]:
+    """The setting names of the engine's canonical `SET a = 1, b = 'x'`."""
+    tokens = tokenize(canonical)
+    names: list[str] = []
+    depth = 0
+    for i, tok in enumerate(tokens):
+        depth += {"(": 1, ")": -1}.get(tok.text, 0)
+        after = tokens[i - 1].text if i else ""
+        named = tok.kind == "ident" and i + 1 < len(tokens) and tokens[i + 1].text == "="
+        if depth == 0 and named and after in ("SET", ","):
+            names.append(tok.word)
+    return names
