@@ -57,7 +57,7 @@ from durable_obj.core.pending import Pending
 from durable_obj.core.queries import Params, Queries
 from durable_obj.core.surface import _CLOSED, _CLOSING, _NEW, _OPEN
 from durable_obj.core.surface import Result as Result
-from durable_obj.core.units import collecting
+from durable_obj.core.units import _Stopped, collecting
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.replica.export import check_format, export_tables
 from durable_obj.replica.local import LocalCopy
@@ -298,7 +298,10 @@ class DurableObject(Queries, Durability):
             batch.execute(sql, params=params, allow_nondeterministic=allow_nondeterministic)
             return
         with self._lock:
-            line = self._run_one(sql, params, allow_nondeterministic)
+            try:
+                line = self._run_one(sql, params, allow_nondeterministic)
+            except _Stopped as stopped:
+                raise self._undo(stopped) from None
             if line is None:
                 return
             self._buf.add(line)

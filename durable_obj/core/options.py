@@ -34,7 +34,11 @@ Seconds = float
 
 
 class Options(BaseModel):
-    """What `open()` and `Namespace()` accept as keyword options."""
+    """What `open()` and `Namespace()` accept as keyword options.
+
+    A service running SQL it does not trust sets both bounds:
+    `query_bounds` for every read, `write_bounds` for every statement of a
+    write (`durable_obj.Bounds`; see docs/security.md)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -83,6 +87,14 @@ class Options(BaseModel):
     #: (`durable_obj.Bounds`: seconds, result rows/bytes, memory); None:
     #: unbounded. A Pool serving untrusted SQL sets it for every object.
     query_bounds: Bounds | None = None
+    #: Bounds every statement of execute(), write() and batch() runs under,
+    #: the gate's engine calls for it included; None (the default): unbounded,
+    #: and no engine call added. A statement past its time is refused with
+    #: `Timeout`: nothing of it is logged, and a statement stopped while it
+    #: ran has the local copy rebuilt, as a unit failing half-run does.
+    #: seconds and memory_bytes apply (a write returns no rows). Replay on
+    #: open and checkpoints never run under it.
+    write_bounds: Bounds | None = None
     #: Followers (read-only opens only): refresh the view every `follow`
     #: seconds on the process's heartbeat scheduler (`core/follow.py`); None:
     #: only refresh() moves it. `on_change(update)` is called, outside the

@@ -8,7 +8,9 @@ network, nothing logged), answered in the shape the caller wants.
     obj.arrow(sql)                   a pyarrow.Table
     obj.df(sql)                      a pandas.DataFrame
 
-Each takes `params=`, values for the statement's `{name:Type}` placeholders
+Each takes `bounds=` (else `Options.query_bounds`: the engine stops the
+read past a time, a result size, a memory use; the gate's own EXPLAIN
+calls for it count) and `params=`, values for the statement's `{name:Type}` placeholders
 (`durable_obj.gate.params`): bound by the engine, never pasted as SQL. Every one
 passes the same gates (`LocalCopy.checked_read`): a statement that is not a
 single read, or reads anything outside the object, is refused unrun. All
@@ -19,12 +21,15 @@ instance restored and wrote.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.core.surface import Result, Surface
 from durable_obj.gate.bounds import Bounds
 from durable_obj.replica.export import list_tables
 from durable_obj.replica.results import ROWS_FORMAT, binary_format, decode_rows, text_format
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Engine
 
 Params = Mapping[str, Any] | None
 
@@ -41,49 +46,63 @@ class Queries(Surface):
         `query_bytes`, for Python values `rows`/`dicts`, for frames
         `arrow`/`df`. No network, nothing logged. `bounds` (`durable_obj.Bounds`)
         has the engine stop it past a time, a result size or a memory use; the
-        statement cannot raise them."""
+        statement cannot raise them. Every read method takes `bounds`, and
+        runs under `Options.query_bounds` without it."""
         text_format(fmt)
         with self._lock:
             engine = self._require_open()
-            sql = self._local.bind(sql, params)
-            with engine.bounded(bounds if bounds is not None else self._opts.query_bounds):
+            with engine.bounded(self._bounds(bounds)):
+                sql = self._local.bind(sql, params)
                 return Result(self._local.read(engine, sql, fmt, self.db))
 
-    def query_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
+    def query_bytes(
+        self,
+        sql: str,
+        fmt: str = "Parquet",
+        *,
+        params: Params = None,
+        bounds: Bounds | None = None,
+    ) -> bytes:
         """`query` for a binary format (Parquet, Arrow, ArrowStream, ORC,
         Native, RowBinary, Avro, ...): the output's bytes."""
         binary_format(fmt)
         with self._lock:
             engine = self._require_open()
-            local, redact = self._local.checked_read(engine, self._local.bind(sql, params), self.db)
-            return engine.output(local, fmt, redact=redact)
+            with engine.bounded(self._bounds(bounds)):
+                local, redact = self._checked(engine, sql, params)
+                return engine.output(local, fmt, redact=redact)
 
-    def rows(self, sql: str, *, params: Params = None) -> list[tuple[Any, ...]]:
+    def rows(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[tuple[Any, ...]]:
         """The rows of one read-only statement as tuples of Python values
         (int, float, Decimal, str, date, aware datetime, UUID, list, tuple,
         dict, None; see `durable_obj.replica.results`)."""
-        return self._rows(sql, params)[1]
+        return self._rows(sql, params, bounds)[1]
 
-    def dicts(self, sql: str, *, params: Params = None) -> list[dict[str, Any]]:
+    def dicts(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[dict[str, Any]]:
         """`rows`, each as a dict of column name -> value."""
-        names, rows = self._rows(sql, params)
+        names, rows = self._rows(sql, params, bounds)
         return [dict(zip(names, row, strict=True)) for row in rows]
 
-    def arrow(self, sql: str, *, params: Params = None) -> Any:
+    def arrow(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """The answer as a `pyarrow.Table` (types as ClickHouse's Arrow output
         maps them: a DateTime is a uint32 of seconds, a DateTime64 a
         timestamp)."""
-        data = self.query_bytes(sql, "Arrow", params=params)
+        data = self.query_bytes(sql, "Arrow", params=params, bounds=bounds)
         import pyarrow as pa  # type: ignore[import-untyped]  # on use: ~0.1 s only this needs
 
         return pa.ipc.open_file(pa.py_buffer(data)).read_all()
 
-    def df(self, sql: str, *, params: Params = None) -> Any:
+    def df(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """The answer as a `pandas.DataFrame`."""
         with self._lock:
             engine = self._require_open()
-            local, redact = self._local.checked_read(engine, self._local.bind(sql, params), self.db)
-            return engine.frame(local, redact=redact)
+            with engine.bounded(self._bounds(bounds)):
+                local, redact = self._checked(engine, sql, params)
+                return engine.frame(local, redact=redact)
 
     def tables(self) -> list[str]:
         """The object's tables and dictionaries by name (views and the inner
@@ -91,11 +110,23 @@ class Queries(Surface):
         with self._lock:
             return list_tables(self._require_open(), self.db)
 
-    def _rows(self, sql: str, params: Params) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def _bounds(self, bounds: Bounds | None) -> Bounds | None:
+        """A read's bounds: its own, else the object's `query_bounds`."""
+        return bounds if bounds is not None else self._opts.query_bounds
+
+    def _checked(self, engine: Engine, sql: str, params: Params) -> tuple[str, bool]:
+        """`sql` bound and through the read gate (inside the read's bound:
+        the gate's EXPLAIN calls plan the statement, and planning computes)."""
+        return self._local.checked_read(engine, self._local.bind(sql, params), self.db)
+
+    def _rows(
+        self, sql: str, params: Params, bounds: Bounds | None
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         with self._lock:
             engine = self._require_open()
-            local, redact = self._local.checked_read(engine, self._local.bind(sql, params), self.db)
-            text = engine.rows_text(local, ROWS_FORMAT, redact=redact)
+            with engine.bounded(self._bounds(bounds)):
+                local, redact = self._checked(engine, sql, params)
+                text = engine.rows_text(local, ROWS_FORMAT, redact=redact)
             if engine.database in text:  # SHOW CREATE: under the logical name
                 names, rows = decode_rows(text, self._local.timezone)
                 return names, [

@@ -40,7 +40,7 @@ from durable_obj.core.pending import Outgoing
 from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
 from durable_obj.core.surface import Surface
-from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
+from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced, Timeout
 from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
@@ -157,6 +157,22 @@ class _Queued:
         self.outcome: int | Exception | None = None
 
 
+class _Stopped(Exception):
+    """A statement's bound stopped it while it ran (`Units._run_one`): a
+    signal inside Units, turned into the error a caller sees by `_undo`."""
+
+    def __init__(self, error: DurableError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _half_run(exc: BaseException) -> bool:
+    """Whether a statement that failed so, while it ran, may have applied
+    part of itself: stopped by its time or memory bound (an INSERT ...
+    SELECT keeps the blocks it already wrote; a mutation keeps going)."""
+    return isinstance(exc, Timeout) or "MEMORY_LIMIT_EXCEEDED" in str(exc)
+
+
 class Units(Surface):
     """`write()`, `batch()` and the group commit under every flush of
     `DurableObject`."""
@@ -201,17 +217,38 @@ class Units(Surface):
 
     # -- the machinery ----------------------------------------------------------
     def _run_one(self, sql: str, params: Params, allow: bool, extra: int = 0) -> bytes | None:
-        """Check, pin, run one mutation (lock held); its WAL line, or None when
-        it provably changed nothing and is not logged."""
+        """Check, pin, run one mutation (lock held), under `write_bounds`; its
+        WAL line, or None when it provably changed nothing and is not logged.
+        `_Stopped` when the bounds stopped it while it ran."""
         engine = self._require_writable()
         self._buf.buf.admit(sql, extra)  # limits before anything runs
-        sql = self._local.bind(sql, params)
-        text = self._local.prepare(engine, sql, self.db, allow_nondeterministic=allow)
-        line = self._buf.buf.admit(text, extra)
-        logged = self._local.run_logged(engine, text, self.db)
+        ran = False
+        try:
+            with engine.bounded(self._opts.write_bounds, write=True):
+                sql = self._local.bind(sql, params)
+                text = self._local.prepare(engine, sql, self.db, allow_nondeterministic=allow)
+                line = self._buf.buf.admit(text, extra)
+                ran = True
+                logged = self._local.run_logged(engine, text, self.db)
+        except DurableError as exc:
+            if ran and _half_run(exc):
+                raise _Stopped(exc) from None
+            raise
         if not is_insert(text) and self._local.pinner is not None:
             self._local.pinner.schema_changed()
         return line if logged else None
+
+    def _undo(self, stopped: _Stopped) -> DurableError:
+        """A statement stopped by its bound while it ran may have applied part
+        of itself (an INSERT ... SELECT keeps the blocks it wrote): the local
+        copy is rebuilt from the committed state and the buffer, as after a
+        unit that failed half-run. The error to raise, saying so."""
+        self._heal()
+        what = str(stopped.error).removesuffix("; nothing changed")
+        return type(stopped.error)(
+            f"{what}. It was not logged, and the local copy was rebuilt from the committed "
+            "state and the buffer, so nothing changed; buffered statements are kept."
+        )
 
     def _write_queued(self, planned: list[_Planned]) -> str | None:
         """Run a unit and make it durable. Threads writing at once combine:
@@ -247,6 +284,8 @@ class Units(Surface):
                 if line is not None:
                     lines.append(line)
                     size += len(line)
+        except _Stopped as stopped:
+            raise self._undo(stopped) from None
         except BaseException:
             if lines:
                 self._heal()
@@ -289,8 +328,11 @@ class Units(Surface):
             try:
                 for sql, params, allow in planned:
                     self._buf.buf.admit(sql, size)
-                    sql = self._local.bind(sql, params)
-                    text = self._local.prepare(engine, sql, self.db, allow_nondeterministic=allow)
+                    with engine.bounded(self._opts.write_bounds, write=True):
+                        sql = self._local.bind(sql, params)
+                        text = self._local.prepare(
+                            engine, sql, self.db, allow_nondeterministic=allow
+                        )
                     split = splitter.split(text)
                     if split is None:
                         return None
@@ -310,7 +352,12 @@ class Units(Surface):
         ran = False
         try:
             for prefix, (rows, _) in groups.items():
-                engine.run(engine.localize(f"{prefix} {', '.join(rows)}"))
+                try:
+                    with engine.bounded(self._opts.write_bounds, write=True):
+                        engine.run(engine.localize(f"{prefix} {', '.join(rows)}"))
+                except Exception as exc:
+                    ran = ran or _half_run(exc)  # stopped while it ran: part may be in
+                    raise
                 ran = True
         except Exception:
             if ran:

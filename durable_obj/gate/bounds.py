@@ -1,40 +1,66 @@
 """Bounds a statement cannot raise: time, result size, memory.
 
 `Bounds` is set on the object's own connection (`Engine.bounded`) around one
-read, as engine settings: ClickHouse stops the query itself when it runs
-past `seconds` (TIMEOUT_EXCEEDED), stops reading once its result holds
-`result_rows` rows or `result_bytes` bytes (`result_overflow_mode =
-'break'`: a partial answer, the work stopped), and refuses to grow past
-`memory_bytes`. A statement cannot lift them: `SET` is not a read, and the
-gate refuses a SETTINGS clause naming any of them (`reach`).
+read, or one statement of a write (`Options.write_bounds`), as engine
+settings: ClickHouse stops the query itself when it runs past `seconds`
+(TIMEOUT_EXCEEDED), stops reading once its result holds `result_rows` rows
+or `result_bytes` bytes (`result_overflow_mode = 'break'`: a partial
+answer, the work stopped), and refuses to grow past `memory_bytes`. A
+statement cannot lift them: `SET` is not a read, and the gate refuses a
+SETTINGS clause naming any of them (`reach`).
+
+`seconds` is one deadline for every engine call the read or statement
+makes, the gate's own EXPLAIN included (`replica.watchdog` kills what is
+still running then). The engine checks its time between blocks and between
+the functions it folds while planning, never inside one function call, so
+the one value a bare number can make arbitrarily large is capped too:
+`range()` may build `RANGE_PER_SECOND` elements per block for each second
+of the bound (chdb 4.4, one loaded core: `arrayMap(x -> sipHash64(x, x, x, x,
+x, x, x, x), range(N))` folds 1M elements in ~0.2 s, 10M in 1.7 s, 40M in
+tens of seconds, none of it stoppable). Values built whole otherwise
+(`arrayWithConstant(1e8, x)`) are what `memory_bytes` stops.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The engine's defaults, put back after a bounded read.
+#: Elements `range()` may build per block, for each second of a time bound.
+RANGE_PER_SECOND = 1_000_000
+#: ... and at least this many, however short the bound (a block of 65536 rows
+#: may each hold a small range).
+RANGE_FLOOR = 1 << 20
+
+#: The engine's defaults, put back after a bounded call.
 RESET = (
     "max_execution_time = 0, max_result_rows = 0, max_result_bytes = 0, "
-    "result_overflow_mode = 'throw', max_memory_usage = 0"
+    "result_overflow_mode = 'throw', max_memory_usage = 0, "
+    "function_range_max_elements_in_block = DEFAULT, log_comment = DEFAULT"
 )
 
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """Limits of one read; 0 leaves that one unbounded."""
+    """Limits of one read or one statement of a write; 0 leaves that one
+    unbounded."""
 
     seconds: float = 30.0
     result_rows: int = 0
     result_bytes: int = 0
     memory_bytes: int = 0
 
-    def settings(self) -> str:
-        """The `SET` list that applies these bounds."""
-        return (
+    def settings(self, *, write: bool = False) -> str:
+        """The `SET` list that applies these bounds. A write returns no rows:
+        its result bounds are left off (`break` must never cut what an
+        INSERT ... SELECT inserts)."""
+        rows, nbytes = (0, 0) if write else (int(self.result_rows), int(self.result_bytes))
+        out = (
             f"max_execution_time = {float(self.seconds)!r}, "
-            f"max_result_rows = {int(self.result_rows)}, "
-            f"max_result_bytes = {int(self.result_bytes)}, "
-            "result_overflow_mode = 'break', "
+            f"max_result_rows = {rows}, max_result_bytes = {nbytes}, "
+            f"result_overflow_mode = '{'throw' if write else 'break'}', "
             f"max_memory_usage = {int(self.memory_bytes)}"
         )
+        if self.seconds > 0:
+            cap = max(RANGE_FLOOR, int(self.seconds * RANGE_PER_SECOND))
+            out += f", function_range_max_elements_in_block = {cap}"
+        return out

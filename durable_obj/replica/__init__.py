@@ -7,6 +7,7 @@
     results   a query's answer as text, bytes, rows, dicts, Arrow, pandas
     messages  the engine's messages made safe to show
     turn      one async local worker at a time, unless one waits on the engine
+    watchdog  stops a bounded call past its deadline (KILL QUERY of its own tag)
     export    an object's tables as files on any fsspec location
 
 May import: `durable_obj.errors`, `wire`, `stores`, `gate` and each other;

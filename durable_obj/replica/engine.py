@@ -28,6 +28,7 @@ import contextlib
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,17 +36,19 @@ from typing import Any
 
 from durable_obj.errors import (
     ClassificationRefused,
+    DurableError,
     EngineError,
     InvalidArgument,
     Timeout,
 )
-from durable_obj.gate.bounds import RESET, Bounds
+from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import server
 from durable_obj.replica.messages import clean, describe_syntax_error, without_table_uuids
 from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_root
 from durable_obj.replica.turn import Turned
+from durable_obj.replica.watchdog import WATCHDOG, Guard
 
 #: An engine hint naming another object's internal database, and such a name.
 _FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
@@ -101,6 +104,8 @@ class Engine:
         #: This object's database in the engine: reserved, unguessable, never shown.
         self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
         self.scope = Scope("default", self.database)
+        #: When the bounded block running now must end (`bounded`); None: unbounded.
+        self._deadline: float | None = None
 
     @property
     def version(self) -> str:
@@ -162,15 +167,16 @@ class Engine:
 
     def rows_text(self, sql: str, fmt: str, *, redact: bool = False) -> str:
         """`text` with NaN and infinities quoted in JSON ("nan"), not null."""
-        self.run("SET output_format_json_quote_denormals = 1")
+        self._setting("SET output_format_json_quote_denormals = 1")
         try:
             return self.text(sql, fmt, redact=redact)
         finally:
-            self.run("SET output_format_json_quote_denormals = 0")
+            self._setting("SET output_format_json_quote_denormals = 0")
 
     def _answer(self, sql: str, fmt: str, redact: bool) -> Any:
         if self._conn is None:
             raise EngineError("the object's engine connection is closed")
+        self._due()
         try:
             if fmt == "DataFrame":
                 return self._conn.query_df(sql, params={})
@@ -186,24 +192,49 @@ class Engine:
         self.text(sql, "CSV")
 
     @contextlib.contextmanager
-    def bounded(self, bounds: Bounds | None) -> Iterator[None]:
-        """Run what the block runs under `bounds` (engine settings on this
-        connection only, put back after); a query past its time is `Timeout`."""
+    def bounded(self, bounds: Bounds | None, *, write: bool = False) -> Iterator[None]:
+        """Run what the block runs under `bounds`: engine settings on this
+        connection only (put back after), and one deadline for every engine
+        call of the block (the gate's EXPLAIN calls included), kept by the
+        watchdog. Past it, the block's call is stopped and the block raises
+        `Timeout`. With `bounds` None nothing is set: no engine call added."""
         if bounds is None:
             yield
             return
-        self.run("SET " + bounds.settings())
+        token = f"durable_obj-bound-{uuid.uuid4().hex}"
+        applied = bounds.settings(write=write)
+        self._setting(f"SET {applied}, log_comment = {quote_string(token)}")
+        guard = WATCHDOG.arm(token, bounds.seconds) if bounds.seconds > 0 else None
+        self._deadline = None if guard is None else guard.deadline
         try:
             yield
-        except EngineError as exc:
-            if "TIMEOUT_EXCEEDED" in str(exc):
-                raise Timeout(
-                    f"the query ran past its bound of {bounds.seconds:g} s and was stopped by "
-                    "the engine; nothing changed"
-                ) from None
-            raise
+        except DurableError as exc:
+            stop = _stopped(exc, guard)
+            if stop is None:
+                raise
+            what = "statement" if write else "query"
+            raise Timeout(stop.format(what=what, s=bounds.seconds) + "; nothing changed") from None
         finally:
-            self.run(f"SET {RESET}")
+            if guard is not None:
+                WATCHDOG.disarm(guard)
+            self._deadline = None
+            if self._conn is not None:
+                self._setting(f"SET {RESET}")
+
+    def _due(self) -> None:
+        """Before an engine call of a bounded block: none starts past its deadline."""
+        if self._deadline is not None and time.monotonic() >= self._deadline:
+            raise Timeout("the bound's time is up")
+
+    def _setting(self, sql: str) -> None:
+        """Our own SET (never a caller's): run even past a deadline, so what a
+        block set is always put back; a kill never reaches a SET."""
+        if self._conn is None:
+            raise EngineError("the object's engine connection is closed")
+        try:
+            self._conn.query(sql, "CSV")
+        except Exception as exc:
+            raise EngineError(f"chDB: {self.message(exc)}") from exc
 
     def replay(self, sql: str) -> None:
         """Run a committed statement as the object's own: localized, and
@@ -218,6 +249,7 @@ class Engine:
     def run_params(self, sql: str, params: dict[str, str]) -> str:
         if self._conn is None:
             raise EngineError("the object's engine connection is closed")
+        self._due()
         try:
             result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
@@ -288,7 +320,9 @@ class Engine:
         when it does not analyse (running it fails the same way)."""
         try:
             tree = self.text("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
-        except EngineError:
+        except EngineError as exc:
+            if _stopped(exc, None) is not None:
+                raise  # planning ran past a bound: the run must not follow it
             return None
         if not tree.startswith("QUERY id:"):
             raise ClassificationRefused(
@@ -302,6 +336,7 @@ class Engine:
         """`EngineError` with the engine's own message if the (localized,
         secret-free) statement `sql`, which the engine reads as a SELECT
         without the word, would not run. Nothing runs: only the analyzer."""
+        self._due()
         try:
             self._conn.query("EXPLAIN QUERY TREE SELECT " + without_format(sql), "TSVRaw")
         except Exception as exc:
@@ -318,6 +353,7 @@ class Engine:
         the engine parses, with where the parser stopped (never the text)."""
         if self._conn is None:
             raise EngineError("the object's engine connection is closed")
+        self._due()
         try:
             result = self._conn.query(
                 "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": _escaped(sql)}
@@ -344,6 +380,7 @@ class Engine:
         """What chDB's parser says of `sql` (where it stops, the word there,
         its suggestion and what it expected), without quoting the statement's
         text beyond a name or keyword: it may carry a credential."""
+        self._due()
         try:
             self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
         except Exception as exc:
@@ -444,6 +481,29 @@ class Engine:
                 ORPHANS.append(self.database)
             with contextlib.suppress(Exception):  # closing a dead connection: nothing to say
                 conn.close()
+
+
+#: Why a bounded block stopped, by what the engine said (the first found).
+_STOPS = (
+    ("TIMEOUT_EXCEEDED", "the {what} ran past its bound of {s:g} s and was stopped"),
+    (
+        "function range would produce",
+        "the {what} would build a range() larger than a bound of {s:g} s allows "
+        f"(about {RANGE_PER_SECOND:,} elements per block for each second); it was stopped before "
+        "building it",
+    ),
+)
+
+
+def _stopped(exc: BaseException, guard: Guard | None) -> str | None:
+    """The message (a template) of a `Timeout` for `exc`, raised in a bounded
+    block, when it means the block was stopped by its bound; else None. The
+    watchdog's kill shows as anything (a cancelled query, a statement the
+    gate could not read), so once it fired every error is the bound's."""
+    if isinstance(exc, Timeout) or (guard is not None and guard.fired):
+        return "the {what} ran past its bound of {s:g} s and was stopped"
+    text = str(exc)
+    return next((why for mark, why in _STOPS if mark in text), None)
 
 
 def _escaped(value: str) -> str:

@@ -61,7 +61,7 @@ class Namespace:
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
     "refuse"); retention (the time-travel window, seconds); external_reads (what
     a read-only query() may reach outside: "url", "s3", folders for file(); off);
-    query_bounds (a `Bounds` every query() runs under unless it passes its own);
+    query_bounds, write_bounds (the `Bounds` every read, every written statement runs under);
     encryption (a key provider: new objects are encrypted, encrypted ones need
     it), compression ("zstd": a compressed WAL), follow and on_change (followers).
     """
@@ -465,8 +465,7 @@ def open(
     fold_bytes=32 MiB: ... or at this many WAL bytes (0: never).
     close_fold_segments=8: close() folds instead of flushing above this many.
     auto_flush=False: flush without a flush() call when a limit below is hit.
-    auto_flush_bytes=1 MiB: ... when the buffer holds this many bytes (checked
-        on execute).
+    auto_flush_bytes=1 MiB: ... when the buffer holds this many bytes (on execute).
     auto_flush_age=None: ... when the oldest buffered statement is this many
         seconds old (checked on execute and by a timer on the heartbeat
         thread, so an idle writer flushes too).
@@ -477,9 +476,10 @@ def open(
     external_reads=(): what a read-only query() may reach outside the object:
         "url" (url()), "s3" (s3()), absolute folders whose files file() may
         read. Off by default; never a mutation (docs/security.md).
-    query_bounds=None: a `durable_obj.Bounds` (seconds, result rows/bytes,
-        memory) every query() runs under unless it passes its own; the
-        statement cannot raise it.
+    query_bounds=None, write_bounds=None: `durable_obj.Bounds` (seconds,
+        result rows/bytes, memory) every read (unless it passes its own), and
+        every statement of execute()/write()/batch(), runs under; a statement
+        cannot raise them; a write past them is Timeout, nothing logged.
     encryption=None: a key provider (`durable_obj.StaticKey`, `EnvKey`,
         `KeyFile`, `AwsKms`, or your own `KeyProvider`). A new object is
         created encrypted: every segment, base and history file is sealed

@@ -97,6 +97,12 @@ class Pool:
     is `InvalidArgument`.
 
     A read-only pool's cached objects see new writes only on `obj.refresh()`.
+
+    A pool serving SQL it does not trust (tenants, a model through MCP)
+    bounds both sides: `Pool(url, owner=..., query_bounds=Bounds(seconds=10,
+    memory_bytes=1 << 30), write_bounds=Bounds(seconds=10, memory_bytes=1 <<
+    30))`: every read and every statement written then stops at its bound,
+    planning included, and a write stopped is `Timeout` with nothing logged.
     """
 
     def __init__(
