@@ -324,7 +324,7 @@ class Engine:
             if _stopped(exc, None) is not None:
                 raise  # planning ran past a bound: the run must not follow it
             return None
-        if not tree.startswith("QUERY id:"):
+        if not tree.startswith(("QUERY id:", "UNION id:")):
             raise ClassificationRefused(
                 "could not check what the query reads (its plan did not print as a query "
                 "tree); pass the output format as fmt= rather than in a FORMAT clause. "
