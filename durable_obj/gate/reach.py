@@ -102,6 +102,19 @@ _COMBINATORS = re.compile(
 )
 
 
+def refuse_refresh() -> ClassificationRefused:
+    """A refreshable materialized view (`REFRESH EVERY|AFTER ...`, or ALTER
+    ... MODIFY REFRESH): the engine runs its SELECT on a timer of its own."""
+    return ClassificationRefused(
+        "a refreshable materialized view (REFRESH ...): the engine would run its SELECT in the "
+        "background on a timer of its own, outside every statement and the object's bounds, "
+        "and a replica replaying the log would refresh at other times to other rows. Use a "
+        "plain materialized view (CREATE MATERIALIZED VIEW ... TO t AS SELECT ..., which runs "
+        "inside each INSERT into its source), or run INSERT INTO t SELECT ... yourself when "
+        "the data should be refreshed. Nothing was run or logged."
+    )
+
+
 def refuse(what: str) -> ClassificationRefused:
     return ClassificationRefused(
         f"{what}: an object's statements reach only its own database (another object's "
@@ -289,6 +302,8 @@ def _check_tree(ast: str, known: Catalog) -> None:
             raise refuse(f"a dictionary SOURCE({name.upper()[:40]})")
         elif kind == "Function" and name.lower() in known.refused:
             raise refuse(f"{name[:60]}()")
+        elif node == "Refresh strategy definition":
+            raise refuse_refresh()
 
 
 def _arg_count(ast: str, line: int) -> int:
