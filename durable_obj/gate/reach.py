@@ -321,33 +321,3 @@ def check_resolved(engine: Engine, tree: str) -> None:
     for name in set(_RESOLVED_FUNCTION.findall(tree)):
         if not known.allowed_in_tree(name):
             raise refuse(f"{name[:60]}()")
-
-
-#: Engines a restored table may have besides `ALLOWED_ENGINES`.
-_RESTORED_KINDS = frozenset({"View", "MaterializedView", "Dictionary"})
-_SOURCE = re.compile(r"\bSOURCE\s*\(\s*(\w+)", re.IGNORECASE)
-_ROCKSDB_OWN = re.compile(r"EmbeddedRocksDB(?:\s*\(\s*\d*\s*\))?(?:\s|$)")
-
-
-def check_restored(engine: Engine) -> None:
-    """`ClassificationRefused` if a restored base holds a table or dictionary
-    that reaches past the object (one made before the gate refused it, or by
-    another writer): a plain SELECT of it would read another database, a
-    file or the network."""
-    for name, kind, full in engine.json_rows(
-        "SELECT name, engine, engine_full FROM system.tables WHERE database = {db:String}",
-        {"db": engine.database},
-    ):
-        if kind not in ALLOWED_ENGINES and kind not in _RESTORED_KINDS:
-            raise refuse(f"a table {name[:60]!r} with ENGINE = {kind[:40]}")
-        if kind == "EmbeddedRocksDB" and not _ROCKSDB_OWN.match(full):
-            raise refuse(f"an EmbeddedRocksDB table {name[:60]!r} with a folder of its own")
-    for name, definition in engine.json_rows(
-        "SELECT name, create_table_query FROM system.tables "
-        "WHERE database = {db:String} AND engine = 'Dictionary'",
-        {"db": engine.database},
-    ):
-        source = _SOURCE.search(definition)
-        if source is None or source.group(1).lower() not in ALLOWED_SOURCES:
-            shown = source.group(1) if source else "an unknown source"
-            raise refuse(f"a dictionary {name[:60]!r} reading {shown[:40]}")
