@@ -79,6 +79,7 @@ class _Archive:
                 f"check before restoring it (it reads {', '.join(_TAR + _ZIP)})"
             )
         if len(set(names)) != len(names):
+            self.close()
             raise Corrupt("the base archive holds two entries of one name")
 
     def read(self, name: str, size: int) -> bytes:
