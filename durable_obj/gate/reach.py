@@ -102,6 +102,19 @@ _COMBINATORS = re.compile(
 )
 
 
+def refuse_refresh() -> ClassificationRefused:
+    """A refreshable materialized view (`REFRESH EVERY|AFTER ...`, or ALTER
+    ... MODIFY REFRESH): the engine runs its SELECT on a timer of its own."""
+    return ClassificationRefused(
+        "a refreshable materialized view (REFRESH ...): the engine would run its SELECT in the "
+        "background on a timer of its own, outside every statement and the object's bounds, "
+        "and a replica replaying the log would refresh at other times to other rows. Use a "
+        "plain materialized view (CREATE MATERIALIZED VIEW ... TO t AS SELECT ..., which runs "
+        "inside each INSERT into its source), or run INSERT INTO t SELECT ... yourself when "
+        "the data should be refreshed. Nothing was run or logged."
+    )
+
+
 def refuse(what: str) -> ClassificationRefused:
     return ClassificationRefused(
         f"{what}: an object's statements reach only its own database (another object's "
@@ -289,6 +302,8 @@ def _check_tree(ast: str, known: Catalog) -> None:
             raise refuse(f"a dictionary SOURCE({name.upper()[:40]})")
         elif kind == "Function" and name.lower() in known.refused:
             raise refuse(f"{name[:60]}()")
+        elif node == "Refresh strategy definition":
+            raise refuse_refresh()
 
 
 def _arg_count(ast: str, line: int) -> int:
@@ -306,33 +321,3 @@ def check_resolved(engine: Engine, tree: str) -> None:
     for name in set(_RESOLVED_FUNCTION.findall(tree)):
         if not known.allowed_in_tree(name):
             raise refuse(f"{name[:60]}()")
-
-
-#: Engines a restored table may have besides `ALLOWED_ENGINES`.
-_RESTORED_KINDS = frozenset({"View", "MaterializedView", "Dictionary"})
-_SOURCE = re.compile(r"\bSOURCE\s*\(\s*(\w+)", re.IGNORECASE)
-_ROCKSDB_OWN = re.compile(r"EmbeddedRocksDB(?:\s*\(\s*\d*\s*\))?(?:\s|$)")
-
-
-def check_restored(engine: Engine) -> None:
-    """`ClassificationRefused` if a restored base holds a table or dictionary
-    that reaches past the object (one made before the gate refused it, or by
-    another writer): a plain SELECT of it would read another database, a
-    file or the network."""
-    for name, kind, full in engine.json_rows(
-        "SELECT name, engine, engine_full FROM system.tables WHERE database = {db:String}",
-        {"db": engine.database},
-    ):
-        if kind not in ALLOWED_ENGINES and kind not in _RESTORED_KINDS:
-            raise refuse(f"a table {name[:60]!r} with ENGINE = {kind[:40]}")
-        if kind == "EmbeddedRocksDB" and not _ROCKSDB_OWN.match(full):
-            raise refuse(f"an EmbeddedRocksDB table {name[:60]!r} with a folder of its own")
-    for name, definition in engine.json_rows(
-        "SELECT name, create_table_query FROM system.tables "
-        "WHERE database = {db:String} AND engine = 'Dictionary'",
-        {"db": engine.database},
-    ):
-        source = _SOURCE.search(definition)
-        if source is None or source.group(1).lower() not in ALLOWED_SOURCES:
-            shown = source.group(1) if source else "an unknown source"
-            raise refuse(f"a dictionary {name[:60]!r} reading {shown[:40]}")

@@ -425,8 +425,10 @@ class Engine:
         )
 
     def restore(self, db: str, path: str) -> None:
-        """RESTORE database `db` of the archive at `path` as the object's
-        database (which must not exist yet)."""
+        """RESTORE the tables of database `db` of the archive at `path` into
+        the object's database, made first by `create_database` (empty): the
+        archive's own CREATE DATABASE is never run, so its engine (one that
+        reads host files or another server) is never the object's."""
         self._name(db)
         self._archive(
             f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "

@@ -27,8 +27,9 @@ from durable_obj.errors import (
     EngineIncompatible,
     ProtocolUnsupported,
 )
-from durable_obj.gate import reach
+from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
+from durable_obj.replica import archive
 from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
@@ -225,17 +226,24 @@ class Fetches:
 
 def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) -> None:
     """RESTORE the base into a fresh engine (or create the empty database),
-    then replay every segment in manifest order."""
+    then replay every segment in manifest order.
+
+    A base passes the gate its statements would have (`gate.restored`):
+    its definitions, read from the archive, before RESTORE creates any of
+    them (a refreshable view would start at once); what RESTORE made, after
+    it and before anything is shown or replayed. A refusal is `Corrupt`."""
     db = head.manifest.db
+    engine.create_database(db)  # empty; RESTORE only fills it (`Engine.restore`)
     if head.manifest.base is not None:
         assert fetches is not None
         ref = head.manifest.base
         path = fetches.base()
-        # Hashed beside RESTORE reading the same bytes, and judged before
-        # anything else happens: a base that does not match is Corrupt and
-        # the open fails, so what RESTORE made of it is never seen (the
-        # caller drops the engine of a failed open).
         try:
+            _check_archive(engine, fetches, path, url=url, key=ref.key)
+            # Hashed beside RESTORE reading the same bytes, and judged before
+            # anything else happens: a base that does not match is Corrupt and
+            # the open fails, so what RESTORE made of it is never seen (the
+            # caller drops the engine of a failed open).
             engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
         except EngineError as exc:
             fetches.check_base()  # an altered base says so
@@ -254,15 +262,34 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
         # fails the open, whose engine is dropped unseen
         fetches.check_base()
         try:
-            reach.check_restored(engine)
+            restored.check_restored(engine)
         except ClassificationRefused as exc:
-            raise Corrupt(
-                f"{url}: the base {ref.key} holds {exc} The object was not opened."
-            ) from None
-    else:
-        engine.create_database(db)
+            raise _hostile(url, ref.key, exc) from None
     engine.use_database(db)
     replay(engine, db, head.manifest.wal, [] if fetches is None else fetches.segments(), url=url)
+
+
+def _check_archive(engine: Engine, fetches: Fetches, path: str, *, url: str, key: str) -> None:
+    """The base's definitions, read from the archive, through the gate
+    before RESTORE creates any; an altered base is reported as such first."""
+    try:
+        restored.check_definitions(
+            engine, ((d.table, d.text) for d in archive.definitions(path, engine.logical))
+        )
+    except Corrupt as exc:
+        fetches.check_base()
+        raise Corrupt(f"{url}: {exc}; the object was not opened. Nothing was changed.") from None
+    except ClassificationRefused as exc:
+        fetches.check_base()
+        raise _hostile(url, key, exc) from None
+
+
+def _hostile(url: str, key: str, exc: ClassificationRefused) -> Corrupt:
+    return Corrupt(
+        f"{url}: the base {key} holds {exc} A base passes the gate its statements would "
+        "have; nothing of it was shown or replayed, the object was not opened and nothing "
+        "was changed."
+    )
 
 
 def replay(

@@ -254,6 +254,33 @@ def test_a_statement_cannot_raise_a_bound(untouched: World) -> None:
     assert w.a.query("SELECT 1 SETTINGS output_format_csv_crlf_end_of_line = 0").strip() == "1"
 
 
+def test_a_refreshable_view_is_refused_with_what_to_do_instead(untouched: World) -> None:
+    """Issue 36 item 5: a refreshable view runs its SELECT on the engine's
+    own timer, outside every statement's bounds, and would replay to other
+    rows. Refused on the engine's parse (its `Refresh strategy definition`),
+    however it is spelled and whatever flag is set."""
+    w = untouched
+    w.a.execute("CREATE TABLE IF NOT EXISTS rdst (n UInt64) ENGINE = MergeTree ORDER BY n")
+    for sql in (
+        "CREATE MATERIALIZED VIEW rmv REFRESH EVERY 1 SECOND APPEND TO rdst "
+        "AS SELECT sum(number) AS n FROM numbers(400000000)",
+        "CREATE MATERIALIZED VIEW rmv REFRESH AFTER 1 SECOND TO rdst AS SELECT 1 AS n",
+        "CREATE MATERIALIZED VIEW rmv REFRESH EVERY 1 SECOND ENGINE = Memory AS SELECT 1 AS n",
+        HIDE
+        + "CREATE MATERIALIZED VIEW rmv REFRESH EVERY 1 SECOND TO rdst AS SELECT 1 AS n"
+        + TAIL,
+        "ALTER TABLE rdst MODIFY REFRESH EVERY 2 SECOND",
+    ):
+        for flag in (False, True):
+            err = _refused(w.a.execute, sql, allow_nondeterministic=flag)
+            assert isinstance(err, errors.ClassificationRefused)
+            assert "plain materialized view" in str(err) and "INSERT INTO t SELECT" in str(err)
+    assert "rmv" not in w.a.query("SELECT name FROM system.tables")
+    # a plain materialized view (run inside each INSERT) is what to write instead
+    w.a.execute("CREATE TABLE IF NOT EXISTS rsrc (n UInt64) ENGINE = MergeTree ORDER BY n")
+    w.a.execute("CREATE MATERIALIZED VIEW IF NOT EXISTS rmv_plain TO rdst AS SELECT n FROM rsrc")
+
+
 # -- a replayed statement passes the same gate -------------------------------------------
 
 

@@ -1,0 +1,176 @@
+"""The definitions a base holds, read from the archive before RESTORE.
+
+A base is untrusted input like every statement: anyone who can write the
+store can put a real BACKUP archive there (with its size and SHA-256 in
+head.json), and chdb.durable writes bases whose tables passed a looser
+gate. Checking what RESTORE made is too late for some of it: a
+refreshable view starts refreshing as soon as it is created (measured:
+`REFRESH EVERY 1 SECOND` over url() made 4 requests in the 2.5 s after a
+RESTORE returned, and `SYSTEM STOP VIEWS` does not hold for views created
+after it), and engines that stream or load at startup act before any
+query. So the definitions are read here, from the same bytes RESTORE will
+read, and judged by the gate (`gate.restored`) before RESTORE creates
+anything.
+
+What RESTORE reads is named by the archive's `.backup` (an XML list of
+every file with its size and the archive entry holding its bytes,
+`data_file`, which deduplication may point at another file's entry); this
+reads it the same way, and refuses what it could read differently from
+the engine: an archive format chosen otherwise than by the extension (as
+the engine chooses), two entries of one name (the engine takes the first,
+`tarfile` the last), an entry whose size is not the listed one, XML with
+a document type, comment or CDATA, and an incremental archive (its files
+would come from another backup, on the host).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import tarfile
+import zipfile
+from dataclasses import dataclass
+from urllib.parse import unquote
+from xml.etree import ElementTree
+
+from durable_obj.errors import Corrupt
+
+#: Archive suffixes the engine opens as a tar (libarchive) or a zip (minizip),
+#: and that this module reads the same way.
+_TAR = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
+_ZIP = (".zip", ".zipx")
+#: Where a definition lies in a backup: the database's own, or a table's
+#: (`shards/N/replicas/M/` prefixes a backup taken on a cluster).
+_DEFINITION = re.compile(r"(?:shards/\d+/replicas/\d+/)?metadata/([^/]+)(?:/([^/]+))?\.sql")
+
+
+@dataclass(frozen=True, slots=True)
+class Definition:
+    """One table's definition as RESTORE will read it: its name in the
+    backup, the table's name (unescaped from the file name: a message names
+    it), and the CREATE statement's text, naming the logical database."""
+
+    path: str
+    table: str
+    text: str
+
+
+class _Archive:
+    """An archive's entries by exact name, tar or zip as the suffix says."""
+
+    def __init__(self, path: str) -> None:
+        lowered = path.lower()
+        self._zip: zipfile.ZipFile | None = None
+        self._tar: tarfile.TarFile | None = None
+        names: list[str]
+        if lowered.endswith(_ZIP):
+            self._zip = zipfile.ZipFile(path)  # closed by close()
+            names = self._zip.namelist()
+            self._sizes = {i.filename: i.file_size for i in self._zip.infolist()}
+        elif lowered.endswith(_TAR):
+            self._tar = tarfile.open(path, "r:*")  # noqa: SIM115  # closed by close()
+            members = self._tar.getmembers()
+            names = [m.name for m in members]
+            self._members = {m.name: m for m in members}
+            self._sizes = {m.name: m.size for m in members if m.isfile()}
+        else:
+            raise Corrupt(
+                f"the base {posixpath.basename(path)!r} is not an archive this library can "
+                f"check before restoring it (it reads {', '.join(_TAR + _ZIP)})"
+            )
+        if len(set(names)) != len(names):
+            self.close()
+            raise Corrupt("the base archive holds two entries of one name")
+
+    def read(self, name: str, size: int) -> bytes:
+        if self._sizes.get(name) != size:
+            raise Corrupt(f"the base archive's entry {name[:80]!r} is missing or not its size")
+        if self._zip is not None:
+            return self._zip.read(name)
+        assert self._tar is not None
+        handle = self._tar.extractfile(self._members[name])
+        assert handle is not None  # a regular file: _sizes holds only those
+        with handle:
+            return handle.read()
+
+    def close(self) -> None:
+        if self._zip is not None:
+            self._zip.close()
+        if self._tar is not None:
+            self._tar.close()
+
+
+def definitions(path: str, db: str) -> list[Definition]:
+    """Every definition of a table of database `db` the archive at `path`
+    holds, as RESTORE DATABASE `db` will read it; `Corrupt` if it cannot be
+    read the way the engine reads it. The database's own definition is left
+    out (the object's database is created before RESTORE, which only fills
+    it: `Engine.restore`), and so are other databases' (never restored)."""
+    try:
+        archive = _Archive(path)
+    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+        raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
+    try:
+        return _definitions(archive, _escaped(db))
+    except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+        raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
+    finally:
+        archive.close()
+
+
+def _definitions(archive: _Archive, folder: str) -> list[Definition]:
+    listing = _listing(archive)
+    if listing.find("base_backup") is not None or listing.find("base_backup_uuid") is not None:
+        raise Corrupt("the base is an incremental archive (its files come from another backup)")
+    contents = listing.find("contents")
+    found: list[Definition] = []
+    for entry in [] if contents is None else contents.findall("file"):
+        name = entry.findtext("name", "")
+        if entry.findtext("use_base", "").strip().lower() in ("1", "true") or int(
+            entry.findtext("base_size", "0") or 0
+        ):
+            raise Corrupt("the base is an incremental archive (its files come from another backup)")
+        if not name.lower().endswith(".sql"):
+            continue
+        where = _DEFINITION.fullmatch(name)
+        if where is None:
+            raise Corrupt(f"the base holds a definition {name[:80]!r} outside a database")
+        if where.group(2) is None or where.group(1) != folder:
+            continue  # the database's own, or another's: never run (see `definitions`)
+        size = int(entry.findtext("size", "0") or 0)
+        data = entry.findtext("data_file", "") or name
+        try:
+            text = archive.read(data, size).decode("utf-8")
+        except UnicodeDecodeError:
+            raise Corrupt(f"the base's definition {name[:80]!r} is not UTF-8 text") from None
+        found.append(Definition(name, unquote(where.group(2)), text))
+    return found
+
+
+def _escaped(name: str) -> str:
+    """A database name as the engine names its folder in a backup
+    (`escapeForFileName`: every byte but an ASCII letter, digit or _ as %XX)."""
+    return "".join(
+        chr(b) if chr(b).isascii() and (chr(b).isalnum() or chr(b) == "_") else f"%{b:02X}"
+        for b in name.encode("utf-8")
+    )
+
+
+def _listing(archive: _Archive) -> ElementTree.Element:
+    """The archive's `.backup` listing, parsed; `Corrupt` if it could be
+    read two ways (a document type, whose entities two parsers may expand differently, a
+    comment or CDATA: the engine's own listings hold none)."""
+    try:
+        raw = archive.read(".backup", archive._sizes.get(".backup", -1))
+    except Corrupt:
+        raise Corrupt("the base archive holds no .backup listing") from None
+    text = raw.decode("utf-8", errors="replace")
+    if "<!" in text:
+        raise Corrupt("the base's .backup listing holds a declaration, comment or CDATA")
+    try:
+        root = ElementTree.fromstring(raw)
+    except ElementTree.ParseError:
+        raise Corrupt("the base's .backup listing is not XML") from None
+    if root.tag != "config":
+        raise Corrupt("the base's .backup listing is not a backup's")
+    return root

@@ -1,0 +1,136 @@
+"""`replica.archive`: a base's definitions read as RESTORE reads them, and
+every archive that could be read two ways refused (`Corrupt`)."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from durable_obj.errors import Corrupt
+from durable_obj.replica.archive import definitions
+
+VIEW = b"CREATE VIEW default.v (`s` String) AS SELECT s FROM default.t"
+EVIL = b"CREATE VIEW default.v (`s` String) AS SELECT * FROM file('/etc/passwd')"
+
+
+def _listing(files: list[tuple[str, bytes, str]], extra: str = "") -> bytes:
+    entries = "".join(
+        f"<file><name>{name}</name><size>{len(data)}</size><checksum>00</checksum>"
+        + (f"<data_file>{data_file}</data_file>" if data_file else "")
+        + "</file>"
+        for name, data, data_file in files
+    )
+    return f"<config><version>1</version>{extra}<contents>{entries}</contents></config>".encode()
+
+
+def _tar(path: Path, entries: list[tuple[str, bytes]]) -> str:
+    with tarfile.open(path, "w") as tf:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    return str(path)
+
+
+def test_a_definition_is_read_where_the_listing_says(tmp_path: Path) -> None:
+    """Deduplication points a file at another entry (`data_file`): the text
+    checked is that entry's, which RESTORE reads, not the innocent one."""
+    listing = _listing([("metadata/default/v.sql", EVIL, "data/x/evil.bin")])
+    path = _tar(
+        tmp_path / "b.tar",
+        [("metadata/default/v.sql", VIEW), ("data/x/evil.bin", EVIL), (".backup", listing)],
+    )
+    [found] = definitions(path, "default")
+    assert (found.table, found.text) == ("v", EVIL.decode())
+
+
+def test_only_the_restored_database_is_read(tmp_path: Path) -> None:
+    listing = _listing(
+        [
+            ("metadata/default.sql", b"CREATE DATABASE default ENGINE = Atomic", ""),
+            ("metadata/default/v.sql", VIEW, ""),
+            ("metadata/other/w.sql", EVIL, ""),
+            ("metadata/%20efault/x%2Ey.sql", VIEW, ""),
+        ]
+    )
+    entries = [
+        ("metadata/default.sql", b"CREATE DATABASE default ENGINE = Atomic"),
+        ("metadata/default/v.sql", VIEW),
+        ("metadata/other/w.sql", EVIL),
+        ("metadata/%20efault/x%2Ey.sql", VIEW),
+        (".backup", listing),
+    ]
+    path = _tar(tmp_path / "b.tar", entries)
+    assert [d.table for d in definitions(path, "default")] == ["v"]
+    assert [d.table for d in definitions(path, " efault")] == ["x.y"]
+
+
+@pytest.mark.parametrize(
+    ("entries", "match"),
+    [
+        (
+            [("metadata/default/v.sql", VIEW), ("metadata/default/v.sql", EVIL)],
+            "two entries of one name",
+        ),
+        ([("metadata/default/v.sql", VIEW + b" ")], "not its size"),
+        ([], "not its size"),
+    ],
+)
+def test_an_archive_read_two_ways_is_corrupt(
+    tmp_path: Path, entries: list[tuple[str, bytes]], match: str
+) -> None:
+    listing = _listing([("metadata/default/v.sql", VIEW, "")])
+    path = _tar(tmp_path / "b.tar", [*entries, (".backup", listing)])
+    with pytest.raises(Corrupt, match=match):
+        definitions(path, "default")
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"),
+    [
+        ("<base_backup>File('/elsewhere.tar')</base_backup>", "incremental"),
+        ("<!-- a comment -->", "declaration"),
+    ],
+)
+def test_a_listing_that_reaches_elsewhere_is_corrupt(
+    tmp_path: Path, extra: str, match: str
+) -> None:
+    listing = _listing([("metadata/default/v.sql", VIEW, "")], extra)
+    path = _tar(tmp_path / "b.tar", [("metadata/default/v.sql", VIEW), (".backup", listing)])
+    with pytest.raises(Corrupt, match=match):
+        definitions(path, "default")
+
+
+def test_a_file_from_a_base_backup_is_corrupt(tmp_path: Path) -> None:
+    listing = _listing([("metadata/default/v.sql", VIEW, "")]).replace(
+        b"</size>", b"</size><use_base>true</use_base>"
+    )
+    path = _tar(tmp_path / "b.tar", [("metadata/default/v.sql", VIEW), (".backup", listing)])
+    with pytest.raises(Corrupt, match="incremental"):
+        definitions(path, "default")
+
+
+def test_archive_formats(tmp_path: Path) -> None:
+    """Read as the engine would by the name's suffix: a zip as a zip, a
+    suffix this module cannot read refused, never guessed."""
+    listing = _listing([("metadata/default/v.sql", VIEW, "")])
+    with zipfile.ZipFile(tmp_path / "b.zip", "w") as zf:
+        zf.writestr("metadata/default/v.sql", VIEW)
+        zf.writestr(".backup", listing)
+    assert [d.table for d in definitions(str(tmp_path / "b.zip"), "default")] == ["v"]
+    with tarfile.open(tmp_path / "b.tar.gz", "w:gz") as tf:
+        for name, data in (("metadata/default/v.sql", VIEW), (".backup", listing)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    assert [d.table for d in definitions(str(tmp_path / "b.tar.gz"), "default")] == ["v"]
+    (tmp_path / "b.tar.zst").write_bytes(b"\x28\xb5\x2f\xfd")
+    with pytest.raises(Corrupt, match="not an archive this library can check"):
+        definitions(str(tmp_path / "b.tar.zst"), "default")
+    (tmp_path / "bad.tar").write_bytes(b"not a tar at all" * 64)
+    with pytest.raises(Corrupt):
+        definitions(str(tmp_path / "bad.tar"), "default")
