@@ -38,7 +38,7 @@ SELECT query FROM system.query_log
 -- ;;
 INSERT INTO t SELECT 1, name FROM system.databases
 -- ;;
-SELECT name FROM system.databases
+SELECT query FROM system.processes
 -- ;;
 INSERT INTO t SELECT 1, name FROM system.tables WHERE database != currentDatabase()
 -- ;;
