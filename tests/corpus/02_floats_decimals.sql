@@ -52,7 +52,7 @@ ALTER TABLE ledger ADD COLUMN amount_f Float64 MATERIALIZED toFloat64(amount)
 -- ;;
 CREATE TABLE ledger_totals (day UInt8, total Decimal(38, 2), avg_fee Float64) ENGINE = MergeTree ORDER BY day
 -- ;;
-INSERT INTO ledger_totals SELECT entry_id % 7, sum(amount), avg(toFloat64(fee)) FROM ledger GROUP BY entry_id % 7
+INSERT INTO ledger_totals SELECT entry_id % 7, sum(amount), round(avg(toFloat64(fee)), 6) FROM ledger GROUP BY entry_id % 7
 -- ;;
 ALTER TABLE measurements MODIFY COLUMN temp Float64
 -- ;;

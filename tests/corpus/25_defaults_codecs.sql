@@ -71,7 +71,7 @@ INSERT INTO hashed_ids VALUES ('c@example.net', '2024-05-05')
 -- ;;
 CREATE TABLE telemetry_summary (device_id UInt32, readings UInt64, avg_value Float64, first_day Date) ENGINE = MergeTree ORDER BY device_id
 -- ;;
-INSERT INTO telemetry_summary SELECT device_id, count(), avg(value), min(day) FROM telemetry GROUP BY device_id
+INSERT INTO telemetry_summary SELECT device_id, count(), round(avg(value), 9), min(day) FROM telemetry GROUP BY device_id
 -- ;;
 ALTER TABLE telemetry COMMENT COLUMN value 'the reading, in its own unit'
 -- ;;
