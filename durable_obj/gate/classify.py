@@ -78,7 +78,10 @@ def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
     if analysis.query_class == "CONTROL":
         raise ClassificationRefused(
             "control statements (USE, SET, SYSTEM, BACKUP, RESTORE, per-statement settings "
-            "or writes outside the engine) are managed by the durable object; not run"
+            "or writes outside the engine) are managed by the durable object; not run. "
+            "Instead, write the statement without its SETTINGS clause (the object runs a "
+            "mutation to its end and sets its own bounds), and use the object's methods "
+            "(checkpoint(), Options bounds) for the rest"
         )
     if analysis.query_class == "MUTATING_GLOBAL":
         raise ClassificationRefused(

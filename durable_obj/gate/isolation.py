@@ -98,14 +98,17 @@ DATABASE_CALLS = frozenset({"currentdatabase", "current_database", "database", "
 
 _NAMED = ("ident", "quoted")
 _TABLE_NAME = re.compile(r"table_name: (.+)$", re.MULTILINE)
-_TABLE_FUNCTION = re.compile(r"table_function_name: (\w+)", re.MULTILINE)
+#: A table function in a query tree, as the engine names it (`db.view` for
+#: a parameterized view named with its database).
+TABLE_FUNCTION = re.compile(r"table_function_name: ([^,\n]+)", re.MULTILINE)
 
 
-def refuse(what: str) -> ClassificationRefused:
+def refuse(what: str, instead: str = "") -> ClassificationRefused:
+    advice = f" Instead, {instead}." if instead else ""
     return ClassificationRefused(
         f"{what}: an object's statements reach only its own database (another object's "
-        "data, the engine's other databases and the process's files are out of reach). "
-        "Nothing was run or logged."
+        "data, the engine's other databases and the process's files are out of reach)."
+        f"{advice} Nothing was run or logged."
     )
 
 
@@ -225,9 +228,16 @@ class Scope:
                 tokens[call.first - 2].word if call.first >= 2 else "",
             )
             if after_engine and name in REFUSED_ENGINES:
-                raise refuse(f"a table with ENGINE = {call.shown} reads other data by name")
+                raise refuse(
+                    f"a table with ENGINE = {call.shown} reads other data by name",
+                    "use a MergeTree-family, Memory or Log table of the object's own and "
+                    "insert into it directly",
+                )
             if name in REFUSED_CALLS and name not in vouched:
-                raise refuse(f"{call.shown}() reaches data by a name or path it is given")
+                raise refuse(
+                    f"{call.shown}() reaches data by a name or path it is given",
+                    "read the object's own tables (a view, or UNION ALL of them)",
+                )
             if name in DATABASE_CALLS and call.last == call.first + 2:
                 if call.first > 0 and tokens[call.first - 1].text == ".":
                     continue  # a.database(): not the function
@@ -263,17 +273,28 @@ class Scope:
         for j in range(start, end):
             word = tokens[j].word if tokens[j].kind == "ident" else ""
             if word in ("query", "host", "port", "user", "password", "where"):
-                raise refuse(f"a CLICKHOUSE dictionary source with {word.upper()}")
+                raise refuse(
+                    f"a CLICKHOUSE dictionary source with {word.upper()}",
+                    "name a table of the object's own with TABLE 'name' (a view of it, "
+                    "for a query)",
+                )
             if word == "db" and j + 1 < end:
                 value = tokens[j + 1]
                 if value.kind != "string" or value.text[1:-1] != self.logical:
                     raise refuse("a CLICKHOUSE dictionary source naming another database")
                 out.append((value.start, value.end, quote_string(self.internal)))
 
-    def check_tree(self, tree: str, external: frozenset[str] = frozenset()) -> None:
+    def check_tree(
+        self,
+        tree: str,
+        external: frozenset[str] = frozenset(),
+        views: frozenset[str] = frozenset(),
+    ) -> None:
         """Every table an `EXPLAIN QUERY TREE` resolved is this object's, or an
-        allowed system table; every table function is a pure generator, or
-        one of `external` (a read's opt-in, its arguments checked before)."""
+        allowed system table; every table function is a pure generator, one
+        of `external` (a read's opt-in, its arguments checked before), or one
+        of `views`, parameterized views of this object's database (bare, or
+        named with its internal database)."""
         for name in _TABLE_NAME.findall(tree):
             db, _, table = name.strip().partition(".")
             if db == self.internal:
@@ -283,9 +304,13 @@ class Scope:
             if db == "system" and table == "databases":
                 continue
             raise refuse(f"the query reads {db if db.startswith('__') else name}")
-        for fn in _TABLE_FUNCTION.findall(tree):
+        for fn in TABLE_FUNCTION.findall(tree):
+            db, _, name = fn.rpartition(".")
+            if db in ("", self.internal) and name in views:
+                continue
             if fn.lower() not in PURE_TABLE_FUNCTIONS and fn.lower() not in external:
-                raise refuse(f"the table function {fn}()")
+                shown = name if db == self.internal else fn
+                raise refuse(f"the table function {shown[:60]}()")
 
 
 def _shown_name(name: str) -> str:

@@ -88,8 +88,7 @@ class Gate:
         allowed = {reach.EXTERNAL_FUNCTIONS[w] for w in ("url", "s3") if w in self.external}
         if any(w.startswith("/") for w in self.external):
             allowed.add("file")
-        engine.scope.check_tree(tree, frozenset(allowed))
-        reach.check_resolved(engine, tree)
+        writes.resolved(engine, tree, frozenset(allowed))
 
     def mutation(
         self,

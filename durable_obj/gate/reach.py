@@ -83,6 +83,10 @@ _READ_SETTINGS = re.compile(
     r"|allow_experimental_\w+_type|allow_suspicious_\w+|do_not_merge_across_partitions_\w+"
     # what the determinism gate writes into a logged INSERT (`determinism.py`)
     r"|session_timezone|insert_allow_materialized_columns"
+    # how an INSERT reads its data (never Values' expressions: `writes`)
+    r"|input_format_(?:skip_unknown_fields|null_as_default|defaults_for_omitted_fields"
+    r"|import_nested_json|with_names_use_header|with_types_use_header|allow_errors_\w+"
+    r"|json_\w+|csv_\w+|tsv_\w+)"
 )
 #: What a table's SETTINGS (or ALTER ... MODIFY SETTING) may not name: a
 #: disk, a path or a storage policy reaches the host's files; the rest are
@@ -115,12 +119,23 @@ def refuse_refresh() -> ClassificationRefused:
     )
 
 
-def refuse(what: str) -> ClassificationRefused:
+def refuse(what: str, instead: str = "") -> ClassificationRefused:
+    advice = f" Instead, {instead}." if instead else ""
     return ClassificationRefused(
         f"{what}: an object's statements reach only its own database (another object's "
         "data, the host's files, the network and the engine's configuration are out of "
-        "reach, whatever flag is set). Nothing was run or logged."
+        f"reach, whatever flag is set).{advice} Nothing was run or logged."
     )
+
+
+#: What to write instead of a table function or engine that reads elsewhere.
+OWN_TABLES = (
+    "read the object's own tables (a view, or UNION ALL of them), and load outside "
+    "data in the caller and insert it as literals"
+)
+OWN_ENGINE = (
+    "use a MergeTree-family, Memory or Log table of the object's own and insert into it directly"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,7 +209,7 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
         if external and external_call(tokens, call, external):
             continue
         if call.name in known.table_functions:
-            raise refuse(f"the table function {call.shown[:60]}()")
+            raise refuse(f"the table function {call.shown[:60]}()", OWN_TABLES)
         if call.name in known.refused:
             raise refuse(f"{call.shown[:60]}()")
     _check_settings(tokens, ddl)
@@ -240,11 +255,13 @@ def _check_settings(tokens: list[Token], ddl: bool) -> None:
             continue
         for name in _setting_names(tokens, i + 1):
             if ddl and _REFUSED_TABLE_SETTINGS.fullmatch(name):
-                raise refuse(f"the setting {name[:60]}")
+                raise refuse(f"the setting {name[:60]}", "write the table without that setting")
             if not ddl and not _READ_SETTINGS.fullmatch(name):
                 raise refuse(
                     f"the setting {name[:60]} (a statement's SETTINGS may only shape its "
-                    "output and plan; the object sets its bounds)"
+                    "output and plan, or how an INSERT reads its data; the object sets its "
+                    "bounds)",
+                    "write the statement without that setting",
                 )
 
 
@@ -294,7 +311,7 @@ def _check_tree(ast: str, known: Catalog) -> None:
         if node == "Storage definition" and nxt[0] == depth + 1 and nxt[1].startswith("Function "):
             engine = nxt[1].split(" ", 1)[1].strip()
             if engine not in ALLOWED_ENGINES:
-                raise refuse(f"a table with ENGINE = {engine[:60]}")
+                raise refuse(f"a table with ENGINE = {engine[:60]}", OWN_ENGINE)
             args = lines[k + 2] if k + 2 < len(lines) else (-1, "")
             if engine == "EmbeddedRocksDB" and args[0] == depth + 2 and _arg_count(ast, k + 2) > 1:
                 raise refuse("an EmbeddedRocksDB table with a folder of its own")

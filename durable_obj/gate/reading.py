@@ -145,7 +145,8 @@ def _rows_as_literals(engine: Engine, data: str) -> str:
     if not same:
         raise _refuse(
             "the VALUES rows hold a backslash outside a string, a character that is not "
-            "ASCII outside a string, or a comment or heredoc the engine reads otherwise"
+            "ASCII outside a string, or a comment or heredoc the engine reads otherwise; "
+            "write each value as a plain quoted literal instead"
         )
     return plain
 

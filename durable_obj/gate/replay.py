@@ -2,8 +2,9 @@
 
 Statements are applied in manifest order, one segment after another. A run
 of consecutive plain `INSERT INTO t [(cols)] [SETTINGS ...] VALUES (...)`
-statements with the same text up to VALUES becomes one INSERT with all their
-rows, when the target provably cannot tell the difference: a plain
+statements with the same text up to VALUES, whose rows hold literals only,
+becomes one INSERT with all their rows, when the target provably cannot
+tell the difference: a plain
 MergeTree/Log/Memory table with no dependent views and no insert
 deduplication. Everything else runs one by one. (chdb.durable runs each
 statement on its own: ~90 statements/s.)
@@ -16,7 +17,8 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
 from durable_obj.gate.pipeline import committed
-from durable_obj.gate.sql import insert_shape, is_insert, split_rows, tokenize_head
+from durable_obj.gate.sql import code_words, insert_shape, is_insert, split_rows, tokenize_head
+from durable_obj.gate.writes import LITERAL_WORDS
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -126,6 +128,13 @@ class Replayer:
         if shape is None or shape.values_at is None:
             return None
         prefix = sql[: head[shape.values_at].end]
+        if code_words(sql[len(prefix) :]) - LITERAL_WORDS:
+            # Rows with code (calls, DEFAULT, a subquery): the engine reads
+            # them through a template it deduces from the first such row, and
+            # rows of two statements merged may no longer fit one template
+            # (`map(...)` then `{...}`: the merged INSERT failed to parse,
+            # and the object would not open). Only rows of literals merge.
+            return None
         rows = split_rows(sql[len(prefix) :])
         if rows is None or not self._batchable(shape.database or self._db, shape.table):
             return None

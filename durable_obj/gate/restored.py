@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused, SecretRefused
-from durable_obj.gate import reach
+from durable_obj.gate import reach, writes
 from durable_obj.gate.bounds import Bounds
 from durable_obj.gate.classify import check_mutation
 from durable_obj.gate.reading import engine_text
@@ -108,8 +108,7 @@ def _check_select(engine: Engine, table: str, select: str) -> None:
         with engine.bounded(_PLAN_BOUNDS):
             tree = engine.query_tree(select)
         if tree is not None:
-            engine.scope.check_tree(tree)
-            reach.check_resolved(engine, tree)
+            writes.resolved(engine, tree)
     except ClassificationRefused as exc:
         raise refused(table, _shown(engine, str(exc))) from None
 

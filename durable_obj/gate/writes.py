@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach
+from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
+from durable_obj.gate.quoting import splice
 from durable_obj.gate.sql import (
     Token,
     code_words,
@@ -44,7 +46,9 @@ if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
 
 #: Words of a VALUES row that are literals, not code.
-_LITERAL_WORDS = frozenset({"null", "true", "false", "inf", "nan", "infinity"})
+LITERAL_WORDS = frozenset({"null", "true", "false", "inf", "nan", "infinity"})
+#: Words of a VALUES row that read nothing: literals, and a column's DEFAULT.
+_VALUE_WORDS = LITERAL_WORDS | {"default"}
 #: Words that start a query.
 _QUERY_START = frozenset({"select", "with"})
 #: Rows resolved per EXPLAIN: the engine's parser has a limit on one query's size.
@@ -65,8 +69,33 @@ def check(engine: Engine, local: str) -> None:
                 "analyse it on its own); write it as INSERT ... SELECT or a read first. "
                 "Nothing was run or logged."
             )
-        engine.scope.check_tree(tree)
-        reach.check_resolved(engine, tree)
+        resolved(engine, tree)
+
+
+def resolved(engine: Engine, tree: str, external: frozenset[str] = frozenset()) -> None:
+    """What the engine resolved (`EXPLAIN QUERY TREE`), for a read, a write
+    or a restored view: every table the object's own (or an allowed system
+    table); every table function pure, one of `external` (a read's opt-in),
+    or a parameterized view of the object's own database (called like a
+    table function, `v(p = 1)`: its query passed the gate when it was
+    made); every function on the allow-list."""
+    called = {
+        name.rsplit(".", 1)[-1]
+        for name in TABLE_FUNCTION.findall(tree)
+        if name.lower() not in PURE_TABLE_FUNCTIONS
+    }
+    views: frozenset[str] = frozenset()
+    if called:
+        rows = engine.json_rows(
+            "SELECT name FROM system.tables WHERE database = {db:String} AND engine = 'View' "
+            "AND has(splitByChar(',', {names:String}), name)",
+            {"db": engine.database, "names": ",".join(sorted(called))},
+        )
+        # never a name the engine would take for one of its table functions
+        refused = reach.catalog(engine).table_functions
+        views = frozenset(row[0] for row in rows if row[0].lower() not in refused)
+    engine.scope.check_tree(tree, external, views)
+    reach.check_resolved(engine, tree)
 
 
 def queries(engine: Engine, local: str) -> list[tuple[str, bool]]:
@@ -117,32 +146,52 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
 
 def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
     """The VALUES rows of `data` that hold code, as SELECTs to resolve."""
-    words = code_words(data) - _LITERAL_WORDS
+    words = code_words(data) - _VALUE_WORDS
     if not words:
         return []  # literals only: nothing is evaluated
     rows = split_rows(data)
     if rows is None:
         # Not a list of rows the splitter reads: resolve the data as one
         # SELECT list, which the engine parses the way it parses the rows.
-        return [("SELECT " + data.strip().rstrip(";"), False)]
+        rows = [data.strip().rstrip(";")]
     known = reach.catalog(engine)
-    coded = [row for row in rows if not _literal_calls(row, known)]
+    coded = [_without_default(row) for row in rows if not _literal_calls(row, known)]
     return [
         ("SELECT " + ", ".join(coded[i : i + _ROWS_PER_CHECK]), False)
         for i in range(0, len(coded), _ROWS_PER_CHECK)
     ]
 
 
+def _default(tokens: list[Token], i: int) -> bool:
+    """Whether token `i` is a row's `DEFAULT` (the column's default), not a
+    name: a bare word, not called and not qualifying a name."""
+    tok = tokens[i]
+    nxt = tokens[i + 1].text if i + 1 < len(tokens) else ""
+    prev = tokens[i - 1].text if i > 0 else ""
+    return tok.kind == "ident" and tok.word == "default" and nxt not in ("(", ".") and prev != "."
+
+
+def _without_default(row: str) -> str:
+    """The row with each `DEFAULT` as NULL: it reads nothing, and a SELECT
+    list cannot hold the word."""
+    if "default" not in code_words(row):
+        return row
+    tokens = tokenize(row)
+    return splice(
+        row, [(t.start, t.end, "NULL") for i, t in enumerate(tokens) if _default(tokens, i)]
+    )
+
+
 def _literal_calls(row: str, known: reach.Catalog) -> bool:
     """Whether the row's only code is calls of functions on the allow-list
     (no bare name, no subquery, no lambda): it cannot reach a table."""
-    if not (code_words(row) - _LITERAL_WORDS):
+    if not (code_words(row) - _VALUE_WORDS):
         return True
     tokens = tokenize(row)
     for i, tok in enumerate(tokens):
         if tok.kind == "quoted":
             return False
-        if tok.kind != "ident" or tok.word in _LITERAL_WORDS:
+        if tok.kind != "ident" or tok.word in LITERAL_WORDS or _default(tokens, i):
             continue
         called = i + 1 < len(tokens) and tokens[i + 1].text == "("
         if not called or not known.allowed_in_tree(tok.text):
@@ -177,6 +226,9 @@ def _subqueries(local: str, tokens: list[Token]) -> list[str]:
         tok, nxt = tokens[i], tokens[i + 1]
         if tok.text == "(" and nxt.kind == "ident" and nxt.word in _QUERY_START and i in closing:
             end = closing[i]
+            if i >= 2 and tokens[i - 2].word == "projection":
+                i = end + 1  # a projection's query reads its own table only, by definition
+                continue
             out.append(local[nxt.start : tokens[end].start])
             i = end + 1
             continue
