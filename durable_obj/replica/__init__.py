@@ -1,7 +1,8 @@
 """The local copy of an object: the chDB engine and what runs on it.
 
     server    the one chDB engine of the process: chdb loaded, started, shut down
-    engine    one object's connection to it: its database, statements, archives
+    engine    one object's connection to it: its database, statements
+    archives  BACKUP and RESTORE of V1 bases (a .tar.gz, or a Memory table's rows: unpacked)
     local     one open object's local side: its database, scratch, gates
     restore   from a head to a local database: fetch, verify, restore, replay
     results   a query's answer as text, bytes, rows, dicts, Arrow, pandas

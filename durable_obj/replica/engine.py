@@ -7,9 +7,8 @@ What lives here:
   is the object's internal database (`isolation.Scope`: a random reserved
   name nobody else can choose); statements run as `Scope.localize` maps
   them, catalogue queries name the object's logical database and are mapped
-  here, and BACKUP/RESTORE archive the internal database under the logical
-  name (`BACKUP DATABASE i AS default`, `RESTORE DATABASE default AS i`),
-  built only from our own quoted identifiers and paths, so the wire format
+  here, and `backup`/`restore` archive the internal database under the
+  logical name (`archives.py` builds and runs them), so the wire format
   stays V1;
 * `Analysis` and the gates built on chdb-core's `classify_query`: one
   statement, read-only vs mutating, secrets, writes only the object's
@@ -44,7 +43,7 @@ from durable_obj.errors import (
 from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
-from durable_obj.replica import server
+from durable_obj.replica import archives, server
 from durable_obj.replica.messages import clean, describe_syntax_error, without_table_uuids
 from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_root
 from durable_obj.replica.turn import Turned
@@ -55,17 +54,6 @@ _FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 #: The words of the engine's keywords (`Engine._keywords`), once read.
 _KEYWORDS: frozenset[str] | None = None
-
-
-#: RESTORE recreates each table from its stored definition, and checks its
-#: column types as a new CREATE would: a table made with one of these in its
-#: CREATE's SETTINGS (accepted, and replayed so from the WAL) failed to
-#: restore from a checkpoint. They only relax which types a definition may
-#: hold; every definition in a base passed the gate when it was made.
-_RESTORE_TYPES = (
-    "allow_suspicious_low_cardinality_types = 1, allow_suspicious_fixed_string_types = 1, "
-    "allow_suspicious_variant_types = 1"
-)
 
 
 def acquire() -> Engine:
@@ -399,68 +387,28 @@ class Engine:
             _KEYWORDS = frozenset(w for line in out.splitlines() for w in line.upper().split())
         return _KEYWORDS
 
-    # -- Durable V1 archives -------------------------------------------------
+    # -- Durable V1 archives (archives.py) --------------------------------------
     def backup(self, db: str, path: str) -> None:
-        """A full backup of the object's database, archived under its logical
-        name `db` (never incremental: an incremental archive records its base
-        by local path, which does not survive object storage). Refused while
-        a table is detached: BACKUP DATABASE skips it, so it would vanish
-        from the base and a later ATTACH would not replay (gate/control.py)."""
-        detached = self.json_rows(
-            "SELECT table FROM system.detached_tables WHERE database = {db:String} ORDER BY table",
-            {"db": self.database},
-        )
-        if detached:
-            names = ", ".join(str(row[0])[:60] for row in detached[:5])
-            raise InvalidArgument(
-                f"the object's table(s) {names} are detached, and a checkpoint (a BACKUP of the "
-                "database) does not carry a detached table: it would vanish from the base. "
-                "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
-                "buffered statements stay buffered, and flush() makes them durable."
-            )
-        self._archive(
-            f"BACKUP DATABASE {quote_ident(self.database)} AS {quote_ident(db)} "
-            f"TO File({quote_string(path)})",
-            f"backup of database {db!r}",
-        )
+        """A full BACKUP of the object's database to `path`, under its logical
+        name `db` (`archives.backup`)."""
+        archives.backup(self, db, path)
 
     def restore(self, db: str, path: str) -> None:
-        """RESTORE the tables of database `db` of the archive at `path` into
-        the object's database, made first by `create_database` (empty): the
+        """RESTORE the tables of database `db` of the base at `path` into the
+        object's database, made first by `create_database` (empty): the
         archive's own CREATE DATABASE is never run, so its engine (one that
-        reads host files or another server) is never the object's."""
+        reads host files or another server) is never the object's
+        (`archives.restore`)."""
         self._name(db)
-        self._archive(
-            f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(self.database)} "
-            f"FROM File({quote_string(path)}) SETTINGS allow_different_database_def = 1, "
-            + _RESTORE_TYPES,
-            f"restore of database {db!r}",
-        )
-        self._recount_blocks()
+        archives.restore(self, db, path)
 
-    def _archive(self, sql: str, what: str) -> None:
+    def archive(self, sql: str, what: str) -> None:
+        """Run our own BACKUP or RESTORE `sql`; `what` names it in an error."""
         try:
             self._conn.query(sql, "CSV")
         except Exception as exc:
             text = self.message(exc)
             raise EngineError(f"{what} failed: {text}") from exc
-
-    def _recount_blocks(self) -> None:
-        """RESTORE numbers a MergeTree table's parts from block 1 again but
-        keeps their mutation versions, so the table's next mutation can get a
-        version its parts already carry and be skipped as applied: an UPDATE
-        or DELETE after opening from a checkpoint silently did nothing, here
-        and on every replay. Reattaching such a table makes it count on from
-        its parts' highest block or mutation version."""
-        stale = self.json_rows(
-            "SELECT table FROM system.parts WHERE database = {db:String} AND active "
-            "GROUP BY table HAVING max(data_version) > max(max_block_number)",
-            {"db": self.database},
-        )
-        for (table,) in stale:
-            params = {"db": self.database, "t": table}
-            self.run_params("DETACH TABLE {db:Identifier}.{t:Identifier}", params)
-            self.run_params("ATTACH TABLE {db:Identifier}.{t:Identifier}", params)
 
     def release(self) -> None:
         """Drop the object's database and close the connection: nothing of the
