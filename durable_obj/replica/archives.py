@@ -98,7 +98,10 @@ def backup(engine: Engine, db: str, path: str) -> None:
     name `db` (never incremental: an incremental archive records its base
     by local path, which does not survive object storage). Refused while
     a table is detached: BACKUP DATABASE skips it, so it would vanish
-    from the base and a later ATTACH would not replay (gate/control.py)."""
+    from the base and a later ATTACH would not replay (gate/control.py);
+    and while a Join or Set table exists: its rows do not come back from a
+    base (measured: a RESTORE gives it empty), so a checkpoint would lose
+    acknowledged rows."""
     detached = engine.json_rows(
         "SELECT table FROM system.detached_tables WHERE database = {db:String} ORDER BY table",
         {"db": engine.database},
@@ -110,6 +113,20 @@ def backup(engine: Engine, db: str, path: str) -> None:
             "database) does not carry a detached table: it would vanish from the base. "
             "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
             "buffered statements stay buffered, and flush() makes them durable."
+        )
+    kept_aside = engine.json_rows(
+        "SELECT name, engine FROM system.tables WHERE database = {db:String} "
+        "AND engine IN ('Join', 'Set') ORDER BY name",
+        {"db": engine.database},
+    )
+    if kept_aside:
+        names = ", ".join(f"{row[0]} ({row[1]})"[:60] for row in kept_aside[:5])
+        raise InvalidArgument(
+            f"the object's table(s) {names} keep their rows outside what BACKUP carries: "
+            "restored from a checkpoint they came back empty (chDB 4.4), so a checkpoint "
+            "is refused while one exists. Nothing was lost: the WAL holds their rows and "
+            "flush() makes them durable. To checkpoint, keep the rows in a MergeTree table "
+            "(JOIN it, or IN it) and DROP the Join/Set table."
         )
     engine.archive(
         f"BACKUP DATABASE {quote_ident(engine.database)} AS {quote_ident(db)} "

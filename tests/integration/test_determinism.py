@@ -86,7 +86,7 @@ CORPUS: list[tuple[str, str]] = [
     ("INSERT INTO e (id, s) SELECT 28, toString(arrayJoin([1]))", KEEP),
     ("insert into e (id, s) values (29, 'lower-case keywords')", KEEP),
     ("INSERT INTO e (id, s) VALUES (30, 'unicode ✓ ü 😀')", KEEP),
-    ("INSERT INTO e (id, s) VALUES (31, $$heredoc now()$$)", OUTSIDE),
+    ("INSERT INTO e (id, s) VALUES (31, $$heredoc now()$$)", KEEP),  # a literal
     ("INSERT INTO e (id, s) SELECT 32, 'select'", KEEP),
     ("INSERT INTO e (id, s) SELECT number + 33, toString(number) FROM numbers(3)", KEEP),
     ("INSERT INTO e (id, s) SELECT number + 36, 'x' FROM system.numbers LIMIT 2", KEEP),

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 import durable_obj
-from durable_obj import StaticKey
+from durable_obj import StaticKey, errors
 from durable_obj.errors import Corrupt
 from durable_obj.replica.server import engine_root
 
@@ -173,3 +173,24 @@ def test_a_hostile_base_is_corrupt_and_writes_nothing_outside(
         assert [d for d, dirs, files in os.walk(root) if escaped in dirs + files] == []
     assert list(outside.iterdir()) == []
     assert _unpacked_left() == []
+
+
+def test_a_checkpoint_never_drops_the_rows_of_a_join_or_set_table(tmp_path: Path) -> None:
+    """A RESTORE gives a Join or Set table back empty (chDB 4.4): a
+    checkpoint that held one would lose acknowledged rows, so it is
+    refused, naming the table; the rows stay durable in the WAL."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE j (k UInt32, v String) ENGINE = Join(ANY, LEFT, k)")
+        obj.execute("INSERT INTO j VALUES (1, 'a'), (2, 'b')")
+        obj.execute("CREATE TABLE s (k UInt32) ENGINE = Set")
+        obj.execute("INSERT INTO s VALUES (1)")
+        obj.flush()
+        with pytest.raises(errors.InvalidArgument, match=r"j \(Join\), s \(Set\)"):
+            obj.checkpoint()
+    with durable_obj.open(url, owner="w") as obj:
+        assert obj.query("SELECT count() FROM j") == "2\n"
+        assert obj.query("SELECT 1 IN s") == "1\n"
+        obj.execute("DROP TABLE j")
+        obj.execute("DROP TABLE s")
+        obj.checkpoint()

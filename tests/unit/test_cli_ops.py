@@ -22,7 +22,7 @@ def test_head_document_is_the_stored_json_unvalidated() -> None:
     assert ops.head_document(store, "o") == doc
     store.delete("o/head.json")
     assert store.create("o/head.json", b"\xff not json") is not None
-    with pytest.raises(Corrupt, match=r"o/head\.json is not UTF-8 JSON"):
+    with pytest.raises(Corrupt, match=r"o/head\.json is not valid UTF-8 JSON"):
         ops.head_document(store, "o")
 
 
