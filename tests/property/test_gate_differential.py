@@ -19,13 +19,14 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from durable_obj.errors import ClassificationRefused, EngineError
-from durable_obj.gate import reach
+from durable_obj.gate import reach, writes
 from durable_obj.gate.reading import engine_text, is_plain
 from durable_obj.gate.sql import find_calls, tokenize
 from durable_obj.replica.engine import Engine, acquire
@@ -149,13 +150,23 @@ VALUES_ = [
     "'-- nor this'",
     "$h1$heredoc$h1$",
     "\u2018curly\u2019",
+    '$$it\'s; "q"$$',
+    "file('/etc/hostname')",
+    "(SELECT name FROM system.databases LIMIT 1)",
 ]
+
+
+#: Every spelling of the Values format the engine reads: any case, after
+#: VALUES or FORMAT, quoted or not.
+VALUES_SPELLINGS = [" VALUES", " values", " VaLuEs", " FORMAT Values", " FORMAT values"]
+VALUES_SPELLINGS += [' FORMAT "VALUES"', " FORMAT `values`", "  FORMAT\tVALUES"]
 
 
 @st.composite
 def inserts(draw: st.DrawFn) -> str:
     head = draw(st.sampled_from(["INSERT INTO rows_t VALUES", "INSERT INTO rows_t (s) VALUES"]))
-    head = head.replace(" VALUES", draw(st.sampled_from(["", " /* h */", " -- h\n"])) + " VALUES")
+    values = draw(st.sampled_from(VALUES_SPELLINGS))
+    head = head.replace(" VALUES", draw(st.sampled_from(["", " /* h */", " -- h\n"])) + values)
     rows = [
         "(" + draw(st.sampled_from(ROW_NOISE)) + draw(st.sampled_from(VALUES_)) + ")"
         for _ in range(draw(st.integers(1, 3)))
@@ -189,3 +200,84 @@ def test_the_gate_keeps_what_an_insert_writes(engine: Engine, sql: str) -> None:
     STATS["plain" if text == sql else "canonical"] += 1
     assert is_plain(text)
     assert _rows_after(engine, text) == _rows_after(engine, sql), (sql, text)
+
+
+#: Formats the engine reads INSERT data in, by name in some case; only
+#: Values evaluates what it reads.
+FORMATS = {
+    "CSV": '"{v}"\n',
+    "csv": '"{v}"\n',
+    "TSV": "{v}\n",
+    "TabSeparated": "{v}\n",
+    "JSONEachRow": '{{"s": "{v}"}}\n',
+    "jsoneachrow": '{{"s": "{v}"}}\n',
+    "JSONCompactEachRow": '["{v}"]\n',
+    "CSVWithNames": 's\n"{v}"\n',
+    "TSVRaw": "{v}\n",
+}
+#: A host file whose text must never reach a row.
+HOST_FILE = Path("/tmp/durable_obj_gate_host_marker.txt")
+HOST_FILE.write_text("HOST-MARKER-36\n")
+DATA_TEXT = [
+    f"file('{HOST_FILE}')",
+    "x /* y */",
+    "$$h$$",
+    "a -- b",
+    "it's",
+    "getServerSetting('path')",
+]
+
+
+@st.composite
+def formatted(draw: st.DrawFn) -> str:
+    fmt = draw(st.sampled_from(sorted(FORMATS)))
+    text = draw(st.sampled_from(DATA_TEXT))
+    prefix = draw(st.sampled_from(["", "/* /* */ ' */ ", "-- c\n"]))
+    return f"{prefix}INSERT INTO rows_t FORMAT {fmt} " + FORMATS[fmt].format(v=text)
+
+
+@BUDGET
+@given(sql=formatted())
+def test_insert_data_in_every_format_is_data(engine: Engine, sql: str) -> None:
+    """INSERT data in the formats the engine reads, whatever text it holds:
+    what the gate lets through writes the rows as written, and never the
+    host's file (only Values evaluates its data, and that is checked)."""
+    engine.run("CREATE TABLE IF NOT EXISTS rows_t (s String) ENGINE = Memory")
+    try:
+        text = engine_text(engine, sql)
+        reach.check(engine, text)
+        writes.check(engine, engine.localize(text))
+    except ClassificationRefused:
+        return
+    rows = _rows_after(engine, text)
+    assert rows == _rows_after(engine, sql), (sql, text)
+    assert not any("HOST-MARKER-36" in str(r) for r in rows or []), (sql, rows)
+
+
+@st.composite
+def hostile_values(draw: st.DrawFn) -> str:
+    values = draw(st.sampled_from(VALUES_SPELLINGS))
+    noise = draw(st.sampled_from(["", "/* /* */ ' */ ", "/* c */ ", " "]))
+    call = draw(
+        st.sampled_from(
+            [
+                "file('/etc/hostname')",
+                "getServerSetting('path')",
+                "hostName()",
+                "(SELECT query FROM system.processes LIMIT 1)",
+                "url('http://127.0.0.1:9/')",
+            ]
+        )
+    )
+    return f"INSERT INTO rows_t{values} ({noise}{call}{' /* x */' if noise else ''})"
+
+
+@BUDGET
+@given(sql=hostile_values())
+def test_values_that_reach_outside_are_refused_in_every_spelling(engine: Engine, sql: str) -> None:
+    engine.run("CREATE TABLE IF NOT EXISTS rows_t (s String) ENGINE = Memory")
+    with pytest.raises(ClassificationRefused):
+        text = engine_text(engine, sql)
+        local = engine.localize(text)
+        reach.check(engine, text)
+        writes.check(engine, local)
