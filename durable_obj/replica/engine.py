@@ -51,6 +51,9 @@ from durable_obj.replica.watchdog import WATCHDOG, Guard
 
 #: An engine hint naming another object's internal database, and such a name.
 _FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
+#: An engine hint, and the database of each qualified name in one.
+_HINT = re.compile(r"\s*Maybe you meant[^?]*\?")
+_QUALIFIED = re.compile(r"([A-Za-z_][\w$]*)\.[A-Za-z_`]")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 #: The words of the engine's keywords (`Engine._keywords`), once read.
 _KEYWORDS: frozenset[str] | None = None
@@ -113,11 +116,19 @@ class Engine:
         may see it: its own database under the logical name, no other
         object's database (a "Maybe you meant" hint naming one is dropped),
         no path of the engine's folder."""
-        text = clean(exc).replace(self.database, self.scope.logical)
+        text = _HINT.sub(self._own_hint, clean(exc))
+        text = text.replace(self.database, self.scope.logical)
         text = _FOREIGN_HINT.sub("", text)
         text = _RESERVED_NAME.sub("<another database>", text)
         text = without_table_uuids(text, self._table_named)
         return text.replace(engine_root(), "<engine folder>")
+
+    def _own_hint(self, hint: re.Match[str]) -> str:
+        """An engine hint ("Maybe you meant db.t?") as this object may see it:
+        dropped when it names a table of any database but the object's own
+        (another object's, the engine's `default`, a scratch database)."""
+        dbs = _QUALIFIED.findall(hint.group())
+        return hint.group() if all(db == self.database for db in dbs) else ""
 
     def _table_named(self, table_uuid: str) -> str | None:
         """`db.name` of this object's table with that UUID (logical names),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,11 +21,11 @@ KEYWORDS = frozenset({"INSERT", "INTO", "SELECT", "VALUES", "CREATE", "TABLE"})
 
 
 @pytest.fixture
-def obj(tmp_path: Path) -> durable_obj.DurableObject:
-    o = durable_obj.open(str(tmp_path / "ns" / "o"))
-    o.execute("CREATE TABLE log (a Int64) ENGINE = MergeTree ORDER BY a")
-    o.execute("CREATE TABLE m (a Int64) ENGINE = Memory")
-    return o
+def obj(tmp_path: Path) -> Iterator[durable_obj.DurableObject]:
+    with durable_obj.open(str(tmp_path / "ns" / "o")) as o:
+        o.execute("CREATE TABLE log (a Int64) ENGINE = MergeTree ORDER BY a")
+        o.execute("CREATE TABLE m (a Int64) ENGINE = Memory")
+        yield o
 
 
 @pytest.mark.parametrize("table", ["log", "m"])
@@ -138,3 +139,23 @@ def test_describe_without_keywords_keeps_the_engines_position() -> None:
     call = "now() foo bar"
     stop = "Syntax error: failed at position 11 (bar): bar. Expected one of: token"
     assert "position 11 (bar)" in describe_syntax_error(stop, call, KEYWORDS)
+
+
+def test_a_hint_naming_another_database_is_dropped(obj: durable_obj.DurableObject) -> None:
+    """The engine suggests a table of any database in the process; an
+    object's message keeps only suggestions of its own tables."""
+    from durable_obj.replica import server
+
+    other = server.connect()
+    other.query("CREATE DATABASE IF NOT EXISTS scratch_hint_36")
+    other.query("CREATE TABLE IF NOT EXISTS scratch_hint_36.zebra_logs (a Int32) ENGINE = Memory")
+    try:
+        with pytest.raises(EngineError) as info:
+            obj.execute("INSERT INTO zebra_log VALUES (1)")
+        assert "scratch_hint_36" not in str(info.value)
+        obj.execute("CREATE TABLE zebra_own (a Int32) ENGINE = Memory")
+        with pytest.raises(EngineError, match=r"Maybe you meant default\.zebra_own"):
+            obj.execute("INSERT INTO zebra_ow VALUES (1)")
+    finally:
+        other.query("DROP DATABASE IF EXISTS scratch_hint_36")
+        other.close()
