@@ -2,10 +2,10 @@
 
 Statements are applied in manifest order, one segment after another. A run
 of consecutive plain `INSERT INTO t [(cols)] [SETTINGS ...] VALUES (...)`
-statements with the same text up to VALUES, whose rows hold literals only,
-becomes one INSERT with all their rows, when the target provably cannot
-tell the difference: a plain
-MergeTree/Log/Memory table with no dependent views and no insert
+statements with the same text up to VALUES, whose rows hold literals (and
+the gate's pinned `CAST('...', 'type')` literals) only, becomes one INSERT
+with all their rows, when the target provably cannot tell the difference: a
+plain MergeTree/Log/Memory table with no dependent views and no insert
 deduplication. Everything else runs one by one. (chdb.durable runs each
 statement on its own: ~90 statements/s.)
 """
@@ -128,12 +128,18 @@ class Replayer:
         if shape is None or shape.values_at is None:
             return None
         prefix = sql[: head[shape.values_at].end]
-        if code_words(sql[len(prefix) :]) - LITERAL_WORDS:
-            # Rows with code (calls, DEFAULT, a subquery): the engine reads
-            # them through a template it deduces from the first such row, and
-            # rows of two statements merged may no longer fit one template
-            # (`map(...)` then `{...}`: the merged INSERT failed to parse,
-            # and the object would not open). Only rows of literals merge.
+        data = sql[len(prefix) :]
+        code = code_words(data) - LITERAL_WORDS
+        if code and (code != {"cast"} or "{" in data):
+            # Rows with code (calls, DEFAULT, a subquery) are read through a
+            # template the engine deduces from the first such row, and a row
+            # the template does not fit is parsed as SQL: rows of two
+            # statements merged may then no longer parse (`map(...)` then a
+            # `{...}` literal, `toUUID(...)` then DEFAULT: the object would
+            # not open). Rows of literals merge, and so do the pinned
+            # `CAST('...', 'type')` rows the gate writes (measured: every
+            # order of CAST rows and literal rows parses), but never beside
+            # a `{` (a Map literal only the streaming parser reads).
             return None
         rows = split_rows(sql[len(prefix) :])
         if rows is None or not self._batchable(shape.database or self._db, shape.table):

@@ -98,3 +98,39 @@ def test_batched_replay_rebuilds_the_writers_rows(caplog: pytest.LogCaptureFixtu
     # after the rows is not logged: the gate cuts it), then the one with a
     # column list and the last, each alone.
     assert replayed and "replayed 8 statement(s) in 4 engine call(s)" in replayed[-1], replayed
+
+
+def test_rows_with_code_are_not_merged_but_pinned_rows_are(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 36's corpus: a row of `map(...)` calls then a row of `{...}`
+    literals, or `toUUID(...)` then DEFAULT, merged into one INSERT no
+    longer parsed, and the object did not open. Rows with code replay one
+    statement at a time; the gate's pinned CAST rows still merge."""
+    url = f"memory://replay-{uuid.uuid4().hex}/o"
+    store = durable_obj.Namespace(url.rsplit("/", 1)[0], owner="w")
+    with store.open("o") as obj:
+        obj.execute(
+            "CREATE TABLE mp (k UInt32, m Map(String, UInt8)) ENGINE = MergeTree ORDER BY k"
+        )
+        obj.execute("INSERT INTO mp VALUES (1, map('a', 1))")
+        obj.execute("INSERT INTO mp VALUES (2, {'b': 2})")
+        obj.execute(
+            "CREATE TABLE u (k UInt32, id UUID DEFAULT "
+            "toUUID('00000000-0000-0000-0000-000000000001')) ENGINE = MergeTree ORDER BY k"
+        )
+        obj.execute("INSERT INTO u VALUES (1, toUUID('00000000-0000-0000-0000-000000000002'))")
+        obj.execute("INSERT INTO u VALUES (2, DEFAULT)")
+        obj.execute(
+            "CREATE TABLE p (k UInt32, at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY k"
+        )
+        for k in range(3):
+            obj.execute(f"INSERT INTO p VALUES ({k}, now64(3))")
+        obj.flush()
+        written = [obj.query(f"SELECT * FROM {t} ORDER BY k") for t in ("mp", "u", "p")]
+    caplog.set_level(logging.DEBUG, logger="durable_obj")
+    with store.open("o", read_only=True) as obj:
+        assert [obj.query(f"SELECT * FROM {t} ORDER BY k") for t in ("mp", "u", "p")] == written
+    replayed = [r.getMessage() for r in caplog.records if "replayed" in r.getMessage()]
+    # 3 DDL, 4 INSERTs with code one by one, the 3 pinned INSERTs in one call
+    assert replayed and "replayed 10 statement(s) in 8 engine call(s)" in replayed[-1], replayed
