@@ -4,9 +4,7 @@ mutation, a credential never in an error."""
 
 from __future__ import annotations
 
-import http.server
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,28 +12,13 @@ import pytest
 
 import durable_obj
 from durable_obj import errors
-
-
-class _CSV(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:
-        body = b"from-url\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
+from tests.tenants import web as serving
 
 
 @pytest.fixture(scope="module")
 def web() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CSV)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/x.csv"
-    server.shutdown()
-    server.server_close()
+    with serving(b"from-url\n") as server:
+        yield f"http://127.0.0.1:{server.server_address[1]}/x.csv"
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ from durable_obj import Bounds, errors
 from durable_obj.core.object import DurableObject
 from durable_obj.gate.replay import Refused, gated
 from durable_obj.replica.engine import acquire
+from tests.tenants import two_tenants
 
 SECRET = "SECRET-25b1"
 #: The nested-comment prefix the issue found: the old lexer saw one string
@@ -82,16 +83,7 @@ class World:
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("breaches")
     net = Listener()
-    with (
-        durable_obj.open(str(root / "a"), owner="a") as a,
-        durable_obj.open(str(root / "b"), owner="b") as b,
-    ):
-        b.execute("CREATE TABLE secret (s String) ENGINE = MergeTree ORDER BY s")
-        b.execute(f"INSERT INTO secret VALUES ('{SECRET}')")
-        b.flush()
-        a.execute("CREATE TABLE t (x String) ENGINE = MergeTree ORDER BY x")
-        a.execute("INSERT INTO t VALUES ('mine')")
-        a.flush()
+    with two_tenants(root, SECRET, column="x") as (a, b):
         yield World(root, a, b, net)
     net.close()
 

@@ -27,6 +27,7 @@ from hypothesis import strategies as st
 import durable_obj
 from durable_obj import cli, errors
 from durable_obj.core.object import DurableObject
+from tests.tenants import two_tenants
 
 SECRET = "SECRET-36a"
 #: The engine reads `/* /* */ ' */` as one nested comment; a second parser
@@ -54,16 +55,7 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("round3")
-    with (
-        durable_obj.open(str(root / "a"), owner="a") as a,
-        durable_obj.open(str(root / "b"), owner="b") as b,
-    ):
-        b.execute("CREATE TABLE secret (s String) ENGINE = MergeTree ORDER BY s")
-        b.execute(f"INSERT INTO secret VALUES ('{SECRET}')")
-        b.flush()
-        a.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
-        a.execute("INSERT INTO t VALUES ('mine')")
-        a.flush()
+    with two_tenants(root, SECRET) as (a, b):
         yield World(root, a, b)
 
 

@@ -14,8 +14,6 @@ and no database left behind in the engine.
 
 from __future__ import annotations
 
-import http.server
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,28 +26,9 @@ from durable_obj import errors
 from durable_obj.core.object import DurableObject
 from durable_obj.gate import restored
 from durable_obj.replica.engine import Engine, acquire
+from tests.tenants import Web, web
 
 SECRET = "SECRET-36b4"
-
-
-class Counter(http.server.ThreadingHTTPServer):
-    """An HTTP server on 127.0.0.1 that answers one line and counts requests."""
-
-    hits = 0
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # the name http.server calls
-        assert isinstance(self.server, Counter)
-        self.server.hits += 1
-        body = b"from-the-network\n"
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:
-        pass
 
 
 @dataclass
@@ -57,7 +36,7 @@ class World:
     root: Path
     b: DurableObject
     b_internal: str
-    net: Counter
+    net: Web
     host: Path
 
     @property
@@ -76,18 +55,14 @@ class World:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("restored")
-    net = Counter(("127.0.0.1", 0), _Handler)
-    threading.Thread(target=net.serve_forever, daemon=True).start()
     host = root / "host-file.txt"
     host.write_text("host data\n")
-    with durable_obj.open(str(root / "b"), owner="b") as b:
+    with web() as net, durable_obj.open(str(root / "b"), owner="b") as b:
         b.execute("CREATE TABLE secret (s String) ENGINE = MergeTree ORDER BY s")
         b.execute(f"INSERT INTO secret VALUES ('{SECRET}')")
         engine = b._local.engine
         assert engine is not None
         yield World(root, b, engine.database, net, host)
-    net.shutdown()
-    net.server_close()
 
 
 def _engine(obj: DurableObject) -> Engine:
