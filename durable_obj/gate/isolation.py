@@ -73,7 +73,7 @@ _DEFINITIONS = ("create_table_query", "as_select", "engine_full")
 #: Table functions that compute their rows from their arguments alone.
 PURE_TABLE_FUNCTIONS = frozenset(
     {"numbers", "numbers_mt", "zeros", "zeros_mt", "generate_series", "generateseries"}
-    | {"values", "null", "view", "format", "generaterandom"}
+    | {"values", "null", "view", "generaterandom"}
 )
 #: Calls that reach data through a name or a path they are given: never allowed.
 REFUSED_CALLS = frozenset(

@@ -72,6 +72,13 @@ REFUSED_FUNCTIONS = frozenset(
     | {"pgtableisvisible", "buildid", "uptime", "hasthreadfuzzer", "generateserialid"}
     | {"catboostevaluate", "mergetreepartinfo", "ismergetreepartcoveredby"}
 )
+#: Settings that only change which definitions the engine accepts
+#: (`control.DDL_SETTINGS`), matched whole.
+DDL_SETTING = re.compile(
+    r"allow_suspicious_\w+|allow_nullable_key|allow_floating_point_partition_key"
+    r"|allow_experimental_\w+_type|enable_time_time64_type|flatten_nested"
+    r"|data_type_default_nullable"
+)
 #: Setting names a statement's SETTINGS may hold (matched whole).
 _READ_SETTINGS = re.compile(
     r"output_format_\w+|format_(?:csv|tsv|custom|pretty|json|display)\w*"
@@ -94,7 +101,8 @@ _READ_SETTINGS = re.compile(
 _REFUSED_TABLE_SETTINGS = re.compile(
     r".*(?:disk|path|polic|keeper|zookeeper|s3|cache|remote|url|file|readonly|user|password"
     r"|secret|credential|max_execution|max_result|max_memory|overflow_mode|allow_ddl"
-    r"|introspection|timeout).*"
+    r"|introspection|timeout|function_range|log_comment|max_ast|max_expanded_ast"
+    r"|max_query_size|max_subquery|query_id).*"
 )
 _DDL = frozenset({"create", "alter", "attach", "replace"})
 #: Words whose absence from a statement's code lets `check` return at once.
@@ -146,6 +154,7 @@ class Catalog:
     table_functions: frozenset[str]  # lower-cased: the refused ones
     allowed: frozenset[str]  # lower-cased: every other function, for a read's tree
     aggregates: frozenset[str]  # lower-cased aggregate functions, for combinators
+    table_settings: frozenset[str]  # lower-cased names a table's SETTINGS may take
 
     @classmethod
     def load(cls, engine: Engine) -> Catalog:
@@ -162,9 +171,18 @@ class Catalog:
         tfs = engine.text("SELECT lower(name) FROM system.table_functions", "TSV").split()
         outside = frozenset(tfs) - PURE_TABLE_FUNCTIONS
         refused |= outside
-        allowed = {name for name, *_ in rows} - refused
+        # `format` is a string function too (`format('{} {}', a, b)`): allowed
+        # as one; as a table function it is refused (`_format_pattern`)
+        allowed = {name for name, *_ in rows} - refused | {"format"}
         aggregates = {name for name, _al, _c, agg in rows if int(agg)}
-        return cls(frozenset(refused), outside, frozenset(allowed), frozenset(aggregates))
+        settings = engine.text("SELECT lower(name) FROM system.merge_tree_settings", "TSV")
+        return cls(
+            frozenset(refused),
+            outside,
+            frozenset(allowed),
+            frozenset(aggregates),
+            frozenset(settings.split()),
+        )
 
     def allowed_in_tree(self, name: str) -> bool:
         """Whether a read may call `name`, as the engine resolved it (an
@@ -208,11 +226,13 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     for call in find_calls(tokens):
         if external and external_call(tokens, call, external):
             continue
+        if call.name == "format" and _format_pattern(tokens, call):
+            continue  # the string function, not the table function
         if call.name in known.table_functions:
             raise refuse(f"the table function {call.shown[:60]}()", OWN_TABLES)
         if call.name in known.refused:
             raise refuse(f"{call.shown[:60]}()")
-    _check_settings(tokens, ddl)
+    _check_settings(tokens, ddl, known)
     if ddl:
         _check_layouts(tokens)
         _check_tree(engine.ast(text), known)
@@ -249,13 +269,48 @@ def file_allowed(path: str, folders: list[str]) -> bool:
     )
 
 
-def _check_settings(tokens: list[Token], ddl: bool) -> None:
+def _format_pattern(tokens: list[Token], call: Call) -> bool:
+    """Whether a `format(...)` call is the string function: its first
+    argument one string literal holding `{`, a pattern. The table function
+    `format(Values, ..., '<data>')` evaluates its data as SQL the gate never
+    reads (`file()`, another database, `url()`), and its format name may be
+    computed (`concat('Val', 'ues')`): as a table function it is refused."""
+    at = call.first + 2
+    arg = tokens[at] if at < len(tokens) else None
+    after = tokens[at + 1].text if at + 1 < len(tokens) else ""
+    return arg is not None and arg.kind == "string" and "{" in arg.text and after in (",", ")")
+
+
+#: Words that may follow a SETTINGS list (or `)` and `;`): anything else means
+#: the list was not read to its end, and a setting after it went unseen.
+_AFTER_SETTINGS = frozenset(
+    {"format", "values", "select", "with", "as", "comment", "from", "empty", "into", "settings"}
+)
+
+
+def _check_settings(tokens: list[Token], ddl: bool, known: Catalog) -> None:
     for i, tok in enumerate(tokens):
         if tok.kind != "ident" or tok.word not in ("settings", "setting"):
             continue
-        for name in _setting_names(tokens, i + 1):
-            if ddl and _REFUSED_TABLE_SETTINGS.fullmatch(name):
-                raise refuse(f"the setting {name[:60]}", "write the table without that setting")
+        start = i + 2 if i + 1 < len(tokens) and tokens[i + 1].text == "(" else i + 1
+        for name in _setting_names(tokens, start):
+            if ddl and (
+                _REFUSED_TABLE_SETTINGS.fullmatch(name)
+                or not (
+                    name in known.table_settings
+                    or _READ_SETTINGS.fullmatch(name)
+                    or DDL_SETTING.fullmatch(name)
+                )
+            ):
+                # An allow-list: a query's SETTINGS inside DDL (CREATE ... AS
+                # SELECT ... SETTINGS, a view's, an ALTER's) are the engine's
+                # query settings, and a view's apply on every read of it.
+                raise refuse(
+                    f"the setting {name[:60]} (a table may take MergeTree settings and the "
+                    "settings that change which definitions the engine accepts; the object "
+                    "sets its bounds)",
+                    "write the statement without that setting",
+                )
             if not ddl and not _READ_SETTINGS.fullmatch(name):
                 raise refuse(
                     f"the setting {name[:60]} (a statement's SETTINGS may only shape its "
@@ -287,6 +342,16 @@ def _setting_names(tokens: list[Token], i: int) -> list[str]:
             i += 1
         else:
             break
+    if (
+        names  # a SETTINGS list, not a column named `settings`
+        and i < n
+        and tokens[i].text not in (")", ";")
+        and tokens[i].word not in _AFTER_SETTINGS
+    ):
+        raise refuse(
+            "a SETTINGS list the gate could not read to its end",
+            "give each setting a single literal value",
+        )
     return names
 
 

@@ -325,3 +325,78 @@ def test_heredocs_and_comments_in_values_are_literals_that_replay(tmp_path: Path
     assert want == [(1, 'it\'s; "quoted"'), (2, "b"), (3, "multi\nline")]
     with durable_obj.open(url, read_only=True) as obj:
         assert obj.rows("SELECT * FROM t ORDER BY k") == want
+
+
+# -- found by the attack on this round ----------------------------------------------
+
+
+def test_the_format_table_function_never_evaluates_hidden_sql(untouched: World) -> None:
+    """`format(Values, 's String', '<data>')` evaluates its data as SQL the
+    gate never read (a string literal): the host file, another object's
+    table, the engine's databases. As a table function it is refused on
+    every path; `format()` the string function still works."""
+    w = untouched
+    path = str(w.host_file)
+    data = [
+        f"(file(''{path}''))",
+        f"((SELECT s FROM {w.b_internal}.secret))",
+        "((SELECT arrayStringConcat(groupArray(name), ',') FROM system.databases))",
+    ]
+    for row in data:
+        for fmt in ("Values", "values", "'Values'", "concat('Val', 'ues')"):
+            sql = f"SELECT * FROM format({fmt}, 's String', '{row}')"
+            with pytest.raises(REFUSALS):
+                w.a.query(sql)
+            with pytest.raises(REFUSALS):
+                w.a.execute(f"INSERT INTO t {sql}")
+            with pytest.raises(REFUSALS):
+                w.a.execute(f"CREATE VIEW fv AS {sql}")
+    with pytest.raises(REFUSALS):
+        w.a.execute(f"CREATE TABLE ft AS format(Values, 's String', '{data[0]}')")
+    with pytest.raises(REFUSALS):
+        w.a.query("SELECT * FROM format(CSV, 's String', 'a')")
+    assert w.a.query("SELECT format('{} + {}', 'a', 'b')") == '"a + b"\n'
+
+
+def test_a_replayed_format_table_function_is_corrupt(tmp_path: Path) -> None:
+    url = _object_with_segment(tmp_path, "o")
+    line = "INSERT INTO t SELECT * FROM format(Values, 's String', '(file(''/etc/hostname''))')"
+    _tamper(url, ["CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s", line])
+    with pytest.raises(errors.Corrupt, match="statement 2"):
+        durable_obj.open(str(url), read_only=True)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE r1 ENGINE = Memory AS SELECT 1 AS x "
+        "SETTINGS function_range_max_elements_in_block = 100000000",
+        "CREATE VIEW r2 AS SELECT 1 AS x SETTINGS function_range_max_elements_in_block = 10000000",
+        "ALTER TABLE t UPDATE s = 'x' WHERE 1 SETTINGS function_range_max_elements_in_block = 1e9",
+        "CREATE TABLE r3 (x Int8) ENGINE = MergeTree ORDER BY x SETTINGS log_comment = 'zz'",
+        "CREATE TABLE r4 ENGINE = Memory AS SELECT 1 AS x SETTINGS max_ast_elements = 1000000000",
+        "CREATE TABLE r5 ENGINE = Memory AS SELECT 1 AS x SETTINGS some_query_setting = 1",
+        "CREATE TABLE r6 (x Int8) ENGINE = MergeTree ORDER BY x "
+        "SETTINGS index_granularity = 1 + 1, log_comment = 'zz'",
+    ],
+)
+def test_ddl_settings_cannot_lift_a_bound_or_retag_a_call(untouched: World, sql: str) -> None:
+    """A DDL statement's SETTINGS are an allow-list (MergeTree settings, the
+    settings that change which definitions the engine accepts, a read's
+    output settings): a query's settings inside it (the range cap the bound
+    sets, the watchdog's tag) are refused, and so is a list the gate cannot
+    read to its end."""
+    with pytest.raises(errors.ClassificationRefused):
+        untouched.a.execute(sql)
+
+
+def test_table_settings_of_the_engine_still_run(tmp_path: Path) -> None:
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE s (x Int8, lc LowCardinality(UInt8)) ENGINE = MergeTree ORDER BY x "
+            "SETTINGS index_granularity = 1024, min_bytes_for_wide_part = 0, "
+            "allow_suspicious_low_cardinality_types = 1"
+        )
+        obj.execute("ALTER TABLE s MODIFY SETTING parts_to_throw_insert = 500")
+        obj.execute("INSERT INTO s VALUES (1, 2)")
+        assert obj.query("SELECT * FROM s") == "1,2\n"
