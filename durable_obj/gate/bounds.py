@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from durable_obj.gate.sql import code_words
+
 #: Elements `range()` may build per block, for each second of a time bound.
 RANGE_PER_SECOND = 1_000_000
 #: ... and at least this many, however short the bound (a block of 65536 rows
@@ -64,3 +66,23 @@ class Bounds:
             cap = max(RANGE_FLOOR, int(self.seconds * RANGE_PER_SECOND))
             out += f", function_range_max_elements_in_block = {cap}"
         return out
+
+
+#: Functions one call of which may run past any time bound: the engine
+#: checks its time only between calls and blocks, and these spend it inside
+#: one (quadratic string and array distances: `editDistance` of two 64 KiB
+#: strings is ~4.7 s a row; arrays built to a length the statement names).
+#: Under a bound a statement may not call them (lower-cased; aliases too).
+UNSTOPPABLE = frozenset(
+    {"editdistance", "editdistanceutf8", "levenshteindistance", "levenshteindistanceutf8"}
+    | {"dameraulevenshteindistance", "jarosimilarity", "jarowinklersimilarity"}
+    | {"arraylevenshteindistance", "arraylevenshteindistanceweighted", "arraysimilarity"}
+    | {"arraywithconstant", "arrayresize"}
+)
+
+
+def unstoppable(sql: str) -> str | None:
+    """The first function of `UNSTOPPABLE` that the (plain) statement `sql`
+    names, or None."""
+    found = code_words(sql) & UNSTOPPABLE
+    return min(found) if found else None

@@ -97,6 +97,8 @@ NAMED_CALLS = re.compile(r"dict(get|has|isin)\w*|joinget(ornull)?")
 DATABASE_CALLS = frozenset({"currentdatabase", "current_database", "database", "schema"})
 
 _NAMED = ("ident", "quoted")
+#: The keys a CLICKHOUSE dictionary source may have: a table of the object's.
+_SOURCE_KEYS = frozenset({"table", "db", "update_field", "update_lag"})
 _TABLE_NAME = re.compile(r"table_name: (.+)$", re.MULTILINE)
 #: A table function in a query tree, as the engine names it (`db.view` for
 #: a parameterized view named with its database).
@@ -270,15 +272,19 @@ class Scope:
     def _source(
         self, tokens: list[Token], start: int, end: int, out: list[tuple[int, int, str]]
     ) -> None:
-        for j in range(start, end):
-            word = tokens[j].word if tokens[j].kind == "ident" else ""
-            if word in ("query", "host", "port", "user", "password", "where"):
+        # key value pairs, keys on an allow-list: a QUERY, INVALIDATE_QUERY or
+        # WHERE is SQL the gate never reads, HOST/PORT/USER reach elsewhere
+        for j in range(start, end, 2):
+            key = tokens[j]
+            word = key.word if key.kind == "ident" else ""
+            if word not in _SOURCE_KEYS or j + 1 >= end or tokens[j + 1].text in "(),":
+                shown = word.upper() or key.text[:20]
                 raise refuse(
-                    f"a CLICKHOUSE dictionary source with {word.upper()}",
+                    f"a CLICKHOUSE dictionary source with {shown}",
                     "name a table of the object's own with TABLE 'name' (a view of it, "
                     "for a query)",
                 )
-            if word == "db" and j + 1 < end:
+            if word == "db":
                 value = tokens[j + 1]
                 if value.kind != "string" or value.text[1:-1] != self.logical:
                     raise refuse("a CLICKHOUSE dictionary source naming another database")

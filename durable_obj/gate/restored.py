@@ -105,7 +105,7 @@ def _check_select(engine: Engine, table: str, select: str) -> None:
     allowed. A SELECT the engine no longer resolves (a source dropped since)
     fails the same way when read; its text passed `check_definition`."""
     try:
-        with engine.bounded(_PLAN_BOUNDS):
+        with engine.bounded(_PLAN_BOUNDS, caller=False):
             tree = engine.query_tree(select)
         if tree is not None:
             writes.resolved(engine, tree)

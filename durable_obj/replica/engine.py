@@ -40,7 +40,7 @@ from durable_obj.errors import (
     InvalidArgument,
     Timeout,
 )
-from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds
+from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds, unstoppable
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import archives, server
@@ -97,6 +97,8 @@ class Engine:
         self.scope = Scope("default", self.database)
         #: When the bounded block running now must end (`bounded`); None: unbounded.
         self._deadline: float | None = None
+        #: Whether the bounded block runs a caller's statement (`bounded`).
+        self._strict = True
 
     @property
     def version(self) -> str:
@@ -176,6 +178,13 @@ class Engine:
         if self._conn is None:
             raise EngineError("the object's engine connection is closed")
         self._due()
+        if self._deadline is not None and self._strict and (name := unstoppable(sql)):
+            raise ClassificationRefused(
+                f"{name}() can spend one call past any time bound (the engine checks the "
+                "time only between calls), so a statement under a bound may not call it. "
+                "Instead, compute it in the caller, or run it without a bound. Nothing was "
+                "run or logged."
+            )
         try:
             if fmt == "DataFrame":
                 return self._conn.query_df(sql, params={})
@@ -191,12 +200,17 @@ class Engine:
         self.text(sql, "CSV")
 
     @contextlib.contextmanager
-    def bounded(self, bounds: Bounds | None, *, write: bool = False) -> Iterator[None]:
+    def bounded(
+        self, bounds: Bounds | None, *, write: bool = False, caller: bool = True
+    ) -> Iterator[None]:
         """Run what the block runs under `bounds`: engine settings on this
         connection only (put back after), and one deadline for every engine
         call of the block (the gate's EXPLAIN calls included), kept by the
         watchdog. Past it, the block's call is stopped and the block raises
-        `Timeout`. With `bounds` None nothing is set: no engine call added."""
+        `Timeout`. A caller's statement may not call a function the watchdog
+        cannot stop (`bounds.UNSTOPPABLE`); `caller=False` for our own checks
+        (a restored view's plan), which refuse nothing for it. With `bounds`
+        None nothing is set: no engine call added."""
         if bounds is None:
             yield
             return
@@ -205,6 +219,7 @@ class Engine:
         self._setting(f"SET {applied}, log_comment = {quote_string(token)}")
         guard = WATCHDOG.arm(token, bounds.seconds) if bounds.seconds > 0 else None
         self._deadline = None if guard is None else guard.deadline
+        self._strict = caller
         try:
             yield
         except DurableError as exc:

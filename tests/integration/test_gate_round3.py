@@ -400,3 +400,53 @@ def test_table_settings_of_the_engine_still_run(tmp_path: Path) -> None:
         obj.execute("ALTER TABLE s MODIFY SETTING parts_to_throw_insert = 500")
         obj.execute("INSERT INTO s VALUES (1, 2)")
         assert obj.query("SELECT * FROM s") == "1,2\n"
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "TABLE 't' INVALIDATE_QUERY 'SELECT 1 FROM url(''http://127.0.0.1:9/'', LineAsString)'",
+        "TABLE 't' NAME 'x'",
+        "TABLE 't' WHERE 's != 1'",
+        "QUERY 'SELECT s, s AS v FROM t'",
+    ],
+)
+def test_a_dictionary_source_takes_only_a_table_of_the_object(
+    untouched: World, source: str
+) -> None:
+    """A CLICKHOUSE source's keys are an allow-list (TABLE, DB, UPDATE_FIELD,
+    UPDATE_LAG): an INVALIDATE_QUERY is SQL the gate never reads, run by the
+    engine whenever it reloads the dictionary."""
+    sql = (
+        "CREATE DICTIONARY d36 (s String, v String) PRIMARY KEY s "
+        f"SOURCE(CLICKHOUSE({source})) LIFETIME(0) LAYOUT(COMPLEX_KEY_HASHED())"
+    )
+    with pytest.raises(errors.ClassificationRefused, match="TABLE 'name'"):
+        untouched.a.execute(sql)
+
+
+def test_a_call_no_bound_can_stop_is_refused_under_a_bound(tmp_path: Path) -> None:
+    """editDistance of two 64 KiB strings spends ~4.7 s in one call, which
+    the engine cannot stop midway (a 1 s bound ran 25 s): under a bound a
+    statement may not call it, in a read, a write or a definition; without
+    one it runs."""
+    bound = durable_obj.Bounds(seconds=1)
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w", query_bounds=bound, write_bounds=bound) as obj:
+        obj.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        for sql in (
+            "SELECT editDistance(repeat('a', 65536), repeat('b', 65536))",
+            "SELECT length(arrayWithConstant(20000000, 1))",
+        ):
+            with pytest.raises(errors.ClassificationRefused, match="past any time bound"):
+                obj.rows(sql)
+        with pytest.raises(errors.ClassificationRefused, match="past any time bound"):
+            obj.execute("INSERT INTO t SELECT toString(levenshteinDistance('a', s)) FROM t")
+        with pytest.raises(errors.ClassificationRefused, match="past any time bound"):
+            obj.execute(
+                "CREATE TABLE d (s String, n UInt64 DEFAULT editDistance(s, 'x')) "
+                "ENGINE = MergeTree ORDER BY s"
+            )
+        assert obj.query("SELECT count() FROM t") == "0\n"
+    with durable_obj.open(url, owner="w") as obj:
+        assert obj.query("SELECT editDistance('kitten', 'sitting')") == "3\n"
