@@ -73,11 +73,17 @@ REFUSED_FUNCTIONS = frozenset(
     | {"catboostevaluate", "mergetreepartinfo", "ismergetreepartcoveredby"}
 )
 #: Settings that only change which definitions the engine accepts
-#: (`control.DDL_SETTINGS`), matched whole.
+#: (`control.DDL_SETTINGS`), and the other engines' table settings, matched
+#: whole.
 DDL_SETTING = re.compile(
     r"allow_suspicious_\w+|allow_nullable_key|allow_floating_point_partition_key"
     r"|allow_experimental_\w+_type|enable_time_time64_type|flatten_nested"
     r"|data_type_default_nullable"
+    # the settings of the other engines an object may use (Memory, Join, Set,
+    # EmbeddedRocksDB), which system.merge_tree_settings does not list
+    r"|(?:min|max)_(?:rows|bytes)_to_keep|compress|persistent|join_use_nulls"
+    r"|max_(?:rows|bytes)_in_join|join_any_take_last_row|optimize_for_bulk_insert"
+    r"|bulk_insert_block_size"
 )
 #: Setting names a statement's SETTINGS may hold (matched whole).
 _READ_SETTINGS = re.compile(
