@@ -114,6 +114,10 @@ def export_cmd(
 ) -> None:
     """Write each table to DEST_URL/<table>.<parquet|csv|jsonl>.
 
+    A table name other than plain letters, digits, `_`, `.` and `-` (or one
+    starting with `.`) is percent-encoded into one file name (`a/b` ->
+    `a%2Fb.parquet`), so every file lands directly in DEST_URL.
+
     With --all TABLE, OBJECT_URL is a namespace URL and DEST_URL one file:
     TABLE of every object (or of each --id) in one Parquet, CSV or JSON-lines
     file, its first column the object id, for analysing many agents at once.
@@ -166,9 +170,10 @@ def _export_object(
         with ns.open(oid, read_only=True) as obj:
             if not overwrite:
                 fs, root = _destination(dest_url, to_options)
-                root = root.rstrip("/")
-                # export() names each file <table>.<format> (parquet, csv, jsonl).
-                _refuse_existing(fs, [f"{root}/{t}.{fmt_name}" for t in obj.tables()])
+                # export()'s own file names (a table's name, percent-encoded
+                # unless plain), each checked to lie directly under root.
+                targets = [ops.export_path(root, t, fmt_name) for t in obj.tables()]
+                _refuse_existing(fs, targets)
             written = obj.export(
                 dest_url, format=fmt_name, storage_options=to_options, callback=bar
             )
@@ -329,7 +334,7 @@ class _ParquetParts(_Parts):
         folder = os.path.join(self._work, f"part-{self._n}")
         self._n += 1
         obj.export(folder, format="parquet")
-        part = pq.read_table(os.path.join(folder, f"{table}.parquet"))
+        part = pq.read_table(ops.export_path(folder, table, "parquet"))
         ids = pa.array([oid] * part.num_rows, type=pa.string())
         part = part.add_column(0, pa.field(self._id_column, pa.string(), nullable=False), ids)
         if self._writer is None:

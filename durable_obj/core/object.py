@@ -322,7 +322,8 @@ class DurableObject(Queries, Durability):
         storage_options: dict[str, Any] | None = None,
         callback: Callback | None = None,
     ) -> list[str]:
-        """Write every table to `to/<table>.<ext>` on any fsspec location (see
+        """Write every table to `to/<table>.<ext>` on any fsspec location, a
+        table name that is not plain percent-encoded into one file name (see
         `durable_obj.replica.export`). Returns the URLs written."""
         check_format(format)
         with self._lock:

@@ -378,6 +378,15 @@ def export_formats() -> list[str]:
     return sorted(EXPORT_FORMATS)
 
 
+def export_path(root: str, table: str, format: str) -> str:
+    """The path under a destination's fsspec path `root` where `export()`
+    writes `table` in `format`: `<root>/<stem>.<ext>`, the stem the table's
+    name if plain, else percent-encoded (`durable_obj.replica.export`)."""
+    from durable_obj.replica.export import check_format, export_target
+
+    return export_target(root, table, check_format(format)[1])
+
+
 def url_protocol(url: str) -> str:
     """The store protocol `url` names, as `open_store` reads it: "file" for a
     bare path, `file:` and `local:`; otherwise the lower-cased scheme. Never

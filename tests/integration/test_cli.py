@@ -16,6 +16,7 @@ import sys
 import uuid
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 import pytest
@@ -585,6 +586,53 @@ def test_export_refuses_to_overwrite(tmp_path: Path, obj_url: str) -> None:
     ok("export", obj_url, str(dest), "--overwrite")
     assert sorted(pq.read_table(dest / "m.parquet").to_pydict()["k"]) == [1, 2, 3, 4]
     assert "--all" in fails("invalid_argument", "export", obj_url, str(dest), "--id", "o")
+
+
+def test_export_encodes_table_names_into_the_destination(tmp_path: Path, ns: Path) -> None:
+    """Statements choose table names: each file lands directly in DEST_URL,
+    its name the table's percent-encoded unless plain, for --overwrite too."""
+    url = str(ns / "h")
+    tables = ["../../escaped/pwn", "a/b", "tab\there", "%41", "A", "m"]
+    ok(
+        "exec",
+        url,
+        "--create",
+        *(f"CREATE TABLE {_ident(t)} (s String) ENGINE = Memory" for t in tables),
+    )
+    ok("exec", url, "INSERT INTO `../../escaped/pwn` VALUES ('pwned')")
+    (tmp_path / "escaped").mkdir()  # where `../../escaped/pwn` would land
+    dest = tmp_path / "x" / "dest"
+    out = ok("export", url, str(dest), "--format", "csv").stdout
+    files = sorted(p.name for p in dest.iterdir())
+    assert files == sorted(
+        [
+            "%2E.%2F..%2Fescaped%2Fpwn.csv",
+            "a%2Fb.csv",
+            "tab%09here.csv",
+            "%2541.csv",
+            "A.csv",
+            "m.csv",
+        ]
+    )
+    assert sorted(out.splitlines()) == sorted(f"file://{dest}/{name}" for name in files)
+    assert sorted(unquote(name.removesuffix(".csv")) for name in files) == sorted(tables)
+    assert (dest / "%2E.%2F..%2Fescaped%2Fpwn.csv").read_text() == '"s"\n"pwned"\n'
+    assert not any((tmp_path / "escaped").iterdir())
+    assert sorted(p.name for p in (tmp_path / "x").iterdir()) == ["dest"]
+    # --overwrite checks the same names
+    message = fails("invalid_argument", "export", url, str(dest), "--format", "csv")
+    assert f"file://{dest}/a%2Fb.csv" in message and f"file://{dest}/A.csv" in message
+    (dest / "a%2Fb.csv").unlink()
+    ok("export", url, str(dest), "--format", "csv", "--overwrite")
+    assert (dest / "a%2Fb.csv").exists() and not any((tmp_path / "escaped").iterdir())
+    # --all reads each object's own export of the table back
+    one = tmp_path / "one.parquet"
+    ok("export", str(ns), str(one), "--all", "../../escaped/pwn")
+    assert pq.read_table(one).to_pydict() == {"object_id": ["h"], "s": ["pwned"]}
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
 
 
 @pytest.fixture

@@ -247,6 +247,48 @@ def test_export_parquet_roundtrip(ns_url: str, tmp_path: Path) -> None:
         durable_obj.export(f"{ns_url}/o", str(out), format="xlsx")
 
 
+#: tables whose names statements chose to leave the export destination, or to
+#: meet another table's file; and ordinary ones
+HOSTILE_TABLES = ["../../escaped/pwn", "a/b", "tab\there", "%41", "A", "..", "m"]
+
+
+def _ident(name: str) -> str:
+    return "`" + name.replace("\\", "\\\\").replace("`", "\\`") + "`"
+
+
+def test_export_keeps_every_file_under_the_destination(ns_url: str, tmp_path: Path) -> None:
+    from urllib.parse import unquote
+
+    ns = durable_obj.Namespace(ns_url, owner="w")
+    with ns.open("o") as obj:
+        for table in HOSTILE_TABLES:
+            obj.execute(f"CREATE TABLE {_ident(table)} (s String) ENGINE = MergeTree ORDER BY s")
+            if "\t" not in table:  # (the engine's parameter text cannot hold a tab)
+                obj.execute(f"INSERT INTO {_ident(table)} VALUES ('{table[0]}')")
+        assert sorted(obj.tables()) == sorted(HOSTILE_TABLES)
+    (tmp_path / "a" / "escaped").mkdir(parents=True)  # where `../../escaped` would land
+    before = {p for p in tmp_path.rglob("*")}
+    dest = tmp_path / "a" / "b" / "dest"
+    written = ns.export("o", str(dest), format="csv")
+    after = {p for p in tmp_path.rglob("*")} - before
+    # only the destination's folders and files are new; nothing escaped
+    assert {p for p in after if p.is_file()} == set(dest.iterdir())
+    assert all(p == dest or dest.is_relative_to(p) for p in after if p.is_dir())
+    assert not (tmp_path / "escaped").exists() and not any((tmp_path / "a" / "escaped").iterdir())
+    names = sorted(p.name for p in dest.iterdir())
+    assert sorted(os.path.basename(w) for w in written) == names
+    # each file name decodes back to its table; ordinary names are unchanged
+    assert sorted(unquote(n.removesuffix(".csv")) for n in names) == sorted(HOSTILE_TABLES)
+    assert {"A.csv", "m.csv", "%2541.csv", "a%2Fb.csv", "%2E..csv"} <= set(names)
+    assert (dest / "%2E.%2F..%2Fescaped%2Fpwn.csv").read_text() == '"s"\n"."\n'
+    assert (dest / "%2541.csv").read_text() == '"s"\n"%"\n'
+    assert (dest / "A.csv").read_text() == '"s"\n"A"\n'
+    # an object-store destination: every key under the prefix
+    written = durable_obj.export(f"{ns_url}/o", "memory://exports/hostile/d", format="jsonl")
+    assert all(w.startswith("memory:///exports/hostile/d/") for w in written)
+    assert all("/" not in w.removeprefix("memory:///exports/hostile/d/") for w in written)
+
+
 def test_scan_reads_each_object(ns_url: str) -> None:
     ns = durable_obj.Namespace(ns_url, owner="w")
     for i, oid in enumerate(("a", "b")):

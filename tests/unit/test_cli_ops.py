@@ -30,6 +30,51 @@ def test_export_formats() -> None:
     assert ops.export_formats() == ["csv", "jsonl", "parquet"]
 
 
+#: hostile and ordinary table names (statements choose them)
+HOSTILE = ["../../escaped/pwn", "a/b", "tab\there", "bell\x07", "%41", "A", "..", ".", ".x"]
+PLAIN = ["m", "events_2024", "a.b-c", "A"]
+
+
+def test_export_path_keeps_plain_names_and_encodes_the_rest() -> None:
+    from urllib.parse import unquote
+
+    for table in PLAIN:
+        assert ops.export_path("dest", table, "csv") == f"dest/{table}.csv"
+    names = set()
+    for table in [*HOSTILE, *PLAIN, "\u00fc", "back\\slash", "%", "a%2Fb"]:
+        path = ops.export_path("/tmp/x/dest/", table, "parquet")
+        folder, _, name = path.rpartition("/")
+        assert folder == "/tmp/x/dest" and name.endswith(".parquet")
+        stem = name.removesuffix(".parquet")
+        assert not stem.startswith(".") and "/" not in stem and "\\" not in stem
+        assert stem.isascii() and stem.isprintable()
+        assert unquote(stem) == table  # decodes back to its table
+        names.add(name)
+    assert len(names) == len(set([*HOSTILE, *PLAIN, "\u00fc", "back\\slash", "%", "a%2Fb"]))
+    assert ops.export_path("d", "../../escaped/pwn", "csv") == "d/%2E.%2F..%2Fescaped%2Fpwn.csv"
+    assert ops.export_path("d", "%41", "csv") == "d/%2541.csv"
+    assert ops.export_path("/", "a/b", "csv") == "/a%2Fb.csv"
+    assert ops.export_path("bucket", "m", "jsonl") == "bucket/m.jsonl"
+    with pytest.raises(InvalidArgument):
+        ops.export_path("d", "", "csv")
+    with pytest.raises(InvalidArgument):
+        ops.export_path("d", "m", "xlsx")
+
+
+def test_export_target_refuses_a_name_that_leaves_the_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Defence in depth: were a stem ever not one safe segment, the
+    normalized target is checked to be a direct child of the root."""
+    from durable_obj.replica import export
+
+    monkeypatch.setattr(export, "export_stem", lambda table: table)
+    for table in ["../../escaped/pwn", "a/b", "x/../../y", "../"]:
+        with pytest.raises(InvalidArgument, match="outside"):
+            export.export_target("/tmp/x/dest", table, "csv")
+    assert export.export_target("/tmp/x/dest", "m", "csv") == "/tmp/x/dest/m.csv"
+
+
 @pytest.mark.parametrize(
     ("url", "protocol"),
     [
