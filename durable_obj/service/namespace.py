@@ -320,8 +320,7 @@ class Namespace:
         format: str = "parquet",
         storage_options: dict[str, Any] | None = None,
     ) -> builtins.list[str]:
-        """Write each table of `oid` as `to/<table>.parquet` (or csv, jsonl),
-        a name that is not plain percent-encoded (`a/b` -> `a%2Fb.parquet`)."""
+        """Write each table of `oid` as `to/<table>.parquet` (or csv, jsonl; `a/b` -> `a%2Fb`)."""
         with self.open(oid, read_only=True) as obj:
             return obj.export(
                 to, format=format, storage_options=storage_options, callback=self._progress
