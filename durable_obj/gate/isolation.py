@@ -43,6 +43,9 @@ from durable_obj.gate.sql import Token, code_words, find_calls, tokenize
 
 #: The prefix of every internal database name; no statement may name one.
 RESERVED_PREFIX = "__durable_obj_"
+#: The engine's database of temporary tables (a recursive CTE's working
+#: table among them): no statement may name it.
+TEMPORARY = "_temporary_and_external_tables"
 
 #: system tables holding no object's data or names: engine catalogues and generators.
 ENGINE_TABLES = frozenset(
@@ -149,6 +152,8 @@ class Scope:
         for i, tok in enumerate(tokens):
             if tok.kind == "quoted" and "\\" in tok.text:
                 raise refuse(f"the quoted name {tok.text[:40]} holds an escape")
+            if tok.kind in _NAMED and tok.word == TEMPORARY:
+                raise refuse(f"{TEMPORARY} holds the engine's sessions' temporary tables")
             if tok.kind in _NAMED and tok.word.startswith(RESERVED_PREFIX):
                 raise refuse(f"{tok.name[:60]} is a reserved internal database name")
             if tok.kind == "string" and RESERVED_PREFIX in tok.text.lower():
@@ -301,8 +306,11 @@ class Scope:
         of `external` (a read's opt-in, its arguments checked before), or one
         of `views`, parameterized views of this object's database (bare, or
         named with its internal database)."""
-        for name in _TABLE_NAME.findall(tree):
+        for found in _TABLE_NAME.findall(tree):
+            name, _, rest = found.partition(",")
             db, _, table = name.strip().partition(".")
+            if db == TEMPORARY and table.startswith("_tmp_") and "temporary_table_name:" in rest:
+                continue  # a recursive CTE's working table, made for this query (no text names it)
             if db == self.internal:
                 continue
             if db == "system" and (table in ENGINE_TABLES or table in SCOPED_TABLES):
@@ -327,7 +335,7 @@ def _shown_name(name: str) -> str:
 
 #: Words whose presence sends a statement through the full lexing above.
 _WORDS = re.compile(
-    r"\.\s*[a-z_`\"]|__durable_obj_|system|show|information_schema|database|schema|dict|joinget"
+    r"\.\s*[a-z_`\"]|__durable_obj_|_temporary_and_external|system|show|information_schema|database|schema|dict|joinget"
     r"|clickhouse|merge|remote|cluster|file|loop|executable|dictionary|alias|buffer"
     r"|distributed|iceberg|deltalake|hudi|timeseries|input|hascolumn|engine"
 )
@@ -336,7 +344,7 @@ _WORDS = re.compile(
 #: Code words any statement `localize` maps or refuses holds (besides the
 #: logical name and reserved names): a qualifier it checks, SHOW, a call.
 _CODE_WORDS = (
-    {"system", "information_schema", "default", "show", "clickhouse", "engine"}
+    {"system", "information_schema", "default", "show", "clickhouse", "engine", TEMPORARY}
     | REFUSED_CALLS
     | REFUSED_ENGINES
     | DATABASE_CALLS

@@ -450,3 +450,24 @@ def test_a_call_no_bound_can_stop_is_refused_under_a_bound(tmp_path: Path) -> No
         assert obj.query("SELECT count() FROM t") == "0\n"
     with durable_obj.open(url, owner="w") as obj:
         assert obj.query("SELECT editDistance('kitten', 'sitting')") == "3\n"
+
+
+def test_a_recursive_cte_reads_and_replays(tmp_path: Path) -> None:
+    """A recursive CTE's working table is one the engine makes for the query
+    (`_temporary_and_external_tables._tmp_<uuid>`): allowed in its tree,
+    while a statement naming that database is refused."""
+    walk = (
+        "WITH RECURSIVE r AS (SELECT 1 AS n UNION ALL SELECT b FROM e JOIN r ON e.a = r.n) "
+        "SELECT n FROM r"
+    )
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE e (a UInt32, b UInt32) ENGINE = MergeTree ORDER BY a")
+        obj.execute("INSERT INTO e VALUES (1, 2), (2, 3), (3, 4)")
+        assert obj.rows(f"SELECT count() FROM ({walk})") == [(4,)]
+        obj.execute("CREATE TABLE c (n UInt32) ENGINE = MergeTree ORDER BY n")
+        obj.execute(f"INSERT INTO c {walk}")
+        with pytest.raises(errors.ClassificationRefused, match="temporary tables"):
+            obj.query("SELECT * FROM _temporary_and_external_tables.x")
+    with durable_obj.open(url, read_only=True) as obj:
+        assert obj.rows("SELECT n FROM c ORDER BY n") == [(1,), (2,), (3,), (4,)]
