@@ -61,7 +61,7 @@ class AgentMemory:
             params={"id": memory_id},
         )
         version = int(current or 0) + 1
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         self.obj.execute(
             "INSERT INTO memory_history VALUES ({id:String}, {version:UInt32}, {op:String}, "
             "{content:String}, {agent:String}, {at:DateTime64(3, 'UTC')}, {prev:String}, "

@@ -4,7 +4,11 @@ warnings on stderr, redaction of all of it. The commands themselves live in
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
+import os
+import sys
 import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -76,6 +80,12 @@ class _Group(click.Group):
                             others.append(w)
         except PASS_THROUGH:
             raise
+        except BrokenPipeError:
+            # The reader of our output went away (`| head -1`): nothing more
+            # to say to it, and nothing failed. Stdout goes to /dev/null so
+            # the interpreter's last flush stays quiet too.
+            _quiet_stdout()
+            raise SystemExit(0) from None
         except BaseException as exc:
             if isinstance(exc, SystemExit | GeneratorExit):
                 raise
@@ -86,6 +96,12 @@ class _Group(click.Group):
             # Warnings meant for developers go back to the warnings machinery.
             for w in others:
                 warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def _quiet_stdout() -> None:
+    with contextlib.suppress(OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import click
@@ -66,7 +66,7 @@ def at_option(fn: F) -> F:
 def _iso(t: datetime | None) -> str:
     if t is None:
         return "-"
-    return t.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return t.astimezone(UTC).isoformat(timespec="seconds")
 
 
 @cli.command("history")

@@ -39,7 +39,7 @@ import json
 import logging
 import math
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import ValidationError
@@ -227,7 +227,7 @@ def utc(t: float | None) -> datetime | None:
     if t is None or not math.isfinite(t):
         return None
     try:
-        return datetime.fromtimestamp(t, timezone.utc)
+        return datetime.fromtimestamp(t, UTC)
     except (OverflowError, OSError, ValueError):
         return None
 
@@ -237,18 +237,18 @@ def window_start(now: float, retention: float) -> datetime:
     may be up to 2**53 s) opens at the earliest datetime. Rounding to the
     microsecond keeps order, so a point committed inside the window stays
     inside."""
-    return utc(now - retention) or datetime.min.replace(tzinfo=timezone.utc)
+    return utc(now - retention) or datetime.min.replace(tzinfo=UTC)
 
 
 def iso(t: datetime | None) -> str | None:
     """`t` as ISO 8601 text in UTC, to the microsecond."""
-    return None if t is None else t.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return None if t is None else t.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def when(t: datetime | None) -> str:
     if t is None:
         return "commit time unknown"
-    return "committed " + t.astimezone(timezone.utc).isoformat(timespec="seconds")
+    return "committed " + t.astimezone(UTC).isoformat(timespec="seconds")
 
 
 def refs_of(point: Point) -> list[ObjectRef]:

@@ -29,7 +29,7 @@ from durable_obj.errors import InvalidArgument
 
 _INT = re.compile(r"(U?)Int(8|16|32|64|128|256)")
 _DECIMAL_N = {"Decimal32": 9, "Decimal64": 18, "Decimal128": 38, "Decimal256": 76}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _DATE_RANGE = {"Date": (dt.date(1970, 1, 1), dt.date(2149, 6, 6))}
 #: chdb-core 26.9 reads every year 1-9999 as a Date32 (and a DateTime64 up
 #: to precision 6) exactly; a DateTime64(7-9) past its range is the engine's error

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from langgraph.store.base import MatchCondition, PutOp
@@ -38,7 +38,7 @@ def now_us() -> int:
 
 def dt(us: int) -> datetime:
     """Microseconds since the epoch as an aware UTC datetime."""
-    return datetime.fromtimestamp(us / 1_000_000, tz=timezone.utc)
+    return datetime.fromtimestamp(us / 1_000_000, tz=UTC)
 
 
 def ns_key(namespace: tuple[str, ...]) -> str:

@@ -13,7 +13,7 @@ import math
 import re
 import uuid
 from collections.abc import Awaitable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import anyio
@@ -78,7 +78,7 @@ def _shortened(row: dict[str, Any], cap: int) -> dict[str, Any]:
 
 def _time_literal(when: datetime) -> str:
     """A UTC instant as the literal a DateTime64(6, 'UTC') column reads."""
-    return "'" + when.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
+    return "'" + when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
 
 
 def _iso(text: str) -> str:
@@ -281,7 +281,7 @@ class MemoryServer:
                 await self._durable(mid, self.obj.aflush())  # a retry: make the first durable
                 return self._memory(found)
             vec = await self._embedding(content)
-            now = _time_literal(datetime.now(timezone.utc))
+            now = _time_literal(datetime.now(UTC))
             statement = self._insert(mid, content, tag_list, meta, now, now, vec, 1)
             await self._durable(mid, self._commit(statement))
             return self._memory(await self._current(mid))
@@ -394,7 +394,7 @@ class MemoryServer:
             if new_content is None:
                 vec = [float(x) for x in cur["embedding"]]
             created = _quote(cur["created_at"])
-            now = _time_literal(datetime.now(timezone.utc))
+            now = _time_literal(datetime.now(UTC))
             await self._commit(
                 self._insert(
                     mid,

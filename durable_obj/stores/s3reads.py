@@ -101,7 +101,7 @@ class _Signer:
     """Signature V4 headers for unsigned-payload-free GETs, one day's key."""
 
     def __init__(self, creds: Credentials, region: str, host: str) -> None:
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         day = now.strftime("%Y%m%d")
         self._amz_date = now.strftime("%Y%m%dT%H%M%SZ")
         key = hmac.new(f"AWS4{creds.secret_key}".encode(), day.encode(), hashlib.sha256).digest()
@@ -198,7 +198,7 @@ class FastReads:
                     if conn is None:
                         try:
                             conn = await asyncio.wait_for(self._connect(), self._timeout)
-                        except (OSError, asyncio.TimeoutError, ssl.SSLError):
+                        except (TimeoutError, OSError, ssl.SSLError):
                             return  # this key and the rest go through the client
                     path, query = requests[index]
                     try:
@@ -207,7 +207,7 @@ class FastReads:
                             self._timeout,
                         )
                         refused = refused or status not in (200, 404)
-                    except (OSError, EOFError, asyncio.TimeoutError, ValueError, _Unusable):
+                    except (TimeoutError, OSError, EOFError, ValueError, _Unusable):
                         keep = False
                     if not keep and conn is not None:
                         _close(conn)

@@ -102,3 +102,25 @@ def test_tail_of_an_encrypted_object_takes_its_key_by_name(
     assert DDL in out and "VALUES (7)" in out and key not in out
     message = fails("key_refused", "tail", url, "--since", "0", "--no-follow")
     assert durable_obj.StaticKey(key).key_id in message
+
+
+def test_tail_into_a_reader_that_stops_early_exits_quietly(tmp_path: Path) -> None:
+    """`durable-obj tail URL | head -1`: the reader goes away after one
+    line; tail stops with status 0 and says nothing (it said "error:
+    internal: BrokenPipeError" and exited 1)."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        obj.write(*[f"INSERT INTO t VALUES ('{'x' * 60}{i}')" for i in range(3000)])
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "durable_obj.cli", "tail", url, "--since", "0", "--no-follow"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `head -1` does
+    err = proc.stderr.read()
+    proc.stderr.close()
+    assert proc.wait(timeout=60) == 0, err
+    assert first.startswith(b"1  ") and err == b""

@@ -9,7 +9,7 @@ import os
 import threading
 import uuid
 from collections.abc import Iterator
-from datetime import timezone
+from datetime import UTC
 from pathlib import Path
 
 import pytest
@@ -69,7 +69,7 @@ def check(changes: list[Change], log: dict[int, str | None], since: int = 0) -> 
             assert c.kind == "commit" and len(c.statements) == 1 and "wal/" in c.key
             assert (log[c.seq] or "").split(" VALUES")[0] in c.statements[0]
         assert c.generation == 1 and c.owner == "w"
-        assert c.committed_at is not None and c.committed_at.tzinfo == timezone.utc
+        assert c.committed_at is not None and c.committed_at.tzinfo == UTC
 
 
 def test_each_commit_once_in_order_across_checkpoints_and_a_restart(ns_url: str) -> None:

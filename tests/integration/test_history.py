@@ -8,7 +8,7 @@ import time as _time
 import uuid
 import warnings
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -114,10 +114,10 @@ def test_history_lists_every_commit_and_opens_at_each(ns_url: str, clock: Frozen
     assert all(
         p.owner == "w" and p.generation == 1 and p.time_source == "stamp" for p in past.points
     )
-    assert past.points[3].committed_at == datetime.fromtimestamp(rec.times[4], timezone.utc)
+    assert past.points[3].committed_at == datetime.fromtimestamp(rec.times[4], UTC)
     rec.check_all()
     # a datetime: the last commit at or before it
-    at = datetime.fromtimestamp(rec.times[7] + 30, timezone.utc)
+    at = datetime.fromtimestamp(rec.times[7] + 30, UTC)
     with ns.open("o", read_only=True, at=at) as obj:
         assert obj.seq == 7 and rows(obj) == rec.states[7]
     with ns.open("o", read_only=True, at=at.astimezone(timezone(timedelta(hours=9)))) as obj:
@@ -127,7 +127,7 @@ def test_history_lists_every_commit_and_opens_at_each(ns_url: str, clock: Frozen
     with pytest.raises(errors.InvalidArgument, match="naive"):
         ns.open("o", read_only=True, at=datetime(2030, 1, 1))
     with pytest.raises(errors.NotFound, match="oldest restorable point is seq 1"):
-        ns.open("o", read_only=True, at=datetime.fromtimestamp(1_000, timezone.utc))
+        ns.open("o", read_only=True, at=datetime.fromtimestamp(1_000, UTC))
     with pytest.raises(errors.NotFound, match=f"newest is seq {head_seq}"):
         ns.open("o", read_only=True, at=head_seq + 1)
     with pytest.raises(errors.InvalidArgument, match="read-only"):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -52,13 +52,13 @@ def test_committed_at_is_an_aware_utc_datetime(clock: FrozenClock) -> None:
     assert [p.seq for p in past.points] == sorted(stamps)
     for p in past.points:
         assert isinstance(p.committed_at, datetime)
-        assert p.committed_at.tzinfo is timezone.utc
-        assert p.committed_at == datetime.fromtimestamp(stamps[p.seq], timezone.utc)
+        assert p.committed_at.tzinfo is UTC
+        assert p.committed_at == datetime.fromtimestamp(stamps[p.seq], UTC)
         assert abs(p.committed_at.timestamp() - stamps[p.seq]) <= 5e-7
     # the rounding the test is about really happens
     assert past.points[0].committed_at is not None
     assert past.points[0].committed_at.timestamp() < stamps[1]
-    assert isinstance(past.cutoff, datetime) and past.cutoff.tzinfo is timezone.utc
+    assert isinstance(past.cutoff, datetime) and past.cutoff.tzinfo is UTC
 
 
 def test_a_points_time_given_back_as_at_names_that_point(clock: FrozenClock) -> None:
@@ -93,14 +93,14 @@ def test_the_window_opens_at_a_datetime_and_keeps_its_edge(clock: FrozenClock) -
     now = stamps[3] + 3600.0
     assert now - 3600.0 == stamps[3]
     past = ops.history(ns.store, "o", retention=3600.0, now=now)
-    assert past.cutoff == datetime.fromtimestamp(stamps[3], timezone.utc)
+    assert past.cutoff == datetime.fromtimestamp(stamps[3], UTC)
     assert [p.seq for p in past.restorable] == [2, 3, 4, 5]
     # a window reaching before year 1 holds everything, and says when it opens
     huge = ops.history(ns.store, "o", retention=2.0**53 - 1, now=now)
-    assert huge.cutoff == datetime.min.replace(tzinfo=timezone.utc)
+    assert huge.cutoff == datetime.min.replace(tzinfo=UTC)
     assert [p.seq for p in huge.restorable] == [1, 2, 3, 4, 5]
     assert histories.when(past.restorable[0].committed_at).startswith(
-        "committed " + datetime.fromtimestamp(stamps[2], timezone.utc).strftime("%Y-%m-%dT%H:%M")
+        "committed " + datetime.fromtimestamp(stamps[2], UTC).strftime("%Y-%m-%dT%H:%M")
     )
     assert histories.when(None) == "commit time unknown"
 
@@ -120,4 +120,4 @@ def test_a_stamp_no_datetime_holds_falls_back_to_the_store_time(
     modified = next(e.modified for e in entries if e.key == f"o/{ref.key}")
     assert point.time_source == "store"
     assert point.committed_at == histories.utc(modified)
-    assert point.committed_at is not None and point.committed_at.tzinfo is timezone.utc
+    assert point.committed_at is not None and point.committed_at.tzinfo is UTC

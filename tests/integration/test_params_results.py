@@ -49,7 +49,7 @@ VALUES = {
     "u": UID,
     "day": dt.date(2026, 12, 1),
 }
-UTC = dt.timezone.utc
+UTC = dt.UTC
 
 
 @pytest.fixture

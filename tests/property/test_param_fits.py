@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import durable_obj
 from durable_obj import errors
 
-UTC = dt.timezone.utc
+UTC = dt.UTC
 STATS = {"accepted": 0, "refused": 0}
 
 CASES: list[tuple[str, st.SearchStrategy[Any]]] = [

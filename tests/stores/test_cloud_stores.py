@@ -19,6 +19,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC
 from typing import Any, ClassVar
 
 import pytest
@@ -452,7 +453,7 @@ class TestAzurite(TransportTests, ThreadRaces, ProcessRaces):
 
     def test_sas_token(self, server: Server) -> None:
         """A SAS (connection string with SharedAccessSignature) on its transport."""
-        from datetime import datetime, timedelta, timezone
+        from datetime import datetime, timedelta
 
         from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
 
@@ -463,7 +464,7 @@ class TestAzurite(TransportTests, ThreadRaces, ProcessRaces):
             parts["AccountKey"],
             ResourceTypes(service=True, container=True, object=True),
             AccountSasPermissions(read=True, write=True, delete=True, list=True, create=True),
-            datetime.now(timezone.utc) + timedelta(hours=1),
+            datetime.now(UTC) + timedelta(hours=1),
         )
         conn = f"BlobEndpoint={parts['BlobEndpoint']};SharedAccessSignature={sas}"
         store = open_store(f"{root}/{uuid.uuid4().hex}", {"connection_string": conn})

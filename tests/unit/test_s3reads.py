@@ -24,7 +24,7 @@ def test_signature_matches_botocore(
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
-    fixed = datetime.datetime(2026, 11, 30, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    fixed = datetime.datetime(2026, 11, 30, 3, 4, 5, tzinfo=datetime.UTC)
 
     class Frozen(datetime.datetime):
         @classmethod
