@@ -22,7 +22,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from durable_obj import Bounds
 from durable_obj.aio import AsyncDurableObject
 from durable_obj.core.object import DurableObject
-from durable_obj.errors import DurableError, InvalidArgument, NotFound
+from durable_obj.errors import ClassificationRefused, DurableError, InvalidArgument, NotFound
 from durable_obj.mcp.limits import (
     Embedder,
     Limits,
@@ -34,6 +34,8 @@ from durable_obj.mcp.limits import (
 )
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: The library method a gate refusal names first (`query() takes ...`).
+_CALL = re.compile(r"^\w+\(\) ")
 
 
 # -- literals ---------------------------------------------------------------------
@@ -433,5 +435,13 @@ class MemoryServer:
             result_bytes=limits.result_bytes,
             memory_bytes=limits.sql_memory_bytes,
         )
-        rows, cut = await self._rows(statement, bounds)
+        try:
+            rows, cut = await self._rows(statement, bounds)
+        except ClassificationRefused as exc:
+            # The gate names the library's methods; an MCP client has tools.
+            text = _CALL.sub("the sql tool ", str(exc), count=1).replace(
+                "Use execute() for a change, which logs it to the WAL.",
+                "It only reads: change memories with the remember, revise and forget tools.",
+            )
+            raise ClassificationRefused(text) from None
         return {"rows": rows, "truncated": cut}

@@ -461,6 +461,10 @@ def test_sql_tool_is_read_only_and_scoped(url: str) -> None:
                     "SELECT 1 INTO OUTFILE '/tmp/mcp-outfile'",
                 ):
                     err(await client.call_tool("sql", {"statement": statement}))
+                # the refusal names the tool and the tools that write, not the library's methods
+                drop = err(await client.call_tool("sql", {"statement": "DROP TABLE memories"}))
+                assert "the sql tool" in drop and "remember" in drop, drop
+                assert "execute()" not in drop and "query()" not in drop, drop
                 assert ok(await client.call_tool("list", {}))["memories"][0]["content"] == "alpha"
 
     try:
