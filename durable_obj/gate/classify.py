@@ -90,7 +90,8 @@ def check_mutation(analysis: Analysis, db: str, syntax: str) -> None:
         )
     if analysis.has_secrets:
         raise SecretRefused(
-            "this mutation carries a credential, and WAL segments are stored as plain text; "
+            "this mutation carries a credential, and no credential is ever written to a WAL "
+            "segment (an encrypted one too: whoever holds the object's key would read it); "
             "it was not run or logged. Load the data in the caller and INSERT literals."
         )
     if analysis.changes_database_lifecycle:
