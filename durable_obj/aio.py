@@ -448,7 +448,7 @@ async def aopen(
     **options: Any,
 ) -> AsyncDurableObject:
     """`durable_obj.open` in a worker thread: the same arguments, options
-    and errors, returning an `AsyncDurableObject`. Use it as::
+    (`reclaim=True` too) and errors, returning an `AsyncDurableObject`::
 
         async with await durable_obj.aopen(url, owner="svc-1") as obj: ...
 
