@@ -113,6 +113,9 @@ class DurableObject(Queries, Durability):
             oid, url=self._w.url, mode=options.nondeterminism, timezone=options.timezone
         )
         self._local.gate.external = options.external_reads
+        self._local.gate.bounded = any(
+            b and b.seconds > 0 for b in (options.query_bounds, options.write_bounds)
+        )
         self._buf = Pending(self._compresses)
         self._group = GroupCommit(self._lock, self._buf)
         self._diverged = False

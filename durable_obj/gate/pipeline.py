@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach, writes
+from durable_obj.gate.bounds import unstoppable
 from durable_obj.gate.classify import check_mutation, check_read
 from durable_obj.gate.control import admitted
 from durable_obj.gate.determinism import Pinner
@@ -49,6 +50,15 @@ from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
+
+#: First words of a statement that defines what later statements run.
+_DEFINING = frozenset({"create", "alter", "attach", "replace"})
+
+
+def first_word(text: str) -> str:
+    head = tokenize_head(text)
+    return head[0].word if head else ""
+
 
 #: First words of a statement meant as a query.
 _QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
@@ -61,6 +71,11 @@ class Gate:
 
     url: str
     external: tuple[str, ...] = ()
+    #: Whether the object runs statements under a time bound (its
+    #: `query_bounds` or `write_bounds`): then no definition may call a
+    #: function a bound cannot stop (a view, a DEFAULT or a materialized
+    #: view would run it under the bound later).
+    bounded: bool = False
 
     def read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool]:
         """`sql` as it runs, once it is proved one read-only statement that
@@ -122,6 +137,13 @@ class Gate:
                 engine.check_implicit_select(local)
         check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
         reach.check(engine, text)
+        if self.bounded and first_word(text) in _DEFINING and (name := unstoppable(text)):
+            raise ClassificationRefused(
+                f"{name}() in a definition of an object that runs under a time bound: a view, "
+                "a column DEFAULT or a materialized view calling it would spend one call past "
+                "the bound when read or inserted into (the engine cannot stop it midway). "
+                "Instead, compute it in the caller. Nothing was run or logged."
+            )
         writes.check(engine, local)
         if allow_nondeterministic:
             warnings.warn(

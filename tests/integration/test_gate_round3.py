@@ -471,3 +471,27 @@ def test_a_recursive_cte_reads_and_replays(tmp_path: Path) -> None:
             obj.query("SELECT * FROM _temporary_and_external_tables.x")
     with durable_obj.open(url, read_only=True) as obj:
         assert obj.rows("SELECT n FROM c ORDER BY n") == [(1,), (2,), (3,), (4,)]
+
+
+def test_an_object_under_a_bound_defines_no_call_a_bound_cannot_stop(tmp_path: Path) -> None:
+    """With only `query_bounds` set, writes run unbounded, but a view or a
+    DEFAULT defined now would run its editDistance under the read's bound
+    later: the definition is refused. Without any bound it is accepted."""
+    bound = durable_obj.Bounds(seconds=1)
+    definitions = (
+        "CREATE VIEW v AS SELECT editDistance(s, 'x') AS d FROM t",
+        "CREATE TABLE d (s String, n UInt64 DEFAULT levenshteinDistance(s, 'x')) "
+        "ENGINE = MergeTree ORDER BY s",
+        "CREATE MATERIALIZED VIEW mv ENGINE = Memory AS SELECT arrayWithConstant(3, s) AS a FROM t",
+        "ALTER TABLE t ADD COLUMN n UInt64 DEFAULT editDistance(s, 'y')",
+    )
+    with durable_obj.open(str(tmp_path / "b"), owner="w", query_bounds=bound) as obj:
+        obj.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        for sql in definitions:
+            with pytest.raises(errors.ClassificationRefused, match="cannot stop it midway"):
+                obj.execute(sql)
+        obj.execute("INSERT INTO t SELECT toString(editDistance('a', 'b'))")  # a write: unbounded
+    with durable_obj.open(str(tmp_path / "u"), owner="w") as obj:
+        obj.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        for sql in definitions:
+            obj.execute(sql)
