@@ -306,10 +306,16 @@ class Scope:
         of `external` (a read's opt-in, its arguments checked before), or one
         of `views`, parameterized views of this object's database (bare, or
         named with its internal database)."""
+        recursive = "is_recursive_with: 1" in tree
         for found in _TABLE_NAME.findall(tree):
             name, _, rest = found.partition(",")
             db, _, table = name.strip().partition(".")
-            if db == TEMPORARY and table.startswith("_tmp_") and "temporary_table_name:" in rest:
+            if (
+                recursive
+                and db == TEMPORARY
+                and table.startswith("_tmp_")
+                and "temporary_table_name:" in rest
+            ):
                 continue  # a recursive CTE's working table, made for this query (no text names it)
             if db == self.internal:
                 continue
