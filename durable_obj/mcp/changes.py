@@ -60,12 +60,13 @@ class Announcer(InMemorySubscriptionBus):
         with self._guard:
             loops = [loop for loop in self._loops if not loop.is_closed()]
             self._loops = set(loops)
+        # counted before it is sent: a listener that got the event finds it counted
+        self.announced += 1
         for loop in loops:
             try:  # the bus's own publish, run on that loop; nobody waits for it
                 asyncio.run_coroutine_threadsafe(self.publish(event), loop)
             except RuntimeError:  # the loop closed meanwhile: nobody listens there
                 continue
-        self.announced += 1
         log.info("memory server: %s moved to seq %s; announced", update.url, update.seq)
 
 
