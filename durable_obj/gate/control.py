@@ -60,7 +60,7 @@ DDL_SETTINGS = (
     "flatten_nested",
     "data_type_default_nullable",
 )
-_DDL_SETTING = re.compile(
+DDL_SETTING = re.compile(
     "|".join(re.escape(s).replace(r"\*", r"\w+") for s in DDL_SETTINGS), re.IGNORECASE
 )
 
@@ -117,7 +117,7 @@ def admitted(engine: Engine, text: str, analysis: Analysis) -> Analysis:
 
 def _set_refused(canonical: str) -> ClassificationRefused:
     names = _set_names(canonical)
-    other = [n for n in names if not _DDL_SETTING.fullmatch(n)]
+    other = [n for n in names if not DDL_SETTING.fullmatch(n)]
     allowed = ", ".join(DDL_SETTINGS)
     if other:
         return ClassificationRefused(

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
+from durable_obj.gate.control import DDL_SETTING
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
 from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
@@ -72,16 +73,10 @@ REFUSED_FUNCTIONS = frozenset(
     | {"pgtableisvisible", "buildid", "uptime", "hasthreadfuzzer", "generateserialid"}
     | {"catboostevaluate", "mergetreepartinfo", "ismergetreepartcoveredby"}
 )
-#: Settings that only change which definitions the engine accepts
-#: (`control.DDL_SETTINGS`), and the other engines' table settings, matched
-#: whole.
-DDL_SETTING = re.compile(
-    r"allow_suspicious_\w+|allow_nullable_key|allow_floating_point_partition_key"
-    r"|allow_experimental_\w+_type|enable_time_time64_type|flatten_nested"
-    r"|data_type_default_nullable"
-    # the settings of the other engines an object may use (Memory, Join, Set,
-    # EmbeddedRocksDB), which system.merge_tree_settings does not list
-    r"|(?:min|max)_(?:rows|bytes)_to_keep|compress|persistent|join_use_nulls"
+#: The table settings of the other engines an object may use (Memory, Join,
+#: Set, EmbeddedRocksDB), which system.merge_tree_settings does not list.
+_ENGINE_SETTINGS = re.compile(
+    r"(?:min|max)_(?:rows|bytes)_to_keep|compress|persistent|join_use_nulls"
     r"|max_(?:rows|bytes)_in_join|join_any_take_last_row|optimize_for_bulk_insert"
     r"|bulk_insert_block_size"
 )
@@ -305,7 +300,8 @@ def _check_settings(tokens: list[Token], ddl: bool, known: Catalog) -> None:
                 or not (
                     name in known.table_settings
                     or _READ_SETTINGS.fullmatch(name)
-                    or DDL_SETTING.fullmatch(name)
+                    or DDL_SETTING.fullmatch(name)  # only change what DDL is accepted
+                    or _ENGINE_SETTINGS.fullmatch(name)
                 )
             ):
                 # An allow-list: a query's SETTINGS inside DDL (CREATE ... AS

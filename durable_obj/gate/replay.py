@@ -138,7 +138,8 @@ class Replayer:
             # `{...}` literal, `toUUID(...)` then DEFAULT: the object would
             # not open). Rows of literals merge, and so do the pinned
             # `CAST('...', 'type')` rows the gate writes (measured: every
-            # order of CAST rows and literal rows parses), but never beside
+            # order of four such row shapes, CAST and literal, of DateTime64,
+            # arrays, Nullable and map() columns, parses), but never beside
             # a `{` (a Map literal only the streaming parser reads).
             return None
         rows = split_rows(sql[len(prefix) :])

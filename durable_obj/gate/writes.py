@@ -119,13 +119,6 @@ def queries(engine: Engine, local: str) -> list[tuple[str, bool]]:
     return [(q, False) for q in _subqueries(local, tokens)]
 
 
-def values_format(tokens: list[Token], at: int) -> bool:
-    """Whether the token after FORMAT at `at` names the Values format, as the
-    engine reads a format name: without regard to case, quoted or not."""
-    nxt = tokens[at + 1] if at + 1 < len(tokens) else None
-    return nxt is not None and nxt.kind in ("ident", "quoted") and nxt.word == "values"
-
-
 def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bool]]:
     last = head[-1]
     if last.kind != "ident":
