@@ -44,6 +44,7 @@ from durable_obj.errors import (
     UnsupportedStore,
 )
 from durable_obj.gate.bounds import Bounds
+from durable_obj.replica.placement import configure as configure_engine
 from durable_obj.service.namespace import Namespace, export, fork, open
 from durable_obj.service.pool import Pool
 from durable_obj.wire.keys import AwsKms, EnvKey, KeyFile, KeyProvider, StaticKey
@@ -88,6 +89,7 @@ __all__ = [
     "UnsupportedStore",
     "Update",
     "aopen",
+    "configure_engine",
     "errors",
     "export",
     "fork",

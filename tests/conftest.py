@@ -41,3 +41,12 @@ def ns_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         yield f"memory://test-{uuid.uuid4().hex}"
     else:
         yield str(tmp_path / "ns")
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the engine folders that the crash tests' SIGKILLed children
+    left in memory (`/dev/shm`): only folders whose process is gone (their
+    lock is free), so a live engine's, even another session's, stays."""
+    from durable_obj.replica import placement
+
+    placement.sweep(min_age=0)

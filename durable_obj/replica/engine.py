@@ -45,7 +45,7 @@ from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import archives, server
 from durable_obj.replica.messages import clean, describe_syntax_error, without_table_uuids
-from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_root
+from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_paths, engine_root
 from durable_obj.replica.turn import Turned
 from durable_obj.replica.watchdog import WATCHDOG, Guard
 
@@ -123,7 +123,9 @@ class Engine:
         text = _FOREIGN_HINT.sub("", text)
         text = _RESERVED_NAME.sub("<another database>", text)
         text = without_table_uuids(text, self._table_named)
-        return text.replace(engine_root(), "<engine folder>")
+        for path in engine_paths():
+            text = text.replace(path, "<engine folder>")
+        return text
 
     def _own_hint(self, hint: re.Match[str]) -> str:
         """An engine hint ("Maybe you meant db.t?") as this object may see it:

@@ -20,7 +20,6 @@ import logging
 import os
 import shutil
 import sys
-import tempfile
 import threading
 import time
 import zoneinfo
@@ -28,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import EngineError, EngineIncompatible
 from durable_obj.gate.quoting import quote_ident
+from durable_obj.replica import placement as placement_mod
+from durable_obj.replica.placement import Placement
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -42,7 +43,7 @@ SYNCHRONOUS_SETTINGS = {
 
 _REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
 _VERSION: str | None = None
-_ROOT: list[str] = []
+_PLACED: list[Placement] = []
 #: The process's engine: its connection string and the connection that keeps
 #: it running (also used to drop what a collected object left behind).
 _SERVER: dict[str, Any] = {}
@@ -53,15 +54,25 @@ ORPHANS: list[str] = []
 LIVE: set[Engine] = set()
 
 
+def placement() -> Placement:
+    """Where this process's engine keeps its files (`placement.py`), decided
+    on first use; its folders are removed when the process exits."""
+    if not _PLACED:
+        _PLACED.append(placement_mod.decide())
+    return _PLACED[0]
+
+
 def engine_root() -> str:
-    """This process's private engine directory: `data/` is the engine's data
-    path, `backups/` the only place BACKUP and RESTORE may touch (each open
-    gets its own folder in it). Removed when the process exits."""
-    if not _ROOT:
-        root = tempfile.mkdtemp(prefix=f"durable_obj-{os.getpid()}-")
-        os.makedirs(os.path.join(root, "backups"))
-        _ROOT.append(root)
-    return _ROOT[0]
+    """This process's private engine folder on disk: `backups/` is the only
+    place BACKUP and RESTORE may touch (each open gets its own folder in it);
+    the engine's data path is `placement().data` (in memory, or here)."""
+    return placement().root
+
+
+def engine_paths() -> tuple[str, ...]:
+    """Every folder of this process's engine (for messages to hide)."""
+    placed = placement()
+    return (placed.root, os.path.dirname(placed.data))
 
 
 def _shutdown() -> None:
@@ -78,8 +89,10 @@ def _shutdown() -> None:
     if anchor is not None:
         with contextlib.suppress(Exception):
             anchor.close()
-    for root in _ROOT:
-        shutil.rmtree(root, ignore_errors=True)
+    for placed in _PLACED:
+        shutil.rmtree(os.path.dirname(placed.data), ignore_errors=True)
+        shutil.rmtree(placed.root, ignore_errors=True)
+    placement_mod.release()
 
 
 _STARTING: list[threading.Thread] = []
@@ -157,11 +170,13 @@ def _start() -> None:
     global _VERSION
     if "anchor" in _SERVER:
         return
-    root = engine_root()
+    placed = placement()
     args = dict(SYNCHRONOUS_SETTINGS)
     # BACKUP/RESTORE may only touch this process's own scratch.
-    args["backups.allowed_path"] = os.path.join(root, "backups")
-    conn_str = os.path.join(root, "data") + "?" + "&".join(f"{k}={v}" for k, v in args.items())
+    args["backups.allowed_path"] = os.path.join(placed.root, "backups")
+    if placed.config is not None:
+        args["config-file"] = placed.config
+    conn_str = placed.data + "?" + "&".join(f"{k}={v}" for k, v in args.items())
     try:
         anchor = _chdb().connect(conn_str)
     except Exception as exc:
