@@ -76,8 +76,20 @@ class Token:
         return ""
 
 
+#: Statements up to this long are lexed once for the gate's steps, which ask in turn.
+_CACHED_LEN = 64 * 1024
+
+
 def tokenize(sql: str) -> list[Token]:
-    return list(_tokens(sql))
+    """The significant tokens of `sql` (a new list: the caller may change it).
+    The last 32 statements up to 64 KiB are lexed once (tokens are frozen):
+    the gate's steps lex the same text in turn (two to four times a statement)."""
+    return list(_cached_tokens(sql)) if len(sql) <= _CACHED_LEN else list(_tokens(sql))
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_tokens(sql: str) -> tuple[Token, ...]:
+    return tuple(_tokens(sql))
 
 
 def _tokens(sql: str) -> Iterator[Token]:
@@ -165,7 +177,17 @@ _BODY = frozenset({"values", "select", "with", "format"})
 
 def tokenize_head(sql: str) -> list[Token]:
     """Tokens up to and including the first VALUES / SELECT / WITH / FORMAT
-    at depth 0: an INSERT's head, without lexing its (maybe huge) body."""
+    at depth 0: an INSERT's head, without lexing its (maybe huge) body. A new
+    list; the heads of the last 32 statements are kept (as `tokenize`'s)."""
+    return list(_cached_head(sql)) if len(sql) <= _CACHED_LEN else _head(sql)
+
+
+@functools.lru_cache(maxsize=32)
+def _cached_head(sql: str) -> tuple[Token, ...]:
+    return tuple(_head(sql))
+
+
+def _head(sql: str) -> list[Token]:
     out: list[Token] = []
 
     def kept() -> Iterator[Token]:

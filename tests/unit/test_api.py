@@ -20,7 +20,7 @@ def test_all_is_pinned() -> None:
         "ProtocolUnsupported", "Result", "SecretRefused", "Timeout", "UnsupportedStore",
         "errors", "export", "fork", "open",
         "KeyRefused", "KeyProvider", "StaticKey", "EnvKey", "KeyFile", "AwsKms",
-        "Change", "FeedGap", "Update",
+        "Change", "FeedGap", "Update", "configure_engine",
     }  # fmt: skip
     for name in durable_obj.__all__:
         assert hasattr(durable_obj, name)
