@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import click
@@ -18,10 +17,6 @@ from durable_obj.cli.keys import key_options
 from durable_obj.cli.progress import progress_bar
 from durable_obj.cli.session import query_params, session, storage_options
 from durable_obj.core import ops
-from durable_obj.errors import BackendError
-
-#: How a store says that the bucket (container) of a namespace does not exist.
-_NO_BUCKET = re.compile(r"\b(?:bucket|container) '[^']*'.* does not exist\b")
 
 
 @cli.command("ls")
@@ -36,8 +31,9 @@ _NO_BUCKET = re.compile(r"\b(?:bucket|container) '[^']*'.* does not exist\b")
 def ls_cmd(ns_url: str, as_json: bool, heads_only: bool, storage_options: dict[str, Any]) -> None:
     """List the objects of a namespace.
 
-    A namespace that does not exist (a local folder that is not there, a
-    bucket or container that does not exist) is an error, not_found. An
+    A local folder that is not there is an error, not_found. A bucket or
+    container that does not exist is an error of the store, backend, as
+    `open()` reports it (the message names the bucket and the endpoint). An
     existing folder, or a prefix in an existing bucket, with no objects is an
     empty namespace: nothing listed, exit 0.
     """
@@ -45,12 +41,7 @@ def ls_cmd(ns_url: str, as_json: bool, heads_only: bool, storage_options: dict[s
     missing = ops.missing_namespace(ns.store)
     if missing is not None:
         raise Failure("not_found", f"{missing}: no namespace to list; nothing was read")
-    try:
-        infos = ns.list(stored=not heads_only)
-    except BackendError as exc:
-        if _NO_BUCKET.search(str(exc)):
-            raise Failure("not_found", str(exc)) from None
-        raise
+    infos = ns.list(stored=not heads_only)
     sess = session()
     if as_json:
         sess.echo(json.dumps([fmt.object_json(info) for info in infos], indent=2))

@@ -849,9 +849,13 @@ def test_against_s3(tmp_path: Path, request: pytest.FixtureRequest) -> None:
     assert (empty.exit_code, empty.stdout.strip()) == (0, "[]")
     no_bucket = s3("ls", "s3://no-such-bucket-here/ns")
     assert no_bucket.exit_code == 1
-    assert no_bucket.stderr.startswith("error: not_found: ") and "no-such-bucket-here" in (
+    # A missing bucket is the store's error, as open() reports it (issue 37).
+    assert no_bucket.stderr.startswith("error: backend: ") and "no-such-bucket-here" in (
         no_bucket.stderr
     )
+    assert "does not exist" in no_bucket.stderr
+    with pytest.raises(durable_obj.BackendError, match=r"no-such-bucket-here.*does not exist"):
+        durable_obj.open("s3://no-such-bucket-here/ns/o", owner="w", storage_options=options)
     info = s3("info", url)
     assert info.exit_code == 0 and "1 segment(s)" in info.stdout
     assert json.loads(s3("info", url, "--json").stdout)["manifest"]["seq"] == 2
