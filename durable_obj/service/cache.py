@@ -206,15 +206,17 @@ class Cache(abc.ABC, Generic[T, S]):
         return victims
 
     def _close_ended(
-        self, oid: str, entry: Entry[T, S], exc: BaseException | None, *, requeue: bool
+        self, oid: str, entry: Entry[T, S], exc: BaseException | None, *, requeue: bool | None
     ) -> int:
         """After a close of `entry` (taken out, its id marked closing), which
         raised `exc` or None: 1 if it is closed. A close that failed leaves
         the object open with its statements buffered: it goes back in the
         cache (least recently used, to be retried first), and the error is
-        logged when `requeue`, else raised. Either way the id's closing ends."""
+        logged when `requeue`, else raised. `requeue=None`: an object dropped
+        as fenced or closed (`CLOSE`), closed if it can be, never kept.
+        Either way the id's closing ends."""
         try:
-            if exc is None:
+            if exc is None or (requeue is None and isinstance(exc, DurableError)):
                 return 1
             assert entry.obj is not None
             obj = self._sync(entry.obj)

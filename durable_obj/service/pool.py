@@ -196,17 +196,13 @@ class Pool(Cache[DurableObject, threading.Event]):
         *,
         requeue: bool | None,
     ) -> int:
-        """Close one entry taken out of the cache (`Cache._close_ended`);
-        `requeue=None`: a dropped object (fenced), closed if it can be."""
+        """Close one entry taken out of the cache (`Cache._close_ended`)."""
         assert entry.obj is not None
-        error: BaseException | None = None
         try:
             entry.obj.close(discard=discard)
-        except DurableError as exc:
-            error = None if requeue is None else exc
         except BaseException as exc:
-            error = exc
-        return self._close_ended(oid, entry, error, requeue=bool(requeue))
+            return self._close_ended(oid, entry, exc, requeue=requeue)
+        return self._close_ended(oid, entry, None, requeue=requeue)
 
     def _start_timer(self) -> None:
         every = self._timer_every()
