@@ -34,10 +34,12 @@ What is the async pool's own:
   would take each other's leases.
 * Where the loop waits: the pool makes its `Namespace` (and so its store,
   importing the store's client library: s3fs ~0.3 s) when constructed,
-  and its `preload()` loads chDB and sends the store's first request (the
-  client's set-up, about 0.1 s of Python). Construct it and call
-  `preload()` before the loop starts, or before the service takes
-  requests; the first open then has nothing of the process's to do.
+  and its `preload()` loads chDB, builds the store's clients (on S3,
+  botocore's ~0.1 s of Python and obstore's, which holds the GIL ~45 ms)
+  and sends a first request. Each holds the interpreter whatever thread
+  runs it. Construct the pool and call `preload()` before the loop starts,
+  or before the service takes requests: the first open then has nothing
+  of the process's to do.
 """
 
 from __future__ import annotations
@@ -48,7 +50,6 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable_obj.aio import AsyncDurableObject, _open_on_threads, preload
@@ -145,23 +146,21 @@ class AsyncPool(Cache[AsyncDurableObject, asyncio.Event]):
     async def __aenter__(self) -> AsyncPool:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     def preload(self) -> None:
         """Make ready now what the first open would otherwise do while the
-        loop runs: `durable_obj.aio.preload()` (chDB, the worker threads)
-        and the store's first request (a read of the namespace's absent
-        `head.json`: the client's set-up, the first connection). Blocks:
-        call it before the loop starts or before the service takes
-        requests. A store that cannot be reached fails here."""
+        loop runs: `durable_obj.aio.preload()` (chDB, the worker threads),
+        the store's clients (`Store.prepare`: on S3, botocore's and
+        obstore's) and its first request (a read of the namespace's absent
+        `head.json`: the first connection). Blocks: call it before the loop
+        starts or before the service takes requests. A store that cannot
+        be reached fails here."""
         preload()
-        self.namespace.store.get("head.json")
+        store = self.namespace.store
+        store.prepare()
+        store.get("head.json")
 
     # -- use -------------------------------------------------------------------
     @contextlib.asynccontextmanager

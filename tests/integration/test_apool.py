@@ -10,7 +10,7 @@ import asyncio
 import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,27 +21,12 @@ from durable_obj import AsyncDurableObject, AsyncPool
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import FaultyStore
 from tests.integration import _proc
+from tests.integration.test_aio import run
+from tests.integration.test_pool import Clock, _taken_by_another
 
 T = TypeVar("T")
 
 DDL = "CREATE TABLE t (k UInt32) ENGINE = MergeTree ORDER BY k"
-
-
-def run(coro_fn: Callable[[], Awaitable[T]]) -> T:
-    async def main() -> T:
-        return await coro_fn()
-
-    return asyncio.run(main())
-
-
-class Clock:
-    """A monotonic clock a test moves by hand."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class Opens:
@@ -73,16 +58,6 @@ class Opens:
         finally:
             with self.lock:
                 self.running -= 1
-
-
-def _taken_by_another(url: str, oid: str) -> bool:
-    """Whether a writer of another owner can open `oid` now (its lease is free)."""
-    try:
-        with durable_obj.Namespace(url, owner="other").open(oid) as obj:
-            assert obj.generation >= 1
-    except durable_obj.LeaseHeld:
-        return False
-    return True
 
 
 def _rows(url: str, oid: str, options: dict[str, Any] | None = None) -> list[str]:
@@ -347,6 +322,27 @@ def test_a_failed_close_keeps_the_object_and_retries() -> None:
 def test_limits_are_checked(tmp_path: Path, bad: dict[str, object]) -> None:
     with pytest.raises(durable_obj.InvalidArgument):
         AsyncPool(str(tmp_path), **bad)  # type: ignore[arg-type]
+
+
+def test_preload_readies_the_s3_clients_and_writes_nothing(seaweed_s3: tuple[str, Any]) -> None:
+    """What `preload()` readies before serving: the store's clients, so the
+    first open builds none (obstore's holds the GIL ~45 ms: a loop stall)."""
+    root, options = seaweed_s3
+    url = f"{root}/apool-{uuid.uuid4().hex[:12]}"
+    pool = AsyncPool(url, owner="svc", storage_options=options)
+    pool.preload()
+    store = pool.namespace.store
+    assert store.list_keys() == []  # nothing written
+    writes = store._writes  # type: ignore[attr-defined]
+    assert writes is not None and len(writes._clients) == 1
+
+    async def main() -> None:
+        async with pool, pool.object("a") as obj:
+            await obj.awrite(DDL)
+        assert len(writes._clients) == 1  # the one preload built
+
+    run(main)
+    assert _rows(url, "a", options) == []
 
 
 @pytest.fixture(params=["file", "seaweed_s3"])
