@@ -95,7 +95,11 @@ def _pool_service(spec: dict[str, Any]) -> None:
     import durable_obj
 
     pool = durable_obj.AsyncPool(
-        spec["url"], owner="svc", storage_options=spec["storage"], lease_ttl=float(TTL)
+        spec["url"],
+        owner="svc",
+        storage_options=spec["storage"],
+        lease_ttl=float(TTL),
+        open_concurrency=spec.get("open_concurrency") or 4,
     )
     n = spec["n"]
     if spec["write"]:
@@ -156,9 +160,10 @@ async def _serve(pool: Any, n: int, serving: float) -> dict[str, Any]:
     }
 
 
-def pool_restart(url: str, storage: dict[str, Any], n: int) -> dict[str, Any]:
+def pool_restart(url: str, storage: dict[str, Any], n: int, concurrency: int) -> dict[str, Any]:
     """Kill a pool holding `n` tenants; time its restart (a fresh process)."""
     spec = {"url": url, "storage": storage, "n": n, "write": True, "pool": True}
+    spec["open_concurrency"] = concurrency
     first = _child(spec)
     assert first.stdout is not None
     line = first.stdout.readline()
@@ -261,6 +266,7 @@ def main() -> None:
     p.add_argument("--stores", default="local,s3,s3-20")
     p.add_argument("--only", default="service,mcp,pool", help="which restarts to measure")
     p.add_argument("--reps", type=int, default=3, help="pool restarts per store")
+    p.add_argument("--open-concurrency", type=int, default=4, help="the pool's open_concurrency")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -286,9 +292,10 @@ def main() -> None:
         if "pool" in only:
             for rep in range(args.reps):
                 pool_url = f"{root.rstrip('/')}/pool-{uuid.uuid4().hex[:6]}"
-                r = pool_restart(pool_url, storage, args.objects)
+                r = pool_restart(pool_url, storage, args.objects, args.open_concurrency)
                 print(
-                    f"{name:6} pool, {args.objects} tenants, restart {rep + 1}: serving "
+                    f"{name:6} pool, {args.objects} tenants, open_concurrency "
+                    f"{args.open_concurrency}, restart {rep + 1}: serving "
                     f"{r['start_to_serving_s']:.2f} s after start; then first ack "
                     f"{r['first_ack_s']:.3f} s, all open {r['all_open_s']:.2f} s, all acked "
                     f"{r['all_acked_s']:.2f} s; loop max stall during the opens "

@@ -35,11 +35,12 @@ What is the async pool's own:
 * Where the loop waits: the pool makes its `Namespace` (and so its store,
   importing the store's client library: s3fs ~0.3 s) when constructed,
   and its `preload()` loads chDB, builds the store's clients (on S3,
-  botocore's ~0.1 s of Python and obstore's, which holds the GIL ~45 ms)
-  and sends a first request. Each holds the interpreter whatever thread
-  runs it. Construct the pool and call `preload()` before the loop starts,
-  or before the service takes requests: the first open then has nothing
-  of the process's to do.
+  botocore's ~0.1 s of Python and obstore's, which holds the GIL ~45 ms),
+  sends a first request and freezes the heap out of the cyclic GC's
+  scans (a full collection held the GIL 42-48 ms). Each holds the
+  interpreter whatever thread runs it. Construct the pool and call
+  `preload()` before the loop starts, or before the service takes
+  requests: the first open then has nothing of the process's to do.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
@@ -156,11 +158,20 @@ class AsyncPool(Cache[AsyncDurableObject, asyncio.Event]):
         obstore's) and its first request (a read of the namespace's absent
         `head.json`: the first connection). Blocks: call it before the loop
         starts or before the service takes requests. A store that cannot
-        be reached fails here."""
+        be reached fails here.
+
+        Last, it collects garbage and freezes what is alive (`gc.freeze()`:
+        the modules and clients loaded so far are never scanned again; the
+        process's, not only this pool's). A full collection of that heap
+        (~100,000 objects with S3's clients) took 42-48 ms in which it held
+        the GIL, whatever thread ran it: the largest stall of the loop while
+        a restarted service reopened 50 objects. `gc.unfreeze()` undoes it."""
         preload()
         store = self.namespace.store
         store.prepare()
         store.get("head.json")
+        gc.collect()
+        gc.freeze()
 
     # -- use -------------------------------------------------------------------
     @contextlib.asynccontextmanager
