@@ -7,6 +7,7 @@ leases taken back at once (`reclaim`). Plain tests around `asyncio.run`."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
 import time
 import uuid
@@ -330,7 +331,11 @@ def test_preload_readies_the_s3_clients_and_writes_nothing(seaweed_s3: tuple[str
     root, options = seaweed_s3
     url = f"{root}/apool-{uuid.uuid4().hex[:12]}"
     pool = AsyncPool(url, owner="svc", storage_options=options)
-    pool.preload()
+    try:
+        pool.preload()
+        assert gc.get_freeze_count() > 0  # the heap so far: out of the GC's scans
+    finally:
+        gc.unfreeze()  # this test process's heap is the tests' own
     store = pool.namespace.store
     assert store.list_keys() == []  # nothing written
     writes = store._writes  # type: ignore[attr-defined]
