@@ -164,18 +164,23 @@ def pool_restart(url: str, storage: dict[str, Any], n: int, concurrency: int) ->
     """Kill a pool holding `n` tenants; time its restart (a fresh process)."""
     spec = {"url": url, "storage": storage, "n": n, "write": True, "pool": True}
     spec["open_concurrency"] = concurrency
-    first = _child(spec)
-    assert first.stdout is not None
-    line = first.stdout.readline()
-    assert json.loads(line)["ready"], line
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    _hold_and_kill(spec)
     started = time.time()
     again = _child({**spec, "write": False})
     out, _ = again.communicate(timeout=300)
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["start_to_serving_s"] = result.pop("serving") - started
     return result
+
+
+def _hold_and_kill(spec: dict[str, Any]) -> None:
+    """A child that writes and holds its leases (`spec`), killed once ready."""
+    first = _child(spec)
+    assert first.stdout is not None
+    line = first.stdout.readline()
+    assert json.loads(line)["ready"], line
+    first.send_signal(signal.SIGKILL)
+    first.wait()
 
 
 def _child(spec: dict[str, Any]) -> subprocess.Popen[str]:
@@ -189,12 +194,7 @@ def _child(spec: dict[str, Any]) -> subprocess.Popen[str]:
 
 def service(url: str, storage: dict[str, Any], n: int) -> tuple[float, float, str]:
     spec = {"url": url, "storage": storage, "n": n, "write": True, "reclaim": False}
-    first = _child(spec)
-    assert first.stdout is not None
-    line = first.stdout.readline()
-    assert json.loads(line)["ready"], line
-    first.send_signal(signal.SIGKILL)
-    first.wait()
+    _hold_and_kill(spec)
     refused = _child({**spec, "write": False})
     out, _ = refused.communicate(timeout=300)
     why = json.loads(out.strip().splitlines()[-1]).get("refused", "(not refused!)")
