@@ -15,6 +15,7 @@ replaced only by compare-and-swap, with a fenced single-writer lease.
 
 from durable_obj import errors
 from durable_obj.aio import AsyncDurableObject, aopen
+from durable_obj.aio.pool import AsyncPool
 from durable_obj.core.feed import Change
 from durable_obj.core.follow import Update
 from durable_obj.core.object import DurableObject, Result
@@ -53,6 +54,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncDurableObject",
+    "AsyncPool",
     "AwsKms",
     "BackendError",
     "Bounds",

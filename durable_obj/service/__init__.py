@@ -4,6 +4,7 @@
     namespace   Namespace: open, fork, export, scan many objects of a prefix
     forking     a fork's copy, sealed under its own data key when encrypted
     pool        Pool: objects opened on first use, closed when idle
+    cache       the rules Pool and the async pool keep, decided in one place
     lanes       each object's async calls in order, on shared thread pools
 
 May import: every layer below (`core`, `replica`, `gate`, `stores`, `wire`,

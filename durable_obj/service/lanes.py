@@ -9,7 +9,8 @@ engine calls (`DurableObject._run_units`), each call still getting its own
 outcome. Only calls already queued ride along, so nothing waits for a
 group to fill. `UnitCall` is such a call (an `awrite`/`abatch` unit);
 `FlushOutcome` is what `aflush()` did; `start_threads` starts a pool's
-threads ahead of time (`durable_obj.aio.preload`).
+threads ahead of time (`durable_obj.aio.preload`); `close_orphan` closes
+what an open cancelled while it ran opened.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Executor
@@ -27,6 +29,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from durable_obj.replica import turn
 
 T = TypeVar("T")
+log = logging.getLogger("durable_obj")
 #: One queued call of a lane: its future, the function, its side (io or local).
 _Call = tuple[concurrent.futures.Future[Any], Callable[[], Any], bool]
 
@@ -243,3 +246,19 @@ def start_threads(pool: concurrent.futures.ThreadPoolExecutor, workers: int) -> 
         pool.submit(barrier.wait, 30)
     with contextlib.suppress(threading.BrokenBarrierError):
         barrier.wait(30)
+
+
+def close_orphan(executor: Executor, fut: concurrent.futures.Future[Any]) -> None:
+    """An open whose awaiting task was cancelled (`durable_obj.aio.aopen`):
+    close what it opened, on `executor`, never leaving its lease held."""
+    if fut.cancelled() or fut.exception() is not None:
+        return
+    obj = fut.result()
+
+    def close() -> None:
+        try:
+            obj.close()
+        except Exception as exc:  # nobody awaits it: say so, never lose it silently
+            log.warning("%s: closing after a cancelled aopen() failed: %s", obj.url, exc)
+
+    executor.submit(close)

@@ -38,21 +38,20 @@ The rules it keeps:
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
 from durable_obj.core.heartbeat import Heartbeat
 from durable_obj.core.object import DurableObject
-from durable_obj.errors import Closed, DurableError, InvalidArgument, LeaseFenced
+from durable_obj.errors import DurableError
+from durable_obj.service.cache import CLOSE, USE, Cache, Entry
 from durable_obj.service.namespace import Namespace, check_oid
 from durable_obj.stores.base import Store
 
-log = logging.getLogger("durable_obj")
+_Entry = Entry[DurableObject, threading.Event]
 
 #: Objects kept open at most (exceeded only while every one is in use).
 DEFAULT_MAX_OPEN = 64
@@ -60,25 +59,7 @@ DEFAULT_MAX_OPEN = 64
 DEFAULT_IDLE_CLOSE = 300.0
 
 
-class _Entry:
-    """One cached id: its object once opened, and how many uses hold it."""
-
-    __slots__ = ("error", "last_used", "obj", "ready", "users")
-
-    def __init__(self, now: float) -> None:
-        self.obj: DurableObject | None = None
-        self.users = 0
-        self.last_used = now
-        #: Set when the open has ended, opened or not.
-        self.ready = threading.Event()
-        self.error = False
-
-    def usable(self) -> bool:
-        obj = self.obj
-        return obj is not None and not obj.closed and not obj.fenced
-
-
-class Pool:
+class Pool(Cache[DurableObject, threading.Event]):
     """A bounded, thread-safe cache of open objects of one namespace.
 
     `namespace_url`: a namespace URL or a `Store`. `owner`, `read_only`,
@@ -118,14 +99,7 @@ class Pool:
         reclaim: bool | Callable[[str], bool] | None = False,
         **options: Any,
     ) -> None:
-        if isinstance(max_open, bool) or not isinstance(max_open, int) or max_open < 1:
-            raise InvalidArgument(f"max_open must be an int >= 1, not {max_open!r}")
-        if idle_close is not None and (
-            isinstance(idle_close, bool)
-            or not isinstance(idle_close, int | float)
-            or not idle_close > 0
-        ):
-            raise InvalidArgument(f"idle_close must be seconds > 0 or None, not {idle_close!r}")
+        super().__init__(max_open, idle_close, clock)
         self.namespace = Namespace(
             namespace_url,
             owner=owner,
@@ -135,37 +109,17 @@ class Pool:
         )
         self.read_only = read_only
         self.reclaim = reclaim
-        self.max_open = max_open
-        self.idle_close = None if idle_close is None else float(idle_close)
-        self._clock = clock
-        self._lock = threading.Lock()
-        #: Cached ids, least recently used first.
-        self._entries: OrderedDict[str, _Entry] = OrderedDict()
-        #: Objects dropped from the cache while in use: closed at their last release.
-        self._retired: dict[int, _Entry] = {}
-        #: Ids whose close is under way, and the event set when it ends.
-        self._closing: dict[str, threading.Event] = {}
-        self._closed = False
-        self._discard = False
         self._timer: Heartbeat | None = None
 
     @property
     def url(self) -> str:
         return self.namespace.url
 
-    @property
-    def closed(self) -> bool:
-        return self._closed
+    def _sync(self, obj: DurableObject) -> DurableObject:
+        return obj
 
-    def __len__(self) -> int:
-        """Objects open in the pool now (in use or not)."""
-        with self._lock:
-            return sum(1 for e in self._entries.values() if e.obj is not None) + len(self._retired)
-
-    def __contains__(self, oid: object) -> bool:
-        with self._lock:
-            entry = self._entries.get(oid) if isinstance(oid, str) else None
-            return entry is not None and entry.usable()
+    def _signal(self) -> threading.Event:
+        return threading.Event()
 
     def __enter__(self) -> Pool:
         return self
@@ -177,9 +131,6 @@ class Pool:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-    def __repr__(self) -> str:
-        return f"Pool({self.url!r}, open={len(self)}, max_open={self.max_open})"
 
     # -- use -------------------------------------------------------------------
     @contextlib.contextmanager
@@ -197,74 +148,32 @@ class Pool:
 
     def _acquire(self, oid: str) -> _Entry:
         while True:
-            with self._lock:
-                if self._closed:
-                    raise Closed(f"the pool of {self.url} is closed")
-                closing = self._closing.get(oid)
-                entry = self._entries.get(oid)
-                if closing is None and entry is not None and entry.ready.is_set():
-                    if entry.usable():
-                        entry.users += 1
-                        entry.last_used = self._clock()
-                        self._entries.move_to_end(oid)
-                        break
-                    self._drop_locked(oid, entry)  # fenced or closed: reopen
-                    entry = None
-                if closing is None and entry is None:
-                    entry = _Entry(self._clock())
-                    entry.users = 1
-                    self._entries[oid] = entry
-                    opener = True
-                else:
-                    opener = False
-            if closing is not None:
-                closing.wait()
+            what, entry, signal = self._claim(oid)
+            if what == USE and entry is not None:
+                break
+            if signal is not None:  # WAIT: a close or another thread's open ends first
+                signal.wait()
                 continue
             assert entry is not None
-            if not opener:
-                entry.ready.wait()  # another thread opens it; then look again
+            if what == CLOSE:
+                self._close_entry(oid, entry, discard=True, requeue=None)
                 continue
             try:
-                entry.obj = self.namespace.open(oid, read_only=self.read_only)
+                obj = self.namespace.open(oid, read_only=self.read_only)
             except BaseException:
-                with self._lock:
-                    entry.error = True
-                    if self._entries.get(oid) is entry:
-                        del self._entries[oid]
-                entry.ready.set()
+                self._open_failed(oid, entry)
                 raise
-            entry.ready.set()
+            self._opened(entry, obj)
             self._start_timer()
             break
         self._maintain()
         return entry
 
     def _release(self, oid: str, entry: _Entry) -> None:
-        to_close: _Entry | None = None
-        with self._lock:
-            entry.users -= 1
-            entry.last_used = self._clock()
-            if entry.users == 0:
-                if id(entry) in self._retired:
-                    to_close = self._retired.pop(id(entry))
-                elif self._entries.get(oid) is entry and (self._closed or not entry.usable()):
-                    del self._entries[oid]
-                    self._closing[oid] = threading.Event()
-                    to_close = entry
+        to_close = self._unuse(oid, entry)
         if to_close is not None:
             self._close_entry(oid, to_close, self._discard, requeue=False)
         self._maintain()
-
-    def _drop_locked(self, oid: str, entry: _Entry) -> None:
-        """Take an unusable entry out of the cache (under the lock); it is
-        closed now if unused, else at its last release."""
-        del self._entries[oid]
-        if entry.users:
-            self._retired[id(entry)] = entry
-        elif entry.obj is not None and not entry.obj.closed:
-            # A fenced object holds no lease: closing it is local only.
-            with contextlib.suppress(DurableError):
-                entry.obj.close(discard=True)
 
     # -- eviction ----------------------------------------------------------------
     def sweep(self) -> int:
@@ -274,60 +183,32 @@ class Pool:
         return self._maintain()
 
     def _maintain(self) -> int:
-        victims: list[tuple[str, _Entry]] = []
-        with self._lock:
-            now = self._clock()
-            live = sum(1 for e in self._entries.values() if e.obj is not None)
-            for oid, entry in list(self._entries.items()):
-                if entry.users or entry.obj is None or oid in self._closing:
-                    continue
-                idle = self.idle_close is not None and now - entry.last_used >= self.idle_close
-                if not (idle or live > self.max_open or not entry.usable()):
-                    continue
-                del self._entries[oid]
-                self._closing[oid] = threading.Event()
-                victims.append((oid, entry))
-                live -= 1
-        closed = 0
-        for oid, entry in victims:
-            closed += self._close_entry(oid, entry, discard=False, requeue=True)
-        return closed
+        return sum(
+            self._close_entry(oid, entry, discard=False, requeue=True)
+            for oid, entry in self._victims()
+        )
 
-    def _close_entry(self, oid: str, entry: _Entry, discard: bool, *, requeue: bool) -> int:
-        """Close one entry taken out of the cache (its id marked closing); 1
-        if closed. A close that fails leaves the object open with its
-        statements buffered: it goes back in the cache (least recently used,
-        to be retried first), and the error is logged when `requeue`, else
-        raised."""
-        obj = entry.obj
-        assert obj is not None
+    def _close_entry(
+        self,
+        oid: str,
+        entry: _Entry,
+        discard: bool,
+        *,
+        requeue: bool | None,
+    ) -> int:
+        """Close one entry taken out of the cache (`Cache._close_ended`)."""
+        assert entry.obj is not None
         try:
-            obj.close(discard=discard)
-        except LeaseFenced as exc:  # closed: a fenced writer always closes
-            log.warning("pool: %s was fenced and is closed: %s", obj.url, exc)
-        except DurableError as exc:
-            if obj.closed:
-                raise
-            with self._lock:
-                if oid not in self._entries:
-                    self._entries[oid] = entry
-                    self._entries.move_to_end(oid, last=False)
-            if not requeue:
-                raise
-            log.warning("pool: could not close %s, kept open to retry: %s", obj.url, exc)
-            return 0
-        finally:
-            with self._lock:
-                self._closing.pop(oid).set()
-        return 1
+            entry.obj.close(discard=discard)
+        except BaseException as exc:
+            return self._close_ended(oid, entry, exc, requeue=requeue)
+        return self._close_ended(oid, entry, None, requeue=requeue)
 
     def _start_timer(self) -> None:
-        if self.idle_close is None:
-            return
+        every = self._timer_every()
         with self._lock:
-            if self._timer is not None or self._closed:
+            if every is None or self._timer is not None or self._closed:
                 return
-            every = min(max(self.idle_close / 4, 1.0), 60.0)
             self._timer = Heartbeat(self._on_timer, every, name=f"pool {self.url}")
         self._timer.start()
 
@@ -349,16 +230,9 @@ class Pool:
         tried, and an object whose flush failed stays in the pool, open with
         its statements buffered: call close() again, or close(discard=True).
         """
+        victims = self._close_all(discard)
         with self._lock:
-            self._closed = True
-            self._discard = discard
             timer, self._timer = self._timer, None
-            victims = [
-                (oid, e) for oid, e in self._entries.items() if not e.users and e.obj is not None
-            ]
-            for oid, _ in victims:
-                del self._entries[oid]
-                self._closing[oid] = threading.Event()
         if timer is not None:
             timer.stop()
         first: DurableError | None = None

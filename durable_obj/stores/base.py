@@ -206,6 +206,12 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Remove `key`; a missing key is not an error."""
 
+    def prepare(self) -> None:  # noqa: B027 - optional hook, most stores set nothing up
+        """Set up now, reading and writing nothing, what the first calls
+        would set up (clients, transports): a service calls it before it
+        serves (`AsyncPool.preload`), because that set-up holds the
+        interpreter, and on a worker thread that stalls an event loop."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most stores hold nothing
         """Release clients and sessions."""
 

@@ -120,7 +120,7 @@ class FastWrites:
                 found = _SHARED[key] = cls(target, bucket, connect_timeout, read_timeout)
             return found
 
-    def _store(self, creds: Credentials) -> Any:
+    def client(self, creds: Credentials) -> Any:
         """The obstore client for these credentials (built again when they change)."""
         with self._lock:
             client = self._clients.get(creds)
@@ -170,7 +170,7 @@ class FastWrites:
         else:
             mode = {"e_tag": condition["IfMatch"]}
         try:
-            client = self._store(creds)
+            client = self.client(creds)
         except Exception:
             return None  # not built: the client sends it
         try:

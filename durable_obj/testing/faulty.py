@@ -214,5 +214,8 @@ class FaultyStore(Store):
     def delete(self, key: str) -> None:
         self._call("delete", key, lambda: self.inner.delete(key))
 
+    def prepare(self) -> None:
+        self.inner.prepare()
+
     def close(self) -> None:
         self.inner.close()

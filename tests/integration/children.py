@@ -169,6 +169,32 @@ def crash_writer(p: Params) -> None:
 
 
 @program
+def pool_holder(p: Params) -> None:
+    """An `AsyncPool` as `owner` writes a row to each of `oids` (durable),
+    executes one more (unflushed), then waits to be SIGKILLed holding them."""
+    import asyncio
+
+    import durable_obj
+
+    async def main() -> None:
+        pool = durable_obj.AsyncPool(
+            p["url"], owner=p["owner"], storage_options=p.get("options") or {}, lease_ttl=60
+        )
+        generations = []
+        for oid in p["oids"]:
+            async with pool.object(oid) as obj:
+                await obj.awrite("CREATE TABLE t (k String) ENGINE = MergeTree ORDER BY k")
+                await obj.awrite(f"INSERT INTO t VALUES ('{oid}')")
+                await obj.aexecute("INSERT INTO t VALUES ('lost')")
+                generations.append(obj.sync.generation)
+        emit({"held": len(pool), "generations": generations})
+        LEFT_OPEN.append(pool)
+        await asyncio.get_running_loop().run_in_executor(None, wait_for_test)
+
+    asyncio.run(main())
+
+
+@program
 def loop_writer(p: Params) -> None:
     """Take the object by force and write whole batches until killed: each
     batch is `rows` INSERTs then a flush (acknowledged by an emit), with a

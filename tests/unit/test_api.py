@@ -12,7 +12,7 @@ from durable_obj.service.namespace import check_oid, split_object_url
 
 def test_all_is_pinned() -> None:
     assert set(durable_obj.__all__) == {
-        "AsyncDurableObject", "aopen",
+        "AsyncDurableObject", "AsyncPool", "aopen",
         "BackendError", "Bounds", "ClassificationRefused", "Closed", "CommitAmbiguous", "Corrupt",
         "DurableError", "DurableObject", "EngineError", "EngineIncompatible", "HostLost",
         "InvalidArgument", "LeaseError", "LeaseFenced", "LeaseHeld", "LimitExceeded",

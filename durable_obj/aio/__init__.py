@@ -1,4 +1,6 @@
-"""The async face: `await durable_obj.aopen(url)` and `AsyncDurableObject`.
+"""The async face: `await durable_obj.aopen(url)` and `AsyncDurableObject`;
+`durable_obj.AsyncPool` (module `pool`) opens many objects on first use.
+May import every layer below it (`service` and down), never a face.
 
     async with await durable_obj.aopen("s3://bucket/agents/alice", owner="svc-1") as obj:
         await obj.aexecute("INSERT INTO memories VALUES ('k', 'v')")
@@ -57,6 +59,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import logging
 import threading
 import weakref
@@ -73,6 +76,7 @@ from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
 from durable_obj.gate.classify import speaking_as
 from durable_obj.replica import server
+from durable_obj.service import lanes
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
 
@@ -469,6 +473,12 @@ async def aopen(
             **options,
         )
 
+    return await _open_on_threads(run)
+
+
+async def _open_on_threads(run: Callable[[], DurableObject]) -> AsyncDurableObject:
+    """`run()`, an open, on the open threads, as `aopen` runs it (and
+    `AsyncPool`, which opens through its `Namespace`)."""
     global _cold_warned
     if not server.started() and not _cold_warned:
         _cold_warned = True
@@ -481,20 +491,5 @@ async def aopen(
     try:
         return AsyncDurableObject(await wait_for(fut))
     except asyncio.CancelledError:
-        fut.add_done_callback(_close_orphan)
+        fut.add_done_callback(functools.partial(lanes.close_orphan, _shared_pool()))
         raise
-
-
-def _close_orphan(fut: concurrent.futures.Future[DurableObject]) -> None:
-    """An open whose awaiting task was cancelled: close what it opened."""
-    if fut.cancelled() or fut.exception() is not None:
-        return
-    obj = fut.result()
-
-    def close() -> None:
-        try:
-            obj.close()
-        except Exception as exc:  # nobody awaits it: say so, never lose it silently
-            log.warning("%s: closing after a cancelled aopen() failed: %s", obj.url, exc)
-
-    _shared_pool().submit(close)
