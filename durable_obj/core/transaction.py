@@ -124,7 +124,7 @@ class Transaction:
 
     def __init__(self, obj: Transactions) -> None:
         self._obj = obj
-        self._ended = threading.Condition(obj._lock)
+        self._ended = threading.Event()
         #: The thread whose calls are the transaction's own: the block's,
         #: or (async) the worker running one step.
         self._owner: int | None = None
@@ -142,10 +142,18 @@ class Transaction:
         return self._owner == threading.get_ident()
 
     def wait(self) -> None:
-        """Wait until the transaction ended (the lock released meanwhile;
-        a caller looks again: another may have begun)."""
-        with turn.released():  # (an async worker's turn too: this waits, runs no Python)
-            self._ended.wait()
+        """Wait until the transaction ended, the object's lock released
+        meanwhile (then taken back as deep: a caller looks again, another
+        may have begun). The lock is taken back after an async worker's
+        turn, never before: a worker holding the turn may be waiting for
+        the lock (the order `group.py` keeps too)."""
+        lock: Any = self._obj._lock
+        state = lock._release_save()
+        try:
+            with turn.released():  # (an async worker's turn too: this waits, runs no Python)
+                self._ended.wait()
+        finally:
+            lock._acquire_restore(state)
 
     # -- the transaction's own calls ----------------------------------------------
     def execute(
@@ -297,7 +305,7 @@ class Transaction:
             self._state = _ENDED
             if obj._txn is self:
                 obj._txn = None
-            self._ended.notify_all()
+            self._ended.set()
 
 
 class Transactions(Queries, Units):
