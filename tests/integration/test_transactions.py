@@ -265,6 +265,39 @@ def test_another_threads_flush_goes_on_and_a_checkpoint_waits(obj: DurableObject
     assert stored(obj, "SELECT n, who FROM c") == [(1, "before")]
 
 
+def test_a_fold_is_put_off_while_a_transaction_is_open(ns_url: str) -> None:
+    """With fold_segments=1 every flush folds the WAL into a checkpoint: one
+    that ran while a transaction is open would store its unlogged rows."""
+    obj = durable_obj.Namespace(ns_url, owner="txn", fold_segments=1).open("f")
+    obj.write(*DDL)
+    base = obj.head.manifest.base if obj.head else None
+    obj.execute(NEXT, params={"n": 1, "who": "before"})
+    flusher = threading.Thread(target=obj.flush)
+    with pytest.raises(RuntimeError), obj.transaction() as tx:
+        take_next(tx, "doomed")
+        flusher.start()
+        flusher.join(30)
+        assert not flusher.is_alive()  # the flush went on and did not fold
+        raise RuntimeError("roll back")
+    assert obj.head is not None and obj.head.manifest.base == base
+    assert stored(obj, "SELECT n, who FROM c") == [(1, "before")]
+    obj.write(NEXT, params={"n": 2, "who": "after"})  # folds now
+    assert obj.head.manifest.base != base
+    assert stored(obj, "SELECT who FROM c ORDER BY n") == [("before",), ("after",)]
+    obj.close()
+
+
+def test_a_reader_or_a_closed_object_refuses_a_transaction(ns_url: str) -> None:
+    with durable_obj.Namespace(ns_url, owner="txn").open("o") as obj:
+        obj.write(*DDL)
+    reader = durable_obj.Namespace(ns_url).open("o", read_only=True)
+    with pytest.raises(ClassificationRefused, match="read-only"), reader.transaction():
+        pass
+    reader.close()
+    with pytest.raises(durable_obj.Closed), obj.transaction():
+        pass
+
+
 def test_threads_taking_the_next_number_never_take_the_same_one(obj: DurableObject) -> None:
     def worker(w: int) -> None:
         for _ in range(15):
