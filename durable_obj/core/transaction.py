@@ -243,9 +243,15 @@ class Transaction:
 
     # -- the machinery (lock held) ---------------------------------------------------
     def _check(self) -> None:
+        url = self._obj.url
+        if self._state == _OPEN and not self.admits():
+            raise InvalidArgument(
+                f"{url}: a transaction is used by the thread that opened it (async: through "
+                "its own steps), not from another thread, which would wait for its end. "
+                "Nothing was run."
+            )
         if self._state == _OPEN:
             return
-        url = self._obj.url
         if self._state == _FAILED:
             raise InvalidArgument(
                 f"{url}: this transaction was rolled back by an earlier error "

@@ -163,6 +163,19 @@ def test_nesting_batches_and_the_objects_own_writes_inside_are_refused(
         take_next(tx, "still usable")  # a refused call of the object is not the tx's
     with pytest.raises(InvalidArgument, match="inside a batch"), obj.batch(), obj.transaction():
         pass
+    with obj.transaction() as tx:
+        other: list[BaseException] = []
+
+        def use_from_another_thread() -> None:
+            try:
+                tx.rows(MAX)
+            except InvalidArgument as exc:
+                other.append(exc)
+
+        thread = threading.Thread(target=use_from_another_thread)
+        thread.start()
+        thread.join(30)
+        assert other and "the thread that opened it" in str(other[0])
     assert stored(obj, "SELECT n, who FROM c") == [(1, "still usable")]
 
 
