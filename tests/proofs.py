@@ -27,6 +27,7 @@ COUNTED = (
     ("gate vs engine", "tests.property.test_gate_differential"),
     ("param fits", "tests.property.test_param_fits"),
     ("alternating writers", "tests.property.test_interop_alternating"),
+    ("serial transactions", "tests.property.test_transactions"),
 )
 
 _seen: dict[str, dict[str, int]] = {}

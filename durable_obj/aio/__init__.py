@@ -49,9 +49,8 @@ half-committed head: a cancelled `aflush` either committed every buffered
 statement or left the buffer intact. `await obj.flush_outcome()` says which
 (waiting for the worker if it still runs); so do `obj.sync.pending` and
 `obj.sync.seq` once `await obj.asettle()` returned. A cancelled `aopen` closes
-the object it opened in the background (releasing its lease).
-
-Errors are the sync API's: the same `DurableError` classes and categories.
+the object it opened in the background (releasing its lease). Errors are the
+sync API's. Transactions (`atransaction`): `durable_obj.service.transactions`.
 """
 
 from __future__ import annotations
@@ -79,6 +78,7 @@ from durable_obj.replica import server
 from durable_obj.service import lanes
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
+from durable_obj.service.transactions import AsyncTransactions
 
 __all__ = [
     "IO_WORKERS",
@@ -154,7 +154,7 @@ def preload() -> None:
         start_threads(pool, workers)
 
 
-class AsyncDurableObject:
+class AsyncDurableObject(AsyncTransactions):
     """A `DurableObject` for asyncio code. Use `await durable_obj.aopen(...)`,
     or `AsyncDurableObject.wrap(obj)` for an object already open.
 

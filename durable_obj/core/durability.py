@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.core import publishing
 from durable_obj.core.options import make_options
+from durable_obj.core.surface import refuse_in_transaction
 from durable_obj.core.units import Units
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.stores.growing import GrowingFile, SourceFailed
@@ -59,6 +60,7 @@ class Durability(Units):
         None: this thread executed nothing since. On failure the statements
         stay buffered and a later flush() retries them under a new key.
         """
+        refuse_in_transaction(self, "flush()")
         with self._lock:
             self._require_writable(engine=False)
             if not self._buf:
@@ -73,6 +75,8 @@ class Durability(Units):
         stays small and the next open replays little."""
         assert self._w.head is not None
         wal = self._w.head.manifest.wal
+        if self._txn is not None or self._diverged:
+            return  # the local copy is not the log's now: a checkpoint would store it
         if self._opts.fold_due(wal, segments):
             log.info("%s: folding %d WAL segment(s) into a checkpoint", self.url, len(wal))
             try:
@@ -129,12 +133,17 @@ class Durability(Units):
         Shortens the next open; durability never depends on it. Includes
         buffered statements, which it makes durable too.
         """
+        refuse_in_transaction(self, "checkpoint()")
         with self._lock:
             self._require_writable()
             return self._checkpoint_locked(caller_told=True)
 
     def _checkpoint_locked(self, *, caller_told: bool = False) -> str:
         self._group.idle()  # never beside a commit in flight; the lock is held from here
+        while (txn := self._txn) is not None:  # one began while idle() waited: not logged yet
+            assert not txn.admits(), "a checkpoint inside its own transaction"
+            txn.wait()
+            self._group.idle()
         engine, work = self._local.engine, self._local.work
         assert engine is not None and work is not None
         started = time.monotonic()

@@ -54,9 +54,10 @@ from durable_obj.core.heartbeat import BUSY, Heartbeat
 from durable_obj.core.opening import Opener, Refresh
 from durable_obj.core.options import Options
 from durable_obj.core.pending import Pending
-from durable_obj.core.queries import Params, Queries
-from durable_obj.core.surface import _CLOSED, _CLOSING, _NEW, _OPEN
+from durable_obj.core.queries import Params
+from durable_obj.core.surface import _CLOSED, _CLOSING, _NEW, _OPEN, refuse_in_transaction
 from durable_obj.core.surface import Result as Result
+from durable_obj.core.transaction import Transactions
 from durable_obj.core.units import _Stopped, collecting
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.replica.export import check_format, export_tables
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 
-class DurableObject(Queries, Durability):
+class DurableObject(Durability, Transactions):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     def __init__(
@@ -119,6 +120,7 @@ class DurableObject(Queries, Durability):
         self._buf = Pending(self._compresses)
         self._group = GroupCommit(self._lock, self._buf)
         self._diverged = False
+        self._txn = None
         self._queued: list[Any] = []
         self._queue_lock = threading.Lock()
         self._hb: Heartbeat | None = None
@@ -314,6 +316,7 @@ class DurableObject(Queries, Durability):
     def snapshot(self) -> str:
         """A full BACKUP of the local state as a `.tar` in this object's scratch
         (removed on close). Works on a read-only object too; used by fork."""
+        refuse_in_transaction(self, "snapshot()")  # it would hold what is not committed
         with self._lock:
             return self._local.snapshot(self._require_open(), self.db)
 
@@ -422,7 +425,9 @@ class DurableObject(Queries, Durability):
         closes it, and raises `LeaseFenced` if that dropped unflushed
         statements (unless discard=True). Closing a closed object does nothing.
         """
+        refuse_in_transaction(self, "close()")
         with self._lock:
+            self._await_transaction()  # another caller's transaction ends first
             if self._state in (_CLOSED, _CLOSING, _NEW):
                 if self._state == _NEW:
                     self._state = _CLOSED

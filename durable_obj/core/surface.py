@@ -6,11 +6,18 @@ states is `object.py`; this is only the surface it shows.
 
 from __future__ import annotations
 
+import contextvars
 import threading
 from typing import TYPE_CHECKING
 
 from durable_obj.core import unclosed
-from durable_obj.errors import ClassificationRefused, Closed, DurableError, LeaseFenced
+from durable_obj.errors import (
+    ClassificationRefused,
+    Closed,
+    DurableError,
+    InvalidArgument,
+    LeaseFenced,
+)
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -19,11 +26,31 @@ if TYPE_CHECKING:
     from durable_obj.core.heartbeat import Heartbeat
     from durable_obj.core.options import Options
     from durable_obj.core.pending import Pending
+    from durable_obj.core.transaction import Transaction
     from durable_obj.replica.engine import Engine
     from durable_obj.replica.local import LocalCopy
     from durable_obj.wire.head import Head
 
 _NEW, _OPEN, _CLOSING, _CLOSED = "new", "open", "closing", "closed"
+
+#: The objects (by id) this context (thread or task) has a transaction open on.
+_TXN: contextvars.ContextVar[frozenset[int]] = contextvars.ContextVar(
+    "durable_obj_transactions", default=frozenset()
+)
+
+
+def refuse_in_transaction(obj: Surface, call: str) -> None:
+    """`InvalidArgument` when this context has a `transaction()` open on
+    `obj`: a call of its own on the object inside the block would escape
+    the transaction (a write), wait for the block that waits for it, or
+    store what it has not committed (`transaction.py`)."""
+    if id(obj) in _TXN.get():
+        raise InvalidArgument(
+            f"{call} on {obj.url} inside a transaction() block of this thread or task: "
+            "inside the block, write with tx.execute() and read with tx.query() or tx.rows() "
+            "(async: tx.aexecute(), tx.aquery()); the block commits when it ends. Nothing was "
+            "run."
+        )
 
 
 class Result(str):
@@ -51,6 +78,8 @@ class Surface:
     _warned: bool
     _follow_poll: object | None
     _follow_error: DurableError | None
+    #: The transaction open on this object, if any (`transaction.py`).
+    _txn: Transaction | None
 
     # -- introspection -------------------------------------------------------
     @property
@@ -118,20 +147,35 @@ class Surface:
         )
 
     def _require_open(self, *, engine: bool = True) -> Engine:
-        """The engine of an open object (lock held). A copy left diverged by a
-        failed unit (`units.py`) is rebuilt first, unless `engine` is False
-        (a flush or close, which commit the buffer and need no engine)."""
+        """The engine of an open object (lock held). Unless `engine` is False
+        (a flush or close, which commit the buffer and need no engine): a
+        copy left diverged by a failed unit (`units.py`) is rebuilt first,
+        and a transaction another caller has open ends first
+        (`transaction.py`): its writes are not logged yet."""
         failed = self.__dict__.get("_follow_error")
         if failed is not None:  # once: a follower's poll stopped on it (`follow.py`)
             self._follow_error = None
             raise failed
-        if self._state in (_CLOSED, _CLOSING):
-            raise Closed(f"{self.url} is closed")
-        if engine and self.__dict__.get("_diverged"):
-            self._heal()
+        while True:
+            if self._state in (_CLOSED, _CLOSING):
+                raise Closed(f"{self.url} is closed")
+            if not engine:
+                break
+            if self.__dict__.get("_diverged"):
+                self._heal()  # (it may wait for a commit, the lock released: look again)
+            txn = self.__dict__.get("_txn")
+            if txn is None or txn.admits():
+                break
+            refuse_in_transaction(self, "a call")  # its own block waits for it: never wait
+            txn.wait()
         if self._state != _OPEN or self._local.engine is None:
             raise DurableError(f"{self.url} is not open")
         return self._local.engine
+
+    def _await_transaction(self) -> None:
+        """(lock held) Wait until no transaction of another caller is open."""
+        while (txn := self.__dict__.get("_txn")) is not None and not txn.admits():
+            txn.wait()
 
     def _heal(self) -> None:
         raise NotImplementedError  # units.Units

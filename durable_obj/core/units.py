@@ -39,7 +39,7 @@ from durable_obj.core.group import GroupCommit
 from durable_obj.core.pending import Outgoing
 from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
-from durable_obj.core.surface import Surface
+from durable_obj.core.surface import Surface, refuse_in_transaction
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced, Timeout
 from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.params import placeholders
@@ -125,14 +125,16 @@ class Batch:
         return len(self.planned)
 
 
-def collecting(obj: object) -> Batch | None:
-    """The batch open on `obj` in this context, if any."""
+def collecting(obj: Surface) -> Batch | None:
+    """The batch open on `obj` in this context, if any. Inside a transaction
+    of this context on `obj`, a write of `obj`'s own is refused instead."""
+    refuse_in_transaction(obj, "a write of the object itself (execute, write, batch)")
     open_ = _OPEN.get()
     return None if open_ is None else open_.get(id(obj))
 
 
 @contextlib.contextmanager
-def collect(obj: object) -> Iterator[tuple[Batch, bool]]:
+def collect(obj: Surface) -> Iterator[tuple[Batch, bool]]:
     """A batch of `obj` for this context: a new one (True), or the one already
     open here (False: a nested block joins it)."""
     outer = collecting(obj)

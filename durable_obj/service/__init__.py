@@ -6,6 +6,7 @@
     pool        Pool: objects opened on first use, closed when idle
     cache       the rules Pool and the async pool keep, decided in one place
     lanes       each object's async calls in order, on shared thread pools
+    transactions  atransaction(): other calls parked at a gate until it ends
 
 May import: every layer below (`core`, `replica`, `gate`, `stores`, `wire`,
 `errors`); never a face above it (`aio`, `cli`, `langgraph`, `mcp`, `ray`,
