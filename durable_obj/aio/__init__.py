@@ -169,7 +169,8 @@ class AsyncDurableObject(AsyncTransactions):
                 f"AsyncDurableObject wraps a DurableObject, not {type(sync).__name__}"
             )
         self._sync = sync
-        self._lane = Lane(_shared_pool)
+        if sync._async_lane is None:  # one lane per object, whatever its faces
+            self._lane = Lane(_shared_pool)
         #: Tasks that executed statements through this face since a call of
         #: theirs was told a key (aflush's answer is per task, as flush()'s is
         #: per thread). Touched only by this object's lane, one call at a time.

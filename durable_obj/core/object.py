@@ -78,6 +78,9 @@ log = logging.getLogger("durable_obj")
 class DurableObject(Durability, Transactions):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
+    #: The async lane every `AsyncDurableObject` over this object shares (aio).
+    _async_lane: Any = None
+
     def __init__(
         self,
         store: Store,

@@ -265,8 +265,19 @@ class AsyncTransactions:
     """`atransaction()` of `AsyncDurableObject`."""
 
     _sync: DurableObject
-    _lane: Lane | Gate
     _owed: weakref.WeakSet[asyncio.Task[Any]]
+
+    @property
+    def _lane(self) -> Lane | Gate:
+        """The object's lane, shared by every face over it (two lanes over one
+        object deadlocked: a worker holding the turn waited for the object's
+        lock, held by the other lane's worker waiting for the turn)."""
+        lane: Lane | Gate = self._sync._async_lane
+        return lane
+
+    @_lane.setter
+    def _lane(self, lane: Lane | Gate) -> None:
+        self._sync._async_lane = lane
 
     async def _durable(self, target: int) -> str | None:
         raise NotImplementedError  # aio.AsyncDurableObject

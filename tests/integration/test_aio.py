@@ -374,3 +374,31 @@ def test_cancelled_aopen_leaves_no_lease(ns_url: str) -> None:
         except durable_obj.LeaseHeld:
             assert time.monotonic() < deadline, "the cancelled open kept its lease"
             time.sleep(0.05)
+
+
+def test_two_faces_over_one_object_share_its_lane(ns_url: str) -> None:
+    """Two `AsyncDurableObject`s over one object used to have a lane each,
+    and could deadlock on plain reads: a worker holding the turn waited for
+    the object's lock while the lock's holder, back from a long engine call,
+    waited for the turn. Every face of an object now shares one lane, so its
+    calls run one at a time and in order whatever face made them."""
+
+    async def main() -> list[int]:
+        a = await aopen(f"{ns_url}/two-faces", owner="w")
+        b = AsyncDurableObject.wrap(a.sync)
+        assert b._lane is a._lane
+        slow = "SELECT sum(sipHash64(number)) FROM numbers(2000000)"  # past the turn's SLOW
+        order: list[int] = []
+
+        async def reads(face: AsyncDurableObject, tag: int) -> None:
+            for _ in range(6):
+                await face.aquery(slow)
+                order.append(tag)
+
+        await asyncio.wait_for(
+            asyncio.gather(*(reads(face, i) for i, face in enumerate((a, b, a, b)))), 120
+        )
+        await a.aclose()
+        return order
+
+    assert sorted(run(main)) == sorted([0, 1, 2, 3] * 6)
