@@ -334,6 +334,7 @@ class DurableObject(Durability, Transactions):
         """Write every table to `to/<table>.<ext>` on any fsspec location, a
         table name that is not plain percent-encoded into one file name (see
         `durable_obj.replica.export`). Returns the URLs written."""
+        refuse_in_transaction(self, "export()")  # it would write what may be rolled back
         check_format(format)
         with self._lock:
             engine = self._require_open()

@@ -44,7 +44,7 @@ from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced, Timeo
 from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
-from durable_obj.gate.sql import is_insert
+from durable_obj.gate.sql import is_insert, tokenize_head
 
 log = logging.getLogger("durable_obj")
 
@@ -175,6 +175,28 @@ def _half_run(exc: BaseException) -> bool:
     return isinstance(exc, Timeout) or "MEMORY_LIMIT_EXCEEDED" in str(exc)
 
 
+#: Statements whose failure in the engine leaves nothing of them: a change of
+#: the catalogue (an Atomic database's), with no SELECT to fill anything.
+_CATALOGUE_ONLY = frozenset({"create", "drop", "rename", "exchange", "attach", "detach"})
+#: An INSERT ... VALUES shorter than this is read and written as one block
+#: (the engine cuts blocks at 1,048,449 rows; a row takes at least 3 bytes).
+ONE_BLOCK_BYTES = 1 << 20
+
+
+def all_or_nothing(text: str) -> bool:
+    """Whether `text`, failing in the engine, provably applied none of itself.
+    Anything else may have applied part: an INSERT ... SELECT keeps the blocks
+    it wrote before `throwIf` fired, a mutation keeps the parts it rewrote
+    (and stays behind, failing every later mutation of the table), so its
+    failure rebuilds the local copy (`_run_one`)."""
+    words = [t.word for t in tokenize_head(text) if t.kind == "ident"]
+    if not words:
+        return False
+    if words[0] in _CATALOGUE_ONLY:
+        return "select" not in words and "populate" not in words and "with" not in words
+    return words[0] == "insert" and words[-1] == "values" and len(text) < ONE_BLOCK_BYTES
+
+
 class Units(Surface):
     """`write()`, `batch()` and the group commit under every flush of
     `DurableObject`."""
@@ -233,8 +255,8 @@ class Units(Surface):
                 ran = True
                 logged = self._local.run_logged(engine, text, self.db)
         except DurableError as exc:
-            if ran and _half_run(exc):
-                raise _Stopped(exc) from None
+            if ran and (_half_run(exc) or not all_or_nothing(text)):
+                raise _Stopped(exc) from None  # part of it may be in: the copy is rebuilt
             raise
         if not is_insert(text) and self._local.pinner is not None:
             self._local.pinner.schema_changed()
@@ -358,7 +380,8 @@ class Units(Surface):
                     with engine.bounded(self._opts.write_bounds, write=True):
                         engine.run(engine.localize(f"{prefix} {', '.join(rows)}"))
                 except Exception as exc:
-                    ran = ran or _half_run(exc)  # stopped while it ran: part may be in
+                    # stopped while it ran, or more than one block: part may be in
+                    ran = ran or _half_run(exc) or sum(map(len, rows)) >= ONE_BLOCK_BYTES
                     raise
                 ran = True
         except Exception:

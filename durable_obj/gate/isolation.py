@@ -71,6 +71,14 @@ _PATHS = {
     "detached_parts": (("path", _NO_PATH),),
     "merges": (("source_part_paths", _NO_PATHS), ("result_part_path", _NO_PATH)),
 }
+#: Columns of system.databases that show the engine's folders or the database's
+#: identity in the engine: shown empty (a path and a UUID are the engine's, not
+#: the object's, and a determinism opt-in could log them).
+_DATABASE_HIDDEN = (
+    ("data_path", _NO_PATH),
+    ("metadata_path", _NO_PATH),
+    ("uuid", "toUUID('00000000-0000-0000-0000-000000000000')"),
+)
 #: Columns of system.tables that show a definition naming the database.
 _DEFINITIONS = ("create_table_query", "as_select", "engine_full")
 #: Table functions that compute their rows from their arguments alone.
@@ -193,6 +201,7 @@ class Scope:
             return [(tokens[i].start, end, self._view(table, "database", shown))]
         if table == "databases":
             shown = [f"{quote_string(self.logical)} AS name"]
+            shown += [f"{expr} AS {c}" for c, expr in _DATABASE_HIDDEN]
             return [(tokens[i].start, end, self._view(table, "name", shown))]
         raise refuse(f"system.{tokens[i + 2].name} describes the whole engine")
 

@@ -50,13 +50,21 @@ from durable_obj.replica.turn import Turned
 from durable_obj.replica.watchdog import WATCHDOG, Guard
 
 #: An engine hint naming another object's internal database, and such a name.
-_FOREIGN_HINT = re.compile(rf"\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?")
+_FOREIGN_HINT = re.compile(rf"([.:]?)\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?(\.?)")
 #: An engine hint, and the database of each qualified name in one.
-_HINT = re.compile(r"\s*Maybe you meant[^?]*\?")
+_HINT = re.compile(r"([.:]?)\s*Maybe you meant[^?]*\?(\.?)")
 _QUALIFIED = re.compile(r"([A-Za-z_][\w$]*)\.[A-Za-z_`]")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 #: The words of the engine's keywords (`Engine._keywords`), once read.
 _KEYWORDS: frozenset[str] | None = None
+
+
+def _dropped(hint: re.Match[str]) -> str:
+    """What is left of a message when the hint `hint` is dropped: exactly what
+    the engine writes with no hint ("exist. (", "exist: Maybe ...?." ->
+    "exist.", "'. Maybe ...? In scope" -> "'. In scope"), so whether there
+    was one (another object has a table of a like name) does not show."""
+    return "." if hint.group(1) or hint.group(2) else ""
 
 
 def acquire() -> Engine:
@@ -120,7 +128,7 @@ class Engine:
         no path of the engine's folder."""
         text = _HINT.sub(self._own_hint, clean(exc))
         text = text.replace(self.database, self.scope.logical)
-        text = _FOREIGN_HINT.sub("", text)
+        text = _FOREIGN_HINT.sub(_dropped, text)
         text = _RESERVED_NAME.sub("<another database>", text)
         text = without_table_uuids(text, self._table_named)
         for path in engine_paths():
@@ -132,7 +140,7 @@ class Engine:
         dropped when it names a table of any database but the object's own
         (another object's, the engine's `default`, a scratch database)."""
         dbs = _QUALIFIED.findall(hint.group())
-        return hint.group() if all(db == self.database for db in dbs) else ""
+        return hint.group() if all(db == self.database for db in dbs) else _dropped(hint)
 
     def _table_named(self, table_uuid: str) -> str | None:
         """`db.name` of this object's table with that UUID (logical names),
@@ -196,7 +204,7 @@ class Engine:
                 raise EngineError(
                     "the statement failed (engine message withheld: it carries a credential)"
                 ) from None
-            raise EngineError(f"chDB: {self.message(exc)}") from exc
+            raise EngineError(f"chDB: {self.message(exc)}") from None
 
     def run(self, sql: str) -> None:
         self.text(sql, "CSV")
@@ -250,7 +258,7 @@ class Engine:
         try:
             self._conn.query(sql, "CSV")
         except Exception as exc:
-            raise EngineError(f"chDB: {self.message(exc)}") from exc
+            raise EngineError(f"chDB: {self.message(exc)}") from None
 
     def replay(self, sql: str) -> None:
         """Run a committed statement as the object's own: localized, and
@@ -269,7 +277,7 @@ class Engine:
         try:
             result = self._conn.query(sql, "TSV", params=self._mapped(params))
         except Exception as exc:
-            raise EngineError(f"chDB: {self.message(exc)}") from exc
+            raise EngineError(f"chDB: {self.message(exc)}") from None
         return decoded(result)
 
     def json_rows(self, sql: str, params: dict[str, str] | None = None) -> list[list[Any]]:
@@ -436,7 +444,7 @@ class Engine:
             self._conn.query(sql, "CSV")
         except Exception as exc:
             text = self.message(exc)
-            raise EngineError(f"{what} failed: {text}") from exc
+            raise EngineError(f"{what} failed: {text}") from None
 
     def release(self) -> None:
         """Drop the object's database and close the connection: nothing of the
