@@ -258,15 +258,15 @@ class AsyncDurableObject:
 
     async def _write(self, planned: list[Any], name: str) -> str | None:
         call = UnitCall(self, planned, asyncio.current_task())
-        target = await self._read(name, call)
+        with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
+            target = await wait_for(self._call(call, io=False))
         return None if target is None else await self._durable(target)
 
     async def _durable(self, target: int) -> str | None:
         """Every line before buffer position `target` committed: by the
         commit in flight if it covers it, else by the next, which this call
-        starts once that one ended. One commit of this face in flight at a
-        time; waiting tasks hold no thread. Cancelling a waiting task
-        cancels nothing: the commit goes on for the others."""
+        starts once that one ended. One commit in flight at a time; waiting
+        tasks hold no thread; cancelling one cancels nothing."""
         sync = self._sync
         while True:
             current = self._round
