@@ -75,6 +75,7 @@ from durable_obj.gate.classify import speaking_as
 from durable_obj.replica import server
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
+from durable_obj.service.rounds import Rounds
 
 __all__ = [
     "IO_WORKERS",
@@ -171,9 +172,8 @@ class AsyncDurableObject:
         #: per thread). Touched only by this object's lane, one call at a time.
         self._owed: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._last_flush: concurrent.futures.Future[str | None] | None = None
-        #: The group commit in flight for `awrite`/`abatch` (see `_durable`):
-        #: it returns its key and the buffer position it covered.
-        self._round: asyncio.Future[tuple[str | None, int]] | None = None
+        #: The group commits `awrite`/`abatch` wait for (`rounds.py`).
+        self._rounds = Rounds(sync, _shared_pool)
 
     @classmethod
     def wrap(cls, sync: DurableObject) -> AsyncDurableObject:
@@ -220,7 +220,8 @@ class AsyncDurableObject:
             if task is not None:
                 self._owed.add(task)
 
-        await self._read("aexecute()", run)
+        async with self._sync._admission.aslot():  # a slot until it ran (admission.py)
+            await self._read("aexecute()", run)
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -257,41 +258,11 @@ class AsyncDurableObject:
             batch.key = await self._write(batch.planned, "abatch()")
 
     async def _write(self, planned: list[Any], name: str) -> str | None:
-        call = UnitCall(self, planned, asyncio.current_task())
-        with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
-            target = await wait_for(self._call(call, io=False))
-        return None if target is None else await self._durable(target)
-
-    async def _durable(self, target: int) -> str | None:
-        """Every line before buffer position `target` committed: by the
-        commit in flight if it covers it, else by the next, which this call
-        starts once that one ended. One commit in flight at a time; waiting
-        tasks hold no thread; cancelling one cancels nothing."""
-        sync = self._sync
-        while True:
-            current = self._round
-            if current is None or current.done():  # (its done callback may not have run)
-                current = self._round = asyncio.wrap_future(
-                    _shared_pool().submit(self._commit_round)
-                )
-                current.add_done_callback(self._round_done)
-            key, upto = await asyncio.shield(current)
-            if upto >= target:
-                return key if key is not None else sync._buf.last_key
-
-    def _commit_round(self) -> tuple[str | None, int]:
-        """One group commit (a worker thread): everything buffered now."""
-        sync = self._sync
-        with sync._lock:
-            sync._require_writable(engine=False)
-            upto = sync._buf.end
-            return sync._durable_through(upto), upto
-
-    def _round_done(self, fut: asyncio.Future[tuple[str | None, int]]) -> None:
-        if self._round is fut:
-            self._round = None
-        if not fut.cancelled():
-            fut.exception()  # retrieved: each waiter was handed it
+        async with self._sync._admission.aslot() as slot:  # backpressure, first come first in
+            call = UnitCall(self, planned, asyncio.current_task())
+            with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
+                target = await wait_for(self._call(call, io=False))
+            return None if target is None else await self._rounds.through(target, slot)
 
     async def aquery(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None

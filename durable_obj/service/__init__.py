@@ -5,6 +5,7 @@
     forking     a fork's copy, sealed under its own data key when encrypted
     pool        Pool: objects opened on first use, closed when idle
     lanes       each object's async calls in order, on shared thread pools
+    rounds      the group commits an async face's units of work wait for
 
 May import: every layer below (`core`, `replica`, `gate`, `stores`, `wire`,
 `errors`); never a face above it (`aio`, `cli`, `langgraph`, `mcp`, `ray`,

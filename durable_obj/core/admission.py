@@ -1,0 +1,217 @@
+"""Admission: a bounded number of one object's writes in flight, admitted in order.
+
+A write waits here for a slot before it joins anything of the object's
+(its lane's queue, the engine, the WAL buffer, a commit), and gives the
+slot back when it is over. So however many tasks and threads write to one
+object, at most `Options.max_units_in_flight` of their writes are inside
+the object at once; the others wait here, in the order they arrived
+(first come, first admitted: a caller that finds free slots while others
+wait goes behind them), holding no thread of the async pool and no memory
+of the object's. That is the backpressure: a writer faster than the store
+waits at admission instead of growing a queue without bound.
+
+What holds a slot, from admission until:
+
+* a unit (`write()`, `batch()`, `awrite()`, `abatch()`): it is durable (its
+  call returned) or failed (refused, failed to run, or its commit failed:
+  the statements then stay buffered for the next flush, but the slot is
+  free). An `awrite()` cancelled while its commit is on the wire gives its
+  slot back when that commit ends;
+* an `aexecute()`: its statement ran (it is not a unit: buffered, it waits
+  for a flush the caller decides on, and holding a slot until then would
+  let a task that executes more statements than there are slots before
+  its own flush wait for itself).
+
+Waiting is cancellable: a task cancelled while it waits for admission
+leaves the queue, and nothing of its write ran or was buffered. A slot
+granted at the moment of the cancel is passed on to the next waiter.
+
+A write made inside a call of the object's async lane (`arun(fn)` whose
+`fn` calls `sync.write()`) takes no slot: the lane call is its queue, and
+waiting for a slot there could wait for units queued behind that very call
+(`exempt`, set by the lanes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+_exempt = threading.local()
+
+
+@contextlib.contextmanager
+def exempt() -> Iterator[None]:
+    """Writes made by this thread inside the block take no slot (a lane call)."""
+    before = getattr(_exempt, "on", False)
+    _exempt.on = True
+    try:
+        yield
+    finally:
+        _exempt.on = before
+
+
+class _Ticket:
+    """One caller waiting for a slot; `wake` tells it (from any thread)
+    and returns False when it cannot be told (its loop closed)."""
+
+    __slots__ = ("granted", "wake")
+
+    def __init__(self, wake: Callable[[], bool]) -> None:
+        self.granted = False
+        self.wake = wake
+
+
+def _waker(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> Callable[[], bool]:
+    def done() -> None:
+        if not fut.done():
+            fut.set_result(None)
+
+    def wake() -> bool:
+        try:
+            if asyncio.get_running_loop() is loop:
+                done()
+                return True
+        except RuntimeError:  # no loop runs in this thread
+            pass
+        try:
+            loop.call_soon_threadsafe(done)
+        except RuntimeError:  # the loop closed: nobody waits any more
+            return False
+        return True
+
+    return wake
+
+
+class Slot:
+    """One admitted write's slot: given back once, by `release()`."""
+
+    __slots__ = ("_admission", "_held", "kept")
+
+    def __init__(self, admission: Admission) -> None:
+        self._admission = admission
+        self._held = True
+        #: The block's exit leaves the slot held (`release_when` took it over).
+        self.kept = False
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._admission.release()
+
+    def release_when(self, fut: asyncio.Future[Any]) -> None:
+        """Hold the slot past the block, until `fut` (a commit covering the
+        write) is done: the write is still in flight when its task leaves."""
+        self.kept = True
+        fut.add_done_callback(lambda _: self.release())
+
+
+class Admission:
+    """The slots of one object and the writers waiting for one, in order."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError("an object admits at least one write at a time")
+        self.limit = limit
+        self._lock = threading.Lock()
+        self._in = 0
+        self._queue: collections.deque[_Ticket] = collections.deque()
+
+    @property
+    def in_flight(self) -> int:
+        """Writes admitted and not over."""
+        return self._in
+
+    @property
+    def waiting(self) -> int:
+        """Writers waiting for admission."""
+        return len(self._queue)
+
+    def _take(self) -> bool:
+        """A slot now, if one is free and nobody waits (lock held)."""
+        if self._queue or self._in >= self.limit:
+            return False
+        self._in += 1
+        return True
+
+    def acquire(self) -> bool:
+        """Wait (blocking this thread) for a slot; False when this thread
+        takes none (`exempt`)."""
+        if getattr(_exempt, "on", False):
+            return False
+        with self._lock:
+            if self._take():
+                return True
+            event = threading.Event()
+
+            def wake() -> bool:
+                event.set()
+                return True
+
+            ticket = _Ticket(wake)
+            self._queue.append(ticket)
+        try:
+            event.wait()
+        except BaseException:  # (KeyboardInterrupt on the main thread)
+            self._leave(ticket)
+            raise
+        return True
+
+    async def aacquire(self) -> None:
+        """Wait for a slot without holding a thread; FIFO with the threads'."""
+        with self._lock:
+            if self._take():
+                return
+            loop = asyncio.get_running_loop()
+            fut: asyncio.Future[None] = loop.create_future()
+            ticket = _Ticket(_waker(loop, fut))
+            self._queue.append(ticket)
+        try:
+            await fut
+        except BaseException:  # cancelled: leave the queue, or pass on a slot just given
+            self._leave(ticket)
+            raise
+
+    def _leave(self, ticket: _Ticket) -> None:
+        with self._lock:
+            if not ticket.granted:
+                self._queue.remove(ticket)
+                return
+        self.release()
+
+    def release(self) -> None:
+        """Give a slot back: the longest waiter gets it."""
+        with self._lock:
+            self._in -= 1
+            while self._queue and self._in < self.limit:
+                ticket = self._queue.popleft()
+                ticket.granted = True
+                self._in += 1
+                if not ticket.wake():  # nobody left to take it
+                    ticket.granted = False
+                    self._in -= 1
+
+    @contextlib.contextmanager
+    def slot(self) -> Iterator[None]:
+        """The block runs admitted (a thread waits for its slot first)."""
+        taken = self.acquire()
+        try:
+            yield
+        finally:
+            if taken:
+                self.release()
+
+    @contextlib.asynccontextmanager
+    async def aslot(self) -> AsyncIterator[Slot]:
+        """The block runs admitted (the task waits for its slot first)."""
+        await self.aacquire()
+        slot = Slot(self)
+        try:
+            yield slot
+        finally:
+            if not slot.kept:
+                slot.release()
