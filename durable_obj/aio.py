@@ -32,7 +32,13 @@ side is free. A long call of one object (a checkpoint) holds one thread, never
 the others' turns. Units of work (`awrite`, `abatch`) queued one behind the
 other on a lane run as one call (`lanes.py`), their INSERTs merged per table,
 and their commits are group commits: one commit of an object in flight at a
-time, taking every unit buffered by then (`group.py`).
+time, taking every unit buffered by then (`group.py`, `rounds.py`).
+
+Backpressure. A write (awrite, abatch, aexecute) first waits for admission:
+at most the object's `max_units_in_flight` writes are in flight at once,
+tasks and threads alike; the others wait, first come first admitted, holding
+no thread, and take their place in the lane when admitted. Cancelled while
+it waits, a write leaves nothing behind (`core/admission.py`).
 
 Cancellation. Cancelling the task that awaits a call cancels the call only if
 it has not started: it then never runs (an `aflush` cancelled in the queue
