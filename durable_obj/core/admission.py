@@ -29,7 +29,9 @@ granted at the moment of the cancel is passed on to the next waiter.
 A write made inside a call of the object's async lane (`arun(fn)` whose
 `fn` calls `sync.write()`) takes no slot: the lane call is its queue, and
 waiting for a slot there could wait for units queued behind that very call
-(`exempt`, set by the lanes).
+(`exempt`, set by the lanes). Nor does a sync write on a thread that runs
+an event loop (a misuse: it blocks the loop), whose tasks could not give a
+slot back while it waits.
 """
 
 from __future__ import annotations
@@ -53,6 +55,14 @@ def exempt() -> Iterator[None]:
         yield
     finally:
         _exempt.on = before
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 class _Ticket:
@@ -140,8 +150,11 @@ class Admission:
 
     def acquire(self) -> bool:
         """Wait (blocking this thread) for a slot; False when this thread
-        takes none (`exempt`)."""
-        if getattr(_exempt, "on", False):
+        takes none: inside a lane call (`exempt`), or on a thread running an
+        event loop, whose own tasks may hold every slot and could never give
+        one back while it waits (the sync API on a loop blocks it, as it did
+        before admission, but never for ever)."""
+        if getattr(_exempt, "on", False) or _on_a_loop():
             return False
         with self._lock:
             if self._take():

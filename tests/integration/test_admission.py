@@ -298,6 +298,27 @@ def test_a_write_inside_a_lane_call_takes_no_slot(ns_url: str) -> None:
     asyncio.run(main())
 
 
+@pytest.mark.timeout(120)
+def test_a_sync_write_on_the_loop_thread_takes_no_slot(ns_url: str) -> None:
+    """The sync API on the loop blocks it (a misuse), but the awrite holding
+    the only slot can give it back only when the loop runs: no waiting there."""
+
+    async def main() -> None:
+        o = await opened(f"{ns_url}/loop", 1)
+        slow = SlowWal(o.sync)
+        slow.gate = threading.Event()
+        held = asyncio.ensure_future(o.awrite((MEMORY, {"id": 1, "v": "task"})))
+        await until(lambda: o.sync.pending == 1, "the task's unit on the wire")
+        threading.Timer(0.2, slow.gate.set).start()
+        assert o.sync.write((MEMORY, {"id": 2, "v": "loop"})) is not None
+        await held
+        slow.restore()
+        assert o.sync.rows("SELECT id FROM m ORDER BY id") == [(1,), (2,)]
+        await o.aclose()
+
+    asyncio.run(main())
+
+
 @pytest.fixture
 def sync_obj(ns_url: str) -> Iterator[DurableObject]:
     o = durable_obj.Namespace(ns_url, owner="admit", max_units_in_flight=1).open("o")
