@@ -37,8 +37,9 @@ time, taking every unit buffered by then (`group.py`, `rounds.py`).
 Backpressure. A write (awrite, abatch, aexecute) first waits for admission:
 at most the object's `max_units_in_flight` writes are in flight at once,
 tasks and threads alike; the others wait, first come first admitted, holding
-no thread, and take their place in the lane when admitted. Cancelled while
-it waits, a write leaves nothing behind (`core/admission.py`).
+no thread, and take their place in the lane when admitted; then, if
+`MAX_UNITS_IN_FLIGHT` is set, by the process. Cancelled while it waits, a
+write leaves nothing behind (`core/admission.py`).
 
 Cancellation. Cancelling the task that awaits a call cancels the call only if
 it has not started: it then never runs (an `aflush` cancelled in the queue
@@ -71,6 +72,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from durable_obj.core import admission
 from durable_obj.core.feed import Change, achanges
 from durable_obj.core.object import DurableObject, Result
 from durable_obj.core.queries import Params
@@ -86,6 +88,7 @@ from durable_obj.service.rounds import Rounds
 __all__ = [
     "IO_WORKERS",
     "LOCAL_WORKERS",
+    "MAX_UNITS_IN_FLIGHT",
     "OPEN_WORKERS",
     "AsyncDurableObject",
     "FlushOutcome",
@@ -103,6 +106,10 @@ log = logging.getLogger("durable_obj")
 LOCAL_WORKERS = 4
 #: Threads for storage calls (open, flush, checkpoint, refresh, close).
 IO_WORKERS = 16
+#: Async writes in flight across every object of the process (None: only each
+#: object's own `max_units_in_flight`); read at the first write. See
+#: `core/admission.py` for when it helps.
+MAX_UNITS_IN_FLIGHT: int | None = None
 
 #: Threads for opens (`aopen`): each open is mostly Python (the head, the
 #: restore, the replay), and sixteen of them at once kept the event loop from
@@ -226,8 +233,8 @@ class AsyncDurableObject:
             if task is not None:
                 self._owed.add(task)
 
-        async with self._sync._admission.aslot():  # a slot until it ran (admission.py)
-            await self._read("aexecute()", run)
+        async with self._sync._admission.aslot(), admission.process(MAX_UNITS_IN_FLIGHT).aslot():
+            await self._read("aexecute()", run)  # (a slot of each until it ran)
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -264,11 +271,12 @@ class AsyncDurableObject:
             batch.key = await self._write(batch.planned, "abatch()")
 
     async def _write(self, planned: list[Any], name: str) -> str | None:
-        async with self._sync._admission.aslot() as slot:  # backpressure, first come first in
+        every = admission.process(MAX_UNITS_IN_FLIGHT)  # backpressure: the object's, the process's
+        async with self._sync._admission.aslot() as mine, every.aslot() as ours:
             call = UnitCall(self, planned, asyncio.current_task())
             with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
                 target = await wait_for(self._call(call, io=False))
-            return None if target is None else await self._rounds.through(target, slot)
+            return None if target is None else await self._rounds.through(target, mine, ours)
 
     async def aquery(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None

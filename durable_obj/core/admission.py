@@ -22,6 +22,15 @@ What holds a slot, from admission until:
   let a task that executes more statements than there are slots before
   its own flush wait for itself).
 
+The async face may also bound its writes across every object of the
+process (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`, off by default; `process`):
+a write is admitted by its object first, then by the process, and holds
+both slots as long. With many objects busy at once that keeps the time
+from admission to durability short where a bound per object cannot: each
+object in flight costs a turn of the local worker per round (its engine
+calls), so fifty objects with a few units each make a long round; a bound
+across them admits fewer objects at a time, each with many units.
+
 Waiting is cancellable: a task cancelled while it waits for admission
 leaves the queue, and nothing of its write ran or was buffered. A slot
 granted at the moment of the cancel is passed on to the next waiter.
@@ -39,11 +48,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 _exempt = threading.local()
+_process: list[Admission] = []
+_process_lock = threading.Lock()
 
 
 @contextlib.contextmanager
@@ -228,3 +240,13 @@ class Admission:
         finally:
             if not slot.kept:
                 slot.release()
+
+
+def process(limit: int | None) -> Admission:
+    """The process's one admission for async writes across every object
+    (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`), made at the first call with
+    `limit` (None: no bound)."""
+    with _process_lock:
+        if not _process:
+            _process.append(Admission(sys.maxsize if limit is None else limit))
+        return _process[0]

@@ -32,9 +32,10 @@ class Rounds:
         self._pool = pool
         self._round: asyncio.Future[_Covered] | None = None
 
-    async def through(self, target: int, slot: Slot) -> str | None:
+    async def through(self, target: int, *slots: Slot) -> str | None:
         """Every line before buffer position `target` committed; the key of
-        the commit that did."""
+        the commit that did. Cancelled, the write's `slots` are given back
+        when the commit in flight ends."""
         while True:
             current = self._round
             if current is None or current.done():  # (its done callback may not have run)
@@ -43,7 +44,8 @@ class Rounds:
             try:
                 key, upto = await asyncio.shield(current)
             except asyncio.CancelledError:
-                slot.release_when(current)  # the unit is buffered: in flight until it ends
+                for slot in slots:  # the unit is buffered: in flight until it ends
+                    slot.release_when(current)
                 raise
             if upto >= target:
                 return key if key is not None else self._sync._buf.last_key

@@ -20,8 +20,10 @@ from typing import Any
 import pytest
 
 import durable_obj
+import durable_obj.aio
 from durable_obj import BackendError, ClassificationRefused
 from durable_obj.aio import AsyncDurableObject
+from durable_obj.core import admission
 from durable_obj.core.object import DurableObject
 from durable_obj.wire.protocol import object_key
 
@@ -30,12 +32,16 @@ MEMORY = "INSERT INTO m VALUES ({id:UInt32}, {v:String})"
 
 
 class Counter:
-    """Units inside the object: entered `_run_units`, call not over yet."""
+    """Units inside the objects watched: entered `_run_units`, call not over yet."""
 
-    def __init__(self, obj: DurableObject) -> None:
+    def __init__(self, *objs: DurableObject) -> None:
         self.lock = threading.Lock()
         self.inside = 0
         self.most = 0
+        for obj in objs:
+            self.watch(obj)
+
+    def watch(self, obj: DurableObject) -> None:
         run_units = obj._run_units
 
         def counted(units: list[Any]) -> Any:
@@ -294,6 +300,71 @@ def test_a_write_inside_a_lane_call_takes_no_slot(ns_url: str) -> None:
         assert len(done) == 2, "the write inside the lane call waited for a slot"
         assert o.sync.rows("SELECT id FROM m ORDER BY id") == [(1,), (2,)]
         await o.aclose()
+
+    asyncio.run(main())
+
+
+@pytest.fixture
+def process_bound(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """`durable_obj.aio.MAX_UNITS_IN_FLIGHT = 3` for this test's writes
+    (the process's admission is made afresh, and dropped after)."""
+    monkeypatch.setattr(admission, "_process", [])
+    monkeypatch.setattr(durable_obj.aio, "MAX_UNITS_IN_FLIGHT", 3)
+    yield
+
+
+def test_the_process_bound_holds_across_objects(ns_url: str, process_bound: None) -> None:
+    """Each object admits up to 2, the process 3 in all: four objects with
+    ten writers each never have more than 3 units inside them together."""
+
+    async def main() -> None:
+        objs = [await opened(f"{ns_url}/p{n}", 2) for n in range(4)]
+        counter = Counter(*(o.sync for o in objs))
+        slows = [SlowWal(o.sync, delay=0.01) for o in objs]
+
+        async def write(o: AsyncDurableObject, n: int) -> None:
+            try:
+                await o.awrite((MEMORY, {"id": n, "v": "p"}))
+            finally:
+                counter.left()
+
+        await asyncio.wait_for(asyncio.gather(*(write(o, n) for n in range(10) for o in objs)), 120)
+        for slow in slows:
+            slow.restore()
+        assert 0 < counter.most <= 3, f"{counter.most} units in flight at once"
+        every = admission._process[0]
+        assert every.limit == 3 and every.in_flight == 0 and every.waiting == 0
+        for o in objs:
+            assert o.sync.rows("SELECT count() FROM m") == [(10,)]
+            await o.aclose()
+
+    asyncio.run(main())
+
+
+def test_cancelled_while_the_process_bound_holds_it_leaves_nothing(
+    ns_url: str, process_bound: None
+) -> None:
+    async def main() -> None:
+        a, b = await opened(f"{ns_url}/a", 8), await opened(f"{ns_url}/b", 8)
+        slow = SlowWal(a.sync)
+        slow.gate = threading.Event()
+        held = [asyncio.ensure_future(a.awrite((MEMORY, {"id": n, "v": "a"}))) for n in range(3)]
+        every = admission._process[0]
+        await until(lambda: every.in_flight == 3, "three units of a admitted")
+        waiting = asyncio.ensure_future(b.awrite((MEMORY, {"id": 9, "v": "gone"})))
+        await until(lambda: every.waiting == 1, "b's unit waiting for the process")
+        assert b.sync._admission.in_flight == 1  # admitted by its object first
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert every.waiting == 0 and b.sync._admission.in_flight == 0
+        slow.gate.set()
+        await asyncio.gather(*held)
+        slow.restore()
+        assert b.sync.rows("SELECT count() FROM m") == [(0,)] and b.sync.pending == 0
+        assert every.in_flight == 0
+        await a.aclose()
+        await b.aclose()
 
     asyncio.run(main())
 
