@@ -19,8 +19,9 @@ process per run. Patterns, side by side on the same store:
 
 Reported per run: writes/s, ack latency p50/p99 (from a write's start to
 its durable return) and its spread (p99/p50), the wait for admission
-(`max_units_in_flight`, `--max-units`; from a write's start to its first
-admission) and the time from admission to the ack, with their spreads,
+(`max_units_in_flight`, `--max-units`, and across objects
+`durable_obj.aio.MAX_UNITS_IN_FLIGHT`, `--process-units`; from a write's
+start to its first admission) and the time from admission to the ack, with their spreads,
 commits per write (segments / writes: below 1 means group commit), the
 loop's max tick gap during the opens and the run
 (async patterns), the gap while the run is launched (every task's first
@@ -71,29 +72,36 @@ def unit(obj: int, task: int, n: int) -> tuple[dict[str, str], dict[str, str]]:
 
 
 # -- the child: one run ---------------------------------------------------------------
-#: When the write in progress (of this task or thread) was first admitted.
+#: When the write in progress (of this task or thread) was first admitted by
+#: its object, and by the process (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`).
 _admitted: contextvars.ContextVar[float | None] = contextvars.ContextVar("admitted", default=None)
+_admitted_all: contextvars.ContextVar[float | None] = contextvars.ContextVar("all", default=None)
 
 
 def _time_admission() -> None:
     """Note when each write is first admitted (`core/admission.py`): its
-    awrite/aexecute (async) or write (threads) returns from the wait."""
+    awrite/aexecute (async) or write (threads) returns from the wait (the
+    object's, then the process's when set)."""
     try:
+        from durable_obj.core import admission
         from durable_obj.core.admission import Admission
     except ImportError:  # a version without admission: every write is admitted at its start
         return
     sync_acquire, async_acquire = Admission.acquire, Admission.aacquire
 
+    def note(self: Admission) -> None:
+        var = _admitted_all if self in admission._process else _admitted
+        if var.get() is None:
+            var.set(time.perf_counter())
+
     def acquire(self: Admission) -> bool:
         taken = sync_acquire(self)
-        if _admitted.get() is None:
-            _admitted.set(time.perf_counter())
+        note(self)
         return taken
 
     async def aacquire(self: Admission) -> None:
         await async_acquire(self)
-        if _admitted.get() is None:
-            _admitted.set(time.perf_counter())
+        note(self)
 
     Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign]
 
@@ -101,8 +109,9 @@ def _time_admission() -> None:
 def _timed(acks: list[tuple[float, float, float]], start: float) -> None:
     """One write acknowledged: (start->ack, start->admitted, admitted->ack)."""
     now = time.perf_counter()
-    admitted = _admitted.get() or start
+    admitted = max(_admitted.get() or start, _admitted_all.get() or start)
     _admitted.set(None)
+    _admitted_all.set(None)
     acks.append((now - start, admitted - start, now - admitted))
 
 
@@ -133,6 +142,7 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
             for n in range(n_write):
                 memory, log = unit(i, t, n)
                 _admitted.set(None)
+                _admitted_all.set(None)
                 s = time.perf_counter()
                 objs[i].write((MEMORY, memory), (LOG, log))
                 _timed(acks, s)
@@ -170,6 +180,8 @@ async def _async_child(
 
     if spec.get("local_workers"):
         durable_obj.aio.LOCAL_WORKERS = spec["local_workers"]
+    if spec.get("process_units"):
+        durable_obj.aio.MAX_UNITS_IN_FLIGHT = spec["process_units"]
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
@@ -213,6 +225,7 @@ async def _async_child(
         for n in range(n_write):
             memory, log = unit(i, t, n)
             _admitted.set(None)  # (the context this task copied may hold the setup's)
+            _admitted_all.set(None)
             s = time.perf_counter()
             if pattern == "awrite":
                 await o.awrite((MEMORY, memory), (LOG, log))
@@ -297,6 +310,12 @@ def main() -> None:
     p.add_argument(
         "--max-units", type=int, default=0, help="max_units_in_flight per object (0: default)"
     )
+    p.add_argument(
+        "--process-units",
+        type=int,
+        default=0,
+        help="durable_obj.aio.MAX_UNITS_IN_FLIGHT, across objects (0: none)",
+    )
     p.add_argument("--json", default=None, help="append each row as JSON to this file")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--smoke", action="store_true")
@@ -316,6 +335,7 @@ def main() -> None:
         "local_workers": args.local_workers,
         "patterns": args.patterns.split(","),
         "max_units": args.max_units,
+        "process_units": args.process_units,
         "json": args.json,
     }
     print(f"{args.objects} objects x {args.tasks} tasks x {args.writes} unit(s) of 2 statements")
