@@ -71,7 +71,8 @@ class Options(BaseModel):
     #: unit of `write()`/`batch()`/`awrite()`/`abatch()` from admission until
     #: it is durable or failed; an `aexecute()` until its statement ran).
     #: More writers wait for admission, first come first admitted, holding
-    #: no worker thread (`core/admission.py`).
+    #: no worker thread (`core/admission.py`). 64: as many queued units as
+    #: one async lane call merges, so the bound costs no merging.
     max_units_in_flight: int = Field(default=64, ge=1, le=1_000_000)
     #: Session time zone of a new object (an existing object's head decides).
     timezone: str = Field(default=DEFAULT_TIMEZONE, min_length=1, max_length=64)
