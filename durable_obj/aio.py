@@ -275,8 +275,7 @@ class AsyncDurableObject:
         async with self._sync._admission.aslot() as mine, every.aslot() as ours:
             call = UnitCall(self, planned, asyncio.current_task())
             with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
-                target = await wait_for(self._call(call, io=False))
-            return None if target is None else await self._rounds.through(target, mine, ours)
+                return await self._rounds.unit(self._call(call, io=False), mine, ours)
 
     async def aquery(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None

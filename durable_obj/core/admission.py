@@ -15,8 +15,8 @@ What holds a slot, from admission until:
 * a unit (`write()`, `batch()`, `awrite()`, `abatch()`): it is durable (its
   call returned) or failed (refused, failed to run, or its commit failed:
   the statements then stay buffered for the next flush, but the slot is
-  free). An `awrite()` cancelled while its commit is on the wire gives its
-  slot back when that commit ends;
+  free). An `awrite()` cancelled once its call started gives its slot back
+  when that call ends, or the commit on the wire, if it waited for one;
 * an `aexecute()`: its statement ran (it is not a unit: buffered, it waits
   for a flush the caller decides on, and holding a slot until then would
   let a task that executes more statements than there are slots before
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import sys
 import threading
@@ -125,9 +126,10 @@ class Slot:
             self._held = False
             self._admission.release()
 
-    def release_when(self, fut: asyncio.Future[Any]) -> None:
-        """Hold the slot past the block, until `fut` (a commit covering the
-        write) is done: the write is still in flight when its task leaves."""
+    def release_when(self, fut: asyncio.Future[Any] | concurrent.futures.Future[Any]) -> None:
+        """Hold the slot past the block, until `fut` (the write's call, or a
+        commit covering it) is done: the write is still in flight when its
+        task leaves."""
         self.kept = True
         fut.add_done_callback(lambda _: self.release())
 

@@ -14,11 +14,13 @@ commit ends (`core/admission.py`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Callable
 from concurrent.futures import Executor
 
 from durable_obj.core.admission import Slot
 from durable_obj.core.object import DurableObject
+from durable_obj.service.lanes import wait_for
 
 #: What a round returns: the commit's key and the buffer position it covered.
 _Covered = tuple[str | None, int]
@@ -31,6 +33,20 @@ class Rounds:
         self._sync = sync
         self._pool = pool
         self._round: asyncio.Future[_Covered] | None = None
+
+    async def unit(self, call: concurrent.futures.Future[int | None], *slots: Slot) -> str | None:
+        """A unit's lane `call` (it returns the buffer position after the
+        unit, or None: nothing to commit), then its commit; the key. Cancelled
+        once the call started, the write's `slots` are given back when the
+        call ends (it runs to completion: lanes.py)."""
+        try:
+            target = await wait_for(call)
+        except asyncio.CancelledError:
+            if not call.cancelled():
+                for slot in slots:
+                    slot.release_when(call)
+            raise
+        return None if target is None else await self.through(target, *slots)
 
     async def through(self, target: int, *slots: Slot) -> str | None:
         """Every line before buffer position `target` committed; the key of

@@ -251,6 +251,40 @@ def test_a_writer_cancelled_while_it_waits_leaves_nothing(ns_url: str) -> None:
     asyncio.run(main())
 
 
+def test_a_writer_cancelled_while_its_unit_runs_holds_its_slot_until_it_ran(
+    ns_url: str,
+) -> None:
+    """A lane call that started runs to completion: its unit is in flight
+    (and holds its slot) until then, though its task has left."""
+
+    async def main() -> None:
+        o = await opened(f"{ns_url}/running", 1)
+        admission_ = o.sync._admission
+        inside, go_on = threading.Event(), threading.Event()
+        run_units = o.sync._run_units
+
+        def held(units: list[Any]) -> Any:
+            inside.set()
+            assert go_on.wait(60)
+            return run_units(units)
+
+        o.sync._run_units = held  # type: ignore[method-assign]
+        write = asyncio.ensure_future(o.awrite((MEMORY, {"id": 1, "v": "ran"})))
+        await until(inside.is_set, "the unit running")
+        write.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await write
+        assert admission_.in_flight == 1, "the slot went back while the unit still ran"
+        go_on.set()
+        await until(lambda: admission_.in_flight == 0, "the slot back once it ran")
+        assert o.sync.pending == 1  # it ran and is buffered; its task left before the commit
+        await o.aflush()
+        assert o.sync.rows("SELECT id FROM m") == [(1,)]
+        await o.aclose()
+
+    asyncio.run(main())
+
+
 def test_failing_writes_and_commits_give_their_slots_back(ns_url: str) -> None:
     async def main() -> None:
         o = await opened(f"{ns_url}/fail", 2)
