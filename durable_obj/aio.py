@@ -37,8 +37,8 @@ time, taking every unit buffered by then (`group.py`, `rounds.py`).
 Backpressure. A write (awrite, abatch, aexecute) first waits for admission:
 at most the object's `max_units_in_flight` writes are in flight at once,
 tasks and threads alike; the others wait, first come first admitted, holding
-no thread, and take their place in the lane when admitted; then, if
-`MAX_UNITS_IN_FLIGHT` is set, by the process. Cancelled while it waits, a
+no thread, and take their place in the lane when admitted; a unit then,
+if `MAX_UNITS_IN_FLIGHT` is set, by the process. Cancelled while it waits, a
 write leaves nothing behind (`core/admission.py`).
 
 Cancellation. Cancelling the task that awaits a call cancels the call only if
@@ -106,8 +106,8 @@ log = logging.getLogger("durable_obj")
 LOCAL_WORKERS = 4
 #: Threads for storage calls (open, flush, checkpoint, refresh, close).
 IO_WORKERS = 16
-#: Async writes in flight across every object of the process (None: only each
-#: object's own `max_units_in_flight`); read at the first write. See
+#: Units (awrite, abatch) in flight across every object of the process (None:
+#: only each object's own `max_units_in_flight`); read at the first unit. See
 #: `core/admission.py` for when it helps.
 MAX_UNITS_IN_FLIGHT: int | None = None
 
@@ -233,8 +233,8 @@ class AsyncDurableObject:
             if task is not None:
                 self._owed.add(task)
 
-        async with self._sync._admission.aslot(), admission.process(MAX_UNITS_IN_FLIGHT).aslot():
-            await self._read("aexecute()", run)  # (a slot of each until it ran)
+        async with self._sync._admission.aslot():  # a slot until it ran (admission.py)
+            await self._read("aexecute()", run)
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False

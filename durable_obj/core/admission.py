@@ -22,11 +22,13 @@ What holds a slot, from admission until:
   let a task that executes more statements than there are slots before
   its own flush wait for itself).
 
-The async face may also bound its writes across every object of the
-process (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`, off by default; `process`):
-a write is admitted by its object first, then by the process, and holds
-both slots as long. With many objects busy at once that keeps the time
-from admission to durability short where a bound per object cannot: each
+The async face may also bound its units (`awrite`, `abatch`) across every
+object of the process (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`, off by
+default; `process`): a unit is admitted by its object first, then by the
+process, and holds both slots as long (an `aexecute` only its object's:
+held back, statements executed by hand would batch less, not finish
+sooner). With many objects busy at once that keeps the time from admission
+to durability short where a bound per object cannot: each
 object in flight costs a turn of the local worker per round (its engine
 calls), so fifty objects with a few units each make a long round; a bound
 across them admits fewer objects at a time, each with many units.
@@ -245,7 +247,7 @@ class Admission:
 
 
 def process(limit: int | None) -> Admission:
-    """The process's one admission for async writes across every object
+    """The process's one admission for async units across every object
     (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`), made at the first call with
     `limit` (None: no bound)."""
     with _process_lock:
