@@ -37,8 +37,18 @@ _state: dict[str, Any] = {"owner": None, "engine_since": None}
 #: woken one ran, call after call: 50 objects writing, one worker waited
 #: 3.5-4.7 s for the turn while the median wait was 0, and its object's
 #: units waited with it.)
-_waiting: collections.deque[threading.Event] = collections.deque()
 _held = threading.local()
+
+
+class _Ticket(threading.Event):
+    """One waiting worker's wake-up, and which thread it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ident = threading.get_ident()
+
+
+_waiting: collections.deque[_Ticket] = collections.deque()
 
 
 def _wake_first() -> None:
@@ -49,7 +59,7 @@ def _wake_first() -> None:
 
 def _acquire() -> None:
     me = threading.get_ident()
-    ticket = threading.Event()
+    ticket = _Ticket()
     with _lock:
         _waiting.append(ticket)
     try:

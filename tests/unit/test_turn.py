@@ -17,14 +17,22 @@ def _until(check: object, what: str) -> None:
         time.sleep(0.001)
 
 
+def _queued(*threads: threading.Thread) -> bool:
+    """Whether these threads wait for the turn, in this order (another
+    thread of the process, e.g. a worker of an earlier test, may wait too)."""
+    ours = {t.ident for t in threads}
+    return [t.ident for t in turn._waiting if t.ident in ours] == [t.ident for t in threads]
+
+
 def test_the_turn_goes_in_the_order_asked_and_nobody_takes_it_twice_in_a_row() -> None:
     order: list[str] = []
     started = threading.Event()
+    others: list[threading.Thread] = []
 
     def first() -> None:
         with turn.hold():
             started.set()
-            _until(lambda: len(turn._waiting) == 3, "three workers waiting")
+            _until(lambda: len(others) == 3 and _queued(*others), "three workers waiting")
         with turn.hold():  # straight back: behind the three
             order.append("a")
 
@@ -35,12 +43,11 @@ def test_the_turn_goes_in_the_order_asked_and_nobody_takes_it_twice_in_a_row() -
     a = threading.Thread(target=first)
     a.start()
     assert started.wait(30)
-    others = []
-    for n, name in enumerate("bcd", start=1):
+    for name in "bcd":
         t = threading.Thread(target=worker, args=(name,))
         t.start()
+        _until(lambda t=t: _queued(*others, t), f"{name} waiting")
         others.append(t)
-        _until(lambda n=n: len(turn._waiting) == n, f"{name} waiting")
     for t in [a, *others]:
         t.join(30)
     assert order == ["b", "c", "d", "a"]
