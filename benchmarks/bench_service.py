@@ -18,19 +18,29 @@ process per run. Patterns, side by side on the same store:
 * `threads`:  the sync API on `objects x tasks` threads, `obj.write(a, b)`.
 
 Reported per run: writes/s, ack latency p50/p99 (from a write's start to
-its durable return), commits per write (segments / writes: below 1 means
-group commit), the loop's max tick gap during the opens and the run
+its durable return) and its spread (p99/p50), the wait for admission
+(`max_units_in_flight`, `--max-units`, and across objects
+`durable_obj.aio.MAX_UNITS_IN_FLIGHT`, `--process-units`; from a write's
+start to its first admission) and the time from admission to the ack, with their spreads,
+commits per write (segments / writes: below 1 means group commit), the
+loop's max tick gap during the opens and the run
 (async patterns), the gap while the run is launched (every task's first
 step runs in one loop turn: `launch`, shown apart since it is the
 harness's gather of objects x tasks coroutines at once), and one flush's
-latency on that store (a solo write, median of 5) to read ack p99 against.
-Ratios are each pattern's writes/s over `aexecute`'s in the same run.
+latency on that store (a solo write, median of 5) to read ack p99 (and
+admitted-to-ack p99) against. Ratios are each pattern's writes/s over the
+first pattern's in the same run.
+
+In a closed loop the mean ack latency is the writes in flight over the
+throughput (Little's law): a bound on admission moves that time from the
+object's queues to the admission wait; it does not remove it.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextvars
 import json
 import os
 import subprocess
@@ -62,18 +72,63 @@ def unit(obj: int, task: int, n: int) -> tuple[dict[str, str], dict[str, str]]:
 
 
 # -- the child: one run ---------------------------------------------------------------
+#: When the write in progress (of this task or thread) was first admitted by
+#: its object, and by the process (`durable_obj.aio.MAX_UNITS_IN_FLIGHT`).
+_admitted: contextvars.ContextVar[float | None] = contextvars.ContextVar("admitted", default=None)
+_admitted_all: contextvars.ContextVar[float | None] = contextvars.ContextVar("all", default=None)
+
+
+def _time_admission() -> None:
+    """Note when each write is first admitted (`core/admission.py`): its
+    awrite/aexecute (async) or write (threads) returns from the wait (the
+    object's, then the process's when set)."""
+    try:
+        from durable_obj.core import admission
+        from durable_obj.core.admission import Admission
+    except ImportError:  # a version without admission: every write is admitted at its start
+        return
+    sync_acquire, async_acquire = Admission.acquire, Admission.aacquire
+
+    def note(self: Admission) -> None:
+        var = _admitted_all if self in admission._process else _admitted
+        if var.get() is None:
+            var.set(time.perf_counter())
+
+    def acquire(self: Admission) -> bool:
+        taken = sync_acquire(self)
+        note(self)
+        return taken
+
+    async def aacquire(self: Admission) -> None:
+        await async_acquire(self)
+        note(self)
+
+    Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign]
+
+
+def _timed(acks: list[tuple[float, float, float]], start: float) -> None:
+    """One write acknowledged: (start->ack, start->admitted, admitted->ack)."""
+    now = time.perf_counter()
+    admitted = max(_admitted.get() or start, _admitted_all.get() or start)
+    _admitted.set(None)
+    _admitted_all.set(None)
+    acks.append((now - start, admitted - start, now - admitted))
+
+
 def child(spec: dict[str, Any]) -> dict[str, Any]:
     import durable_obj
     import durable_obj.aio
 
     durable_obj.aio.preload()  # chDB's load, before any loop runs (docs/guides/async.md's advice)
+    _time_admission()
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
     pattern = spec["pattern"]
-    acks: list[float] = []
+    acks: list[tuple[float, float, float]] = []
+    opts = {"max_units_in_flight": spec["max_units"]} if spec.get("max_units") else {}
     if pattern == "threads":
-        ns = durable_obj.Namespace(url, owner="svc", storage_options=storage)
+        ns = durable_obj.Namespace(url, owner="svc", storage_options=storage, **opts)
         t0 = time.perf_counter()
         objs = [ns.open(f"agent-{i}") for i in range(n_obj)]
         opened = time.perf_counter() - t0
@@ -86,9 +141,11 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
         def work(i: int, t: int) -> None:
             for n in range(n_write):
                 memory, log = unit(i, t, n)
+                _admitted.set(None)
+                _admitted_all.set(None)
                 s = time.perf_counter()
                 objs[i].write((MEMORY, memory), (LOG, log))
-                acks.append(time.perf_counter() - s)
+                _timed(acks, s)
 
         started = time.perf_counter()
         threads = [
@@ -115,16 +172,21 @@ def _solo(calls: list[Any]) -> float:
     return sorted(times)[len(times) // 2]
 
 
-async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any]:
+async def _async_child(
+    spec: dict[str, Any], acks: list[tuple[float, float, float]]
+) -> dict[str, Any]:
     import durable_obj
     import durable_obj.aio
 
     if spec.get("local_workers"):
         durable_obj.aio.LOCAL_WORKERS = spec["local_workers"]
+    if spec.get("process_units"):
+        durable_obj.aio.MAX_UNITS_IN_FLIGHT = spec["process_units"]
 
     url, storage = spec["url"], spec["storage"]
     n_obj, n_task, n_write = spec["objects"], spec["tasks"], spec["writes"]
     pattern = spec["pattern"]
+    opts = {"max_units_in_flight": spec["max_units"]} if spec.get("max_units") else {}
     gaps: list[float] = []
     stop = asyncio.Event()
 
@@ -142,7 +204,7 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
     t0 = time.perf_counter()
     objs = await asyncio.gather(
         *(
-            durable_obj.aopen(f"{url}/agent-{i}", owner="svc", storage_options=storage)
+            durable_obj.aopen(f"{url}/agent-{i}", owner="svc", storage_options=storage, **opts)
             for i in range(n_obj)
         )
     )
@@ -162,6 +224,8 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
         o = objs[i]
         for n in range(n_write):
             memory, log = unit(i, t, n)
+            _admitted.set(None)  # (the context this task copied may hold the setup's)
+            _admitted_all.set(None)
             s = time.perf_counter()
             if pattern == "awrite":
                 await o.awrite((MEMORY, memory), (LOG, log))
@@ -169,7 +233,7 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
                 await o.aexecute(MEMORY, params=memory)
                 await o.aexecute(LOG, params=log)
                 await o.aflush()
-            acks.append(time.perf_counter() - s)
+            _timed(acks, s)
 
     started = time.perf_counter()
     gaps.clear()
@@ -193,7 +257,7 @@ async def _async_child(spec: dict[str, Any], acks: list[float]) -> dict[str, Any
 
 
 def _result(
-    acks: list[float],
+    acks: list[tuple[float, float, float]],
     elapsed: float,
     commits: int,
     writes: int,
@@ -201,10 +265,15 @@ def _result(
     gap: float | None,
     opened: float,
 ) -> dict[str, Any]:
+    ack, wait, inside = ([a[n] for a in acks] for n in range(3))
     return {
         "writes_s": writes / elapsed,
-        "p50_ms": pct(acks, 0.5) * 1e3,
-        "p99_ms": pct(acks, 0.99) * 1e3,
+        "p50_ms": pct(ack, 0.5) * 1e3,
+        "p99_ms": pct(ack, 0.99) * 1e3,
+        "wait_p50_ms": pct(wait, 0.5) * 1e3,
+        "wait_p99_ms": pct(wait, 0.99) * 1e3,
+        "in_p50_ms": pct(inside, 0.5) * 1e3,
+        "in_p99_ms": pct(inside, 0.99) * 1e3,
         "commits_per_write": commits / writes,
         "gap_ms": None if gap is None else gap * 1e3,
         "solo_ms": solo * 1e3,
@@ -237,6 +306,17 @@ def main() -> None:
     p.add_argument(
         "--local-workers", type=int, default=0, help="durable_obj.aio.LOCAL_WORKERS (0: default)"
     )
+    p.add_argument("--patterns", default=",".join(PATTERNS), help="aexecute, awrite, threads")
+    p.add_argument(
+        "--max-units", type=int, default=0, help="max_units_in_flight per object (0: default)"
+    )
+    p.add_argument(
+        "--process-units",
+        type=int,
+        default=0,
+        help="durable_obj.aio.MAX_UNITS_IN_FLIGHT, across objects (0: none)",
+    )
+    p.add_argument("--json", default=None, help="append each row as JSON to this file")
     p.add_argument("--quick", action="store_true")
     p.add_argument("--smoke", action="store_true")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -253,12 +333,17 @@ def main() -> None:
         "tasks": args.tasks,
         "writes": args.writes,
         "local_workers": args.local_workers,
+        "patterns": args.patterns.split(","),
+        "max_units": args.max_units,
+        "process_units": args.process_units,
+        "json": args.json,
     }
     print(f"{args.objects} objects x {args.tasks} tasks x {args.writes} unit(s) of 2 statements")
     header = (
-        f"{'store':8} {'pattern':9} {'writes/s':>9} {'ratio':>6} {'ack p50':>9} "
-        f"{'ack p99':>9} {'1 flush':>8} {'p99/flush':>9} {'commits/w':>9} {'loop max':>9} "
-        f"{'launch':>8} {'opens':>6}"
+        f"{'store':8} {'pattern':9} {'writes/s':>9} {'ratio':>6} {'ack p50/p99 ms':>15} "
+        f"{'spread':>6} {'wait p50/p99':>13} {'in->ack p50/p99':>15} {'spread':>6} "
+        f"{'1 flush':>8} {'p99/flush ack|in':>16} {'commits/w':>9} {'loop max':>9} "
+        f"{'launch':>7} {'opens':>6}"
     )
     print(header)
     for store in args.stores.split(","):
@@ -284,7 +369,7 @@ def _store_rows(
     store: str, where: dict[str, Any], sizes: dict[str, Any], env: dict[str, str] | None
 ) -> None:
     base = None
-    for pattern in PATTERNS:
+    for pattern in sizes["patterns"]:
         spec = {**where, **sizes, "pattern": pattern}
         spec["url"] = f"{where['url'].rstrip('/')}/{pattern}-{uuid.uuid4().hex[:6]}"
         r = run_one(spec, env)
@@ -293,11 +378,17 @@ def _store_rows(
         launch = f"{r['burst_gap_ms']:.0f} ms" if "burst_gap_ms" in r else "-"
         print(
             f"{store:8} {pattern:9} {r['writes_s']:9.1f} {r['writes_s'] / base:6.2f} "
-            f"{r['p50_ms']:7.0f} ms {r['p99_ms']:7.0f} ms {r['solo_ms']:5.0f} ms "
-            f"{r['p99_ms'] / r['solo_ms']:9.1f} {r['commits_per_write']:9.2f} {gap:>9} "
-            f"{launch:>8} {r['open_s']:5.1f}s",
+            f"{r['p50_ms']:7.0f}/{r['p99_ms']:<7.0f} {r['p99_ms'] / r['p50_ms']:6.1f} "
+            f"{r['wait_p50_ms']:6.0f}/{r['wait_p99_ms']:<6.0f} "
+            f"{r['in_p50_ms']:7.0f}/{r['in_p99_ms']:<7.0f} {r['in_p99_ms'] / r['in_p50_ms']:6.1f} "
+            f"{r['solo_ms']:5.0f} ms {r['p99_ms'] / r['solo_ms']:8.1f}|"
+            f"{r['in_p99_ms'] / r['solo_ms']:<7.1f} {r['commits_per_write']:9.2f} {gap:>9} "
+            f"{launch:>7} {r['open_s']:5.1f}s",
             flush=True,
         )
+        if sizes.get("json"):
+            with open(sizes["json"], "a") as out:
+                out.write(json.dumps({"store": store, "pattern": pattern, **sizes, **r}) + "\n")
 
 
 if __name__ == "__main__":

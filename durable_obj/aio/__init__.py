@@ -34,7 +34,14 @@ side is free. A long call of one object (a checkpoint) holds one thread, never
 the others' turns. Units of work (`awrite`, `abatch`) queued one behind the
 other on a lane run as one call (`lanes.py`), their INSERTs merged per table,
 and their commits are group commits: one commit of an object in flight at a
-time, taking every unit buffered by then (`group.py`).
+time, taking every unit buffered by then (`group.py`, `rounds.py`).
+
+Backpressure. A write (awrite, abatch, aexecute) first waits for admission:
+at most the object's `max_units_in_flight` writes are in flight at once,
+tasks and threads alike; the others wait, first come first admitted, holding
+no thread, and take their place in the lane when admitted; a unit then,
+if `MAX_UNITS_IN_FLIGHT` is set, by the process. Cancelled while it waits, a
+write leaves nothing behind (`core/admission.py`).
 
 Cancellation. Cancelling the task that awaits a call cancels the call only if
 it has not started: it then never runs (an `aflush` cancelled in the queue
@@ -67,6 +74,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from durable_obj.core import admission
 from durable_obj.core.feed import Change, achanges
 from durable_obj.core.object import DurableObject, Result
 from durable_obj.core.queries import Params
@@ -78,11 +86,13 @@ from durable_obj.replica import server
 from durable_obj.service import lanes
 from durable_obj.service.lanes import FlushOutcome, Lane, UnitCall, start_threads, wait_for
 from durable_obj.service.namespace import open as _open_sync
+from durable_obj.service.rounds import Rounds
 from durable_obj.service.transactions import AsyncTransactions
 
 __all__ = [
     "IO_WORKERS",
     "LOCAL_WORKERS",
+    "MAX_UNITS_IN_FLIGHT",
     "OPEN_WORKERS",
     "AsyncDurableObject",
     "FlushOutcome",
@@ -100,6 +110,10 @@ log = logging.getLogger("durable_obj")
 LOCAL_WORKERS = 4
 #: Threads for storage calls (open, flush, checkpoint, refresh, close).
 IO_WORKERS = 16
+#: Units (awrite, abatch) in flight across every object of the process (None:
+#: only each object's own `max_units_in_flight`); read at the first unit. See
+#: `core/admission.py` for when it helps.
+MAX_UNITS_IN_FLIGHT: int | None = None
 
 #: Threads for opens (`aopen`): each open is mostly Python (the head, the
 #: restore, the replay), and sixteen of them at once kept the event loop from
@@ -176,9 +190,8 @@ class AsyncDurableObject(AsyncTransactions):
         #: per thread). Touched only by this object's lane, one call at a time.
         self._owed: weakref.WeakSet[asyncio.Task[Any]] = weakref.WeakSet()
         self._last_flush: concurrent.futures.Future[str | None] | None = None
-        #: The group commit in flight for `awrite`/`abatch` (see `_durable`):
-        #: it returns its key and the buffer position it covered.
-        self._round: asyncio.Future[tuple[str | None, int]] | None = None
+        #: The group commits `awrite`/`abatch` wait for (`rounds.py`).
+        self._rounds = Rounds(sync, _shared_pool)
 
     @classmethod
     def wrap(cls, sync: DurableObject) -> AsyncDurableObject:
@@ -225,7 +238,8 @@ class AsyncDurableObject(AsyncTransactions):
             if task is not None:
                 self._owed.add(task)
 
-        await self._read("aexecute()", run)
+        async with self._sync._admission.aslot():  # a slot until it ran (admission.py)
+            await self._read("aexecute()", run)
 
     async def awrite(
         self, *statements: Statement, params: Params = None, allow_nondeterministic: bool = False
@@ -262,41 +276,11 @@ class AsyncDurableObject(AsyncTransactions):
             batch.key = await self._write(batch.planned, "abatch()")
 
     async def _write(self, planned: list[Any], name: str) -> str | None:
-        call = UnitCall(self, planned, asyncio.current_task())
-        target = await self._read(name, call)
-        return None if target is None else await self._durable(target)
-
-    async def _durable(self, target: int) -> str | None:
-        """Every line before buffer position `target` committed: by the
-        commit in flight if it covers it, else by the next, which this call
-        starts once that one ended. One commit of this face in flight at a
-        time; waiting tasks hold no thread. Cancelling a waiting task
-        cancels nothing: the commit goes on for the others."""
-        sync = self._sync
-        while True:
-            current = self._round
-            if current is None or current.done():  # (its done callback may not have run)
-                current = self._round = asyncio.wrap_future(
-                    _shared_pool().submit(self._commit_round)
-                )
-                current.add_done_callback(self._round_done)
-            key, upto = await asyncio.shield(current)
-            if upto >= target:
-                return key if key is not None else sync._buf.last_key
-
-    def _commit_round(self) -> tuple[str | None, int]:
-        """One group commit (a worker thread): everything buffered now."""
-        sync = self._sync
-        with sync._lock:
-            sync._require_writable(engine=False)
-            upto = sync._buf.end
-            return sync._durable_through(upto), upto
-
-    def _round_done(self, fut: asyncio.Future[tuple[str | None, int]]) -> None:
-        if self._round is fut:
-            self._round = None
-        if not fut.cancelled():
-            fut.exception()  # retrieved: each waiter was handed it
+        every = admission.process(MAX_UNITS_IN_FLIGHT)  # backpressure: the object's, the process's
+        async with self._sync._admission.aslot() as mine, every.aslot() as ours:
+            call = UnitCall(self, planned, asyncio.current_task())
+            with speaking_as(name):  # the UnitCall itself: the lane merges it with those queued
+                return await self._rounds.unit(self._call(call, io=False), mine, ours)
 
     async def aquery(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None

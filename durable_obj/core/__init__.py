@@ -9,6 +9,7 @@
     group      group commit: concurrent flushes share one commit in flight
     units      units of work: write(), batch(); whole or not at all
     transaction  transaction(): read, decide, write, no other write between
+    admission  backpressure: a bounded number of writes in flight, admitted in order
     rebuild    a writer's copy rebuilt from its committed state and buffer
     surface    identity, state, and the gates every call passes
     queries    the reads: local, nothing logged

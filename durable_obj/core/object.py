@@ -47,6 +47,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj.core import feed, follow, unclosed
+from durable_obj.core.admission import Admission
 from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
 from durable_obj.core.group import GroupCommit
@@ -125,6 +126,7 @@ class DurableObject(Durability, Transactions):
         self._diverged = False
         self._txn = None
         self._queued: list[Any] = []
+        self._admission = Admission(options.max_units_in_flight)
         self._queue_lock = threading.Lock()
         self._hb: Heartbeat | None = None
         self._fence_note = ""

@@ -67,6 +67,13 @@ class Options(BaseModel):
     auto_flush: bool = False
     auto_flush_bytes: int = Field(default=1024 * 1024, gt=0)
     auto_flush_age: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    #: Backpressure: the most writes of this object in flight at once (a
+    #: unit of `write()`/`batch()`/`awrite()`/`abatch()` from admission until
+    #: it is durable or failed; an `aexecute()` until its statement ran).
+    #: More writers wait for admission, first come first admitted, holding
+    #: no worker thread (`core/admission.py`). 64: as many queued units as
+    #: one async lane call merges, so the bound costs no merging.
+    max_units_in_flight: int = Field(default=64, ge=1, le=1_000_000)
     #: Session time zone of a new object (an existing object's head decides).
     timezone: str = Field(default=DEFAULT_TIMEZONE, min_length=1, max_length=64)
     #: A short description of a new object, shown by list() and `ls` (an

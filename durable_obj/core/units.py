@@ -35,6 +35,7 @@ import threading
 from collections.abc import Iterator, Mapping
 
 from durable_obj.core import publishing
+from durable_obj.core.admission import Admission
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.pending import Outgoing
 from durable_obj.core.queries import Params
@@ -202,6 +203,8 @@ class Units(Surface):
     `DurableObject`."""
 
     _group: GroupCommit
+    #: The slots of the writes in flight (`admission.py`).
+    _admission: Admission
     #: A unit failed half-run and the rebuild of the local copy did not finish.
     _diverged: bool
     #: Units of threads waiting to run (`_write_queued`), and their lock.
@@ -279,24 +282,27 @@ class Units(Surface):
         the unit waits in a queue, and whichever thread next takes the lock
         runs every unit queued by then together (`_run_units`: merged
         INSERTs, each unit buffered whole with its own outcome), so threads
-        share engine calls as their commits share a round (`group.py`)."""
-        mine = _Queued(planned)
-        with self._queue_lock:
-            self._queued.append(mine)
-        with self._lock:
-            if mine.outcome is None:
-                with self._queue_lock:
-                    queued, self._queued = self._queued, []
-                outcomes = self._run_units([q.planned for q in queued])
-                for q, done in zip(queued, outcomes, strict=True):
-                    q.outcome = done
-            outcome = mine.outcome
-            assert outcome is not None
-            if isinstance(outcome, Exception):
-                raise outcome
-            if not self._buf and self._buf.start == outcome:
-                return None  # nothing of the unit logged, nothing else buffered
-            return self._durable_through(outcome)
+        share engine calls as their commits share a round (`group.py`).
+        The unit first waits for admission (`admission.py`): a slot of the
+        object's `max_units_in_flight`, held until it returns or raises."""
+        with self._admission.slot():
+            mine = _Queued(planned)
+            with self._queue_lock:
+                self._queued.append(mine)
+            with self._lock:
+                if mine.outcome is None:
+                    with self._queue_lock:
+                        queued, self._queued = self._queued, []
+                    outcomes = self._run_units([q.planned for q in queued])
+                    for q, done in zip(queued, outcomes, strict=True):
+                        q.outcome = done
+                outcome = mine.outcome
+                assert outcome is not None
+                if isinstance(outcome, Exception):
+                    raise outcome
+                if not self._buf and self._buf.start == outcome:
+                    return None  # nothing of the unit logged, nothing else buffered
+                return self._durable_through(outcome)
 
     def _run_unit(self, planned: list[_Planned]) -> int:
         """Run a unit (lock held) and buffer it whole; the position after it."""

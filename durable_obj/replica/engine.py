@@ -44,27 +44,23 @@ from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds, unstoppable
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import archives, server
-from durable_obj.replica.messages import clean, describe_syntax_error, without_table_uuids
+from durable_obj.replica.messages import (
+    FOREIGN_HINT,
+    HINT,
+    clean,
+    describe_syntax_error,
+    dropped_hint,
+    without_table_uuids,
+)
 from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_paths, engine_root
 from durable_obj.replica.turn import Turned
 from durable_obj.replica.watchdog import WATCHDOG, Guard
 
-#: An engine hint naming another object's internal database, and such a name.
-_FOREIGN_HINT = re.compile(rf"([.:]?)\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?(\.?)")
-#: An engine hint, and the database of each qualified name in one.
-_HINT = re.compile(r"([.:]?)\s*Maybe you meant[^?]*\?(\.?)")
+#: The database of each qualified name in an engine hint.
 _QUALIFIED = re.compile(r"([A-Za-z_][\w$]*)\.[A-Za-z_`]")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
 #: The words of the engine's keywords (`Engine._keywords`), once read.
 _KEYWORDS: frozenset[str] | None = None
-
-
-def _dropped(hint: re.Match[str]) -> str:
-    """What is left of a message when the hint `hint` is dropped: exactly what
-    the engine writes with no hint ("exist. (", "exist: Maybe ...?." ->
-    "exist.", "'. Maybe ...? In scope" -> "'. In scope"), so whether there
-    was one (another object has a table of a like name) does not show."""
-    return "." if hint.group(1) or hint.group(2) else ""
 
 
 def acquire() -> Engine:
@@ -126,9 +122,9 @@ class Engine:
         may see it: its own database under the logical name, no other
         object's database (a "Maybe you meant" hint naming one is dropped),
         no path of the engine's folder."""
-        text = _HINT.sub(self._own_hint, clean(exc))
+        text = HINT.sub(self._own_hint, clean(exc))
         text = text.replace(self.database, self.scope.logical)
-        text = _FOREIGN_HINT.sub(_dropped, text)
+        text = FOREIGN_HINT.sub(dropped_hint, text)
         text = _RESERVED_NAME.sub("<another database>", text)
         text = without_table_uuids(text, self._table_named)
         for path in engine_paths():
@@ -140,7 +136,7 @@ class Engine:
         dropped when it names a table of any database but the object's own
         (another object's, the engine's `default`, a scratch database)."""
         dbs = _QUALIFIED.findall(hint.group())
-        return hint.group() if all(db == self.database for db in dbs) else _dropped(hint)
+        return hint.group() if all(db == self.database for db in dbs) else dropped_hint(hint)
 
     def _table_named(self, table_uuid: str) -> str | None:
         """`db.name` of this object's table with that UUID (logical names),

@@ -9,6 +9,7 @@ import difflib
 import re
 from collections.abc import Callable
 
+from durable_obj.gate.isolation import RESERVED_PREFIX
 from durable_obj.gate.sql import tokenize
 
 #: Words a statement can begin with: only to suggest one for a mistyped
@@ -109,3 +110,17 @@ def clean(exc: BaseException) -> str:
     """The engine's message without its stack trace."""
     text = str(exc).split("Stack trace", 1)[0].strip()
     return text[:2000]
+
+
+#: An engine hint ("Maybe you meant db.t?"), with the punctuation around it.
+HINT = re.compile(r"([.:]?)\s*Maybe you meant[^?]*\?(\.?)")
+#: An engine hint naming another object's internal database.
+FOREIGN_HINT = re.compile(rf"([.:]?)\s*Maybe you meant[^?]*{RESERVED_PREFIX}[^?]*\?(\.?)")
+
+
+def dropped_hint(hint: re.Match[str]) -> str:
+    """What is left of a message when the hint `hint` is dropped: exactly what
+    the engine writes with no hint ("exist. (", "exist: Maybe ...?." ->
+    "exist.", "'. Maybe ...? In scope" -> "'. In scope"), so whether there
+    was one (another object has a table of a like name) does not show."""
+    return "." if hint.group(1) or hint.group(2) else ""

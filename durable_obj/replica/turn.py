@@ -8,9 +8,10 @@ writing: tick gap p99 3.8-4.9 ms with one local thread, 11-18 ms with four,
 even when they took turns around every engine call). So a local worker
 holds the turn for its whole call, engine calls included, as if there were
 one thread; only when an engine call of the holder has run for `SLOW`
-seconds (the GIL is released then) may a waiting worker take the turn and
+seconds (the GIL is released then) may the next worker take the turn and
 go on with another object's call. The slow call, when it returns, waits for
-the turn again before its Python goes on.
+the turn again before its Python goes on. Workers get the turn in the order
+they asked for it.
 
 Threads that never took the turn (the sync API, storage workers) are not
 affected: `released()` does nothing on them.
@@ -18,6 +19,7 @@ affected: `released()` does nothing on them.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import threading
 import time
@@ -27,34 +29,69 @@ from typing import Any
 #: How long the holder's engine call runs before another worker may go on.
 SLOW = 0.02
 
-_cond = threading.Condition()
+_lock = threading.Lock()
 _state: dict[str, Any] = {"owner": None, "engine_since": None}
+#: Workers waiting for the turn, in the order they asked, each woken by its
+#: own event: the turn goes to the first. (A free-for-all let the worker
+#: that just gave the turn back take it again for its next call before the
+#: woken one ran, call after call: 50 objects writing, one worker waited
+#: 3.5-4.7 s for the turn while the median wait was 0, and its object's
+#: units waited with it.)
 _held = threading.local()
+
+
+class _Ticket(threading.Event):
+    """One waiting worker's wake-up, and which thread it is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ident = threading.get_ident()
+
+
+_waiting: collections.deque[_Ticket] = collections.deque()
+
+
+def _wake_first() -> None:
+    """The first in line looks again (lock held)."""
+    if _waiting:
+        _waiting[0].set()
 
 
 def _acquire() -> None:
     me = threading.get_ident()
-    with _cond:
+    ticket = _Ticket()
+    with _lock:
+        _waiting.append(ticket)
+    try:
         while True:
-            owner, since = _state["owner"], _state["engine_since"]
-            if owner is None:
-                break
-            if since is not None:
-                left = since + SLOW - time.monotonic()
-                if left <= 0:
-                    break  # the holder waits on the engine: go on beside it
-                _cond.wait(left)
-            else:
-                _cond.wait()
-        _state["owner"], _state["engine_since"] = me, None
+            timeout = None
+            with _lock:
+                if _waiting[0] is ticket:
+                    owner, since = _state["owner"], _state["engine_since"]
+                    if since is not None:  # the holder waits on the engine: beside it after SLOW
+                        timeout = since + SLOW - time.monotonic()
+                    if owner is None or (timeout is not None and timeout <= 0):
+                        _waiting.popleft()
+                        _state["owner"], _state["engine_since"] = me, None
+                        _wake_first()  # the next in line watches the new holder
+                        return
+                ticket.clear()
+            ticket.wait(timeout)
+    except BaseException:
+        with _lock:
+            first = _waiting[0] is ticket
+            _waiting.remove(ticket)
+            if first:
+                _wake_first()
+        raise
 
 
 def _release() -> None:
     me = threading.get_ident()
-    with _cond:
+    with _lock:
         if _state["owner"] == me:
             _state["owner"] = _state["engine_since"] = None
-            _cond.notify()
+            _wake_first()
 
 
 @contextlib.contextmanager
@@ -72,20 +109,20 @@ def hold() -> Iterator[None]:
 @contextlib.contextmanager
 def released() -> Iterator[None]:
     """The block waits on the engine or the store (the GIL is free): if this
-    thread holds the turn, another worker may take it once the block has
-    run `SLOW` seconds; taken back (waited for) after."""
+    thread holds the turn, the first waiting worker may take it once the
+    block has run `SLOW` seconds; taken back (waited for, in line) after."""
     if not getattr(_held, "on", False):
         yield
         return
     me = threading.get_ident()
-    with _cond:
+    with _lock:
         if _state["owner"] == me:
             _state["engine_since"] = time.monotonic()
-            _cond.notify_all()  # waiters start counting
+            _wake_first()  # it starts counting
     try:
         yield
     finally:
-        with _cond:
+        with _lock:
             still = _state["owner"] == me
             if still:
                 _state["engine_since"] = None

@@ -7,6 +7,7 @@
     cache       the rules Pool and the async pool keep, decided in one place
     lanes       each object's async calls in order, on shared thread pools
     transactions  atransaction(): other calls parked at a gate until it ends
+    rounds      the group commits an async face's units of work wait for
 
 May import: every layer below (`core`, `replica`, `gate`, `stores`, `wire`,
 `errors`); never a face above it (`aio`, `cli`, `langgraph`, `mcp`, `ray`,

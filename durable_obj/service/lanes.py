@@ -26,6 +26,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
+from durable_obj.core import admission
 from durable_obj.replica import turn
 
 T = TypeVar("T")
@@ -85,7 +86,9 @@ class Lane:
                     self._queue and len(riders) < MAX_TOGETHER - 1 and fn.joins(self._queue[0][1])
                 ):
                     riders.append(self._queue.popleft())
-        with contextlib.nullcontext() if io else turn.hold():  # local: one at a time in Python
+        # local: one at a time in Python; a write inside a lane call takes no
+        # admission slot (units waiting behind this very call may hold them all)
+        with contextlib.nullcontext() if io else turn.hold(), admission.exempt():
             if riders:
                 self._run_together([(fut, fn, False), *riders])
             elif fut.set_running_or_notify_cancel():

@@ -53,17 +53,17 @@ class Namespace:
     `storage_options` go to the store as-is (endpoint_url, key, secret, ...);
     `progress` is an fsspec callback for large transfers.
 
-    Options, for every object opened here (`durable_obj.core.options.Options`
-    documents each and its default): lease_ttl, heartbeat_interval,
-    clock_skew, commit_deadline, fetch_concurrency; db, timezone and
-    description (of a new object: an existing object's head decides); fold_segments, fold_bytes,
-    close_fold_segments (when the WAL is folded into a checkpoint);
-    auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or
-    "refuse"); retention (the time-travel window, seconds); external_reads (what
-    a read-only query() may reach outside: "url", "s3", folders for file(); off);
-    query_bounds, write_bounds (the `Bounds` every read, every written statement runs under);
-    encryption (a key provider: new objects are encrypted, encrypted ones need
-    it), compression ("zstd": a compressed WAL), follow and on_change (followers).
+    Options, for every object opened here (`durable_obj.core.options.Options` documents each and
+    its default): lease_ttl, heartbeat_interval, clock_skew, commit_deadline, fetch_concurrency;
+    db, timezone and description (of a new object: an existing object's head decides);
+    fold_segments, fold_bytes, close_fold_segments (when the WAL is folded into a checkpoint);
+    auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or "refuse"); retention
+    (the time-travel window, seconds); external_reads (what a read-only query() may reach
+    outside: "url", "s3", folders for file(); off); query_bounds, write_bounds (the `Bounds`
+    every read, every written statement runs under); encryption (a key provider: new objects are
+    encrypted, encrypted ones need it), compression ("zstd": a compressed WAL), follow and
+    on_change (followers); max_units_in_flight (writes in flight at once; more wait, first come
+    first admitted).
     """
 
     def __init__(
@@ -469,10 +469,12 @@ def open(
     auto_flush_age=None: ... when the oldest buffered statement is this many
         seconds old (checked on execute and by a timer on the heartbeat
         thread, so an idle writer flushes too).
-    retention=604800.0 (7 days): seconds of past states kept restorable with
-        at=; a writer records it in the head, each checkpoint first archives
-        the manifest it supersedes (history/), and gc keeps every base and
-        segment a point inside the window needs. 0: no history (V1's gc).
+    retention=604800.0 (7 days): seconds of past states kept restorable with at=; a
+        writer records it in the head, each checkpoint first archives the manifest it
+        supersedes (history/), and gc keeps every base and segment a point inside the
+        window needs. 0: no history (V1's gc).
+    max_units_in_flight=64: the object's writes in flight at once; more wait for
+        admission, first come first admitted (docs/guides/async.md, backpressure).
     external_reads=(): what a read-only query() may reach outside the object:
         "url" (url()), "s3" (s3()), absolute folders whose files file() may
         read. Off by default; never a mutation (docs/security.md).
@@ -480,15 +482,13 @@ def open(
         result rows/bytes, memory) every read (unless it passes its own), and
         every statement of execute()/write()/batch(), runs under; a statement
         cannot raise them; a write past them is Timeout, nothing logged.
-    encryption=None: a key provider (`durable_obj.StaticKey`, `EnvKey`,
-        `KeyFile`, `AwsKms`, or your own `KeyProvider`). A new object is
-        created encrypted: every segment, base and history file is sealed
-        (AES-256-GCM) under a data key this provider wraps; an encrypted
-        object needs the key that wrapped it (`KeyRefused` names its id).
-        chdb.durable refuses encrypted objects (docs/concepts/encryption.md).
-    compression=None: "zstd" compresses a new object's WAL segments
-        (several times smaller for SQL text); chdb.durable refuses such an
-        object, so it is off by default.
+    encryption=None: a key provider (`durable_obj.StaticKey`, `EnvKey`, `KeyFile`,
+        `AwsKms`, or your own `KeyProvider`). A new object is created encrypted: every
+        segment, base and history file is sealed (AES-256-GCM) under a data key this
+        provider wraps; an encrypted object needs the key that wrapped it (`KeyRefused`
+        names its id). chdb.durable refuses encrypted objects (docs/concepts/encryption.md).
+    compression=None: "zstd" compresses a new object's WAL segments (several times
+        smaller for SQL text); chdb.durable refuses such an object, so it is off by default.
     follow=None, on_change=None: a follower (read_only=True only) refreshes
         every `follow` s, calls on_change(Update) (docs/guides/followers.md).
     """

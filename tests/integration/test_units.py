@@ -276,3 +276,40 @@ def test_a_long_query_on_one_object_never_holds_up_anothers_write(ns_url: str) -
         await slow.aclose()
 
     asyncio.run(main())
+
+
+def test_awrites_queued_on_a_lane_run_as_one_call_and_share_a_commit(ns_url: str) -> None:
+    """Units queued behind a busy call of their object's lane run together:
+    one engine pass over all of them (`_run_units`), one commit."""
+
+    async def main() -> None:
+        o = await durable_obj.aopen(f"{ns_url}/q", owner="units")
+        await o.awrite(*DDL)
+        passes: list[int] = []
+        run_units = o.sync._run_units
+
+        def counted(units: list[Any]) -> Any:
+            passes.append(len(units))
+            return run_units(units)
+
+        o.sync._run_units = counted  # type: ignore[method-assign]
+        gate = threading.Event()
+        busy = asyncio.ensure_future(o.arun(lambda: gate.wait(30), io=False))
+        writes = [
+            asyncio.ensure_future(o.awrite((MEMORY, {"id": n, "v": "q"}), (LOG, {"id": n})))
+            for n in range(10)
+        ]
+        for _ in range(500):  # every unit queued behind the busy call
+            if len(o._lane._queue) == 10:
+                break
+            await asyncio.sleep(0.01)
+        assert len(o._lane._queue) == 10
+        seq = o.sync.seq
+        gate.set()
+        await busy
+        keys = await asyncio.gather(*writes)
+        assert passes == [10], "the queued units ran one by one"
+        assert o.sync.seq == seq + 1 and len(set(keys)) == 1
+        await o.aclose()
+
+    asyncio.run(main())
