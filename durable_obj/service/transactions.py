@@ -33,7 +33,7 @@ commit or rollback, is a lane call that cancelling the task does not stop:
 a task cancelled inside the block rolls back, and the gate opens once that
 call has run, whatever became of the task. The commit is `awrite()`'s: the
 lines join the buffer in one step, the gate opens, and the face's group
-commit makes them durable (`AsyncDurableObject._durable`), so other tasks
+commit makes them durable (the face's group commits, `rounds.py`), so other tasks
 go on during the round trip.
 """
 
@@ -54,6 +54,7 @@ from durable_obj.core.transaction import Transaction, check_entry, marked
 from durable_obj.gate.bounds import Bounds
 from durable_obj.gate.classify import speaking_as
 from durable_obj.service.lanes import Lane, wait_for
+from durable_obj.service.rounds import Rounds
 
 if TYPE_CHECKING:
     from durable_obj.core.object import DurableObject
@@ -265,6 +266,7 @@ class AsyncTransactions:
     """`atransaction()` of `AsyncDurableObject`."""
 
     _sync: DurableObject
+    _rounds: Rounds
     _owed: weakref.WeakSet[asyncio.Task[Any]]
 
     @property
@@ -280,7 +282,8 @@ class AsyncTransactions:
         self._sync._async_lane = lane
 
     async def _durable(self, target: int) -> str | None:
-        raise NotImplementedError  # aio.AsyncDurableObject
+        """Every line before `target` committed by the face's group commits."""
+        return await self._rounds.through(target)
 
     def atransaction(self) -> contextlib.AbstractAsyncContextManager[AsyncTransaction]:
         """`DurableObject.transaction` for this task: the `AsyncTransaction`
