@@ -54,6 +54,19 @@ class Together(Protocol):
         ...
 
 
+def settle(fut: concurrent.futures.Future[T], fn: Callable[[], T]) -> None:
+    """Run `fn` for `fut`, unless `fut` was cancelled first; its result or
+    its error (handed to the awaiting task as is) goes to `fut`."""
+    if not fut.set_running_or_notify_cancel():
+        return
+    try:
+        result = fn()
+    except BaseException as exc:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(result)
+
+
 class Lane:
     """One object's calls, one at a time and in order, on the shared pool.
 
@@ -91,13 +104,8 @@ class Lane:
         with contextlib.nullcontext() if io else turn.hold(), admission.exempt():
             if riders:
                 self._run_together([(fut, fn, False), *riders])
-            elif fut.set_running_or_notify_cancel():
-                try:
-                    result = fn()
-                except BaseException as exc:  # handed to the awaiting task as is
-                    fut.set_exception(exc)
-                else:
-                    fut.set_result(result)
+            else:
+                settle(fut, fn)
         with self._lock:
             if not self._queue:
                 self._busy = False

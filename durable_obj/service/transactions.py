@@ -53,7 +53,7 @@ from durable_obj.core.surface import Result, Surface, refuse_in_transaction
 from durable_obj.core.transaction import Transaction, check_entry, marked
 from durable_obj.gate.bounds import Bounds
 from durable_obj.gate.classify import speaking_as
-from durable_obj.service.lanes import Lane, wait_for
+from durable_obj.service.lanes import Lane, settle, wait_for
 from durable_obj.service.rounds import Rounds
 
 if TYPE_CHECKING:
@@ -67,17 +67,7 @@ _Parked = tuple[concurrent.futures.Future[Any], Callable[[], Any], bool]
 def _claiming(fut: concurrent.futures.Future[T], fn: Callable[[], T]) -> Callable[[], None]:
     """A parked call as the lane runs it: only if not cancelled by then."""
 
-    def run() -> None:
-        if not fut.set_running_or_notify_cancel():
-            return
-        try:
-            result = fn()
-        except BaseException as exc:  # handed to the awaiting task as is
-            fut.set_exception(exc)
-        else:
-            fut.set_result(result)
-
-    return run
+    return lambda: settle(fut, fn)
 
 
 class Gate:
