@@ -372,13 +372,13 @@ class AsyncDurableObject(AsyncTransactions):
             return FlushOutcome(ran=True, error=error)
         return FlushOutcome(ran=True, key=fut.result())
 
-    async def acheckpoint(self) -> str:
+    async def acheckpoint(self, *, full: bool = False) -> str:
         """`DurableObject.checkpoint` in a worker (the BACKUP, its upload and
         hashing all off the loop). Makes buffered statements durable too."""
         task = asyncio.current_task()
 
         def run() -> str:
-            key = self._sync.checkpoint()
+            key = self._sync.checkpoint(full=full)
             if task is not None:
                 self._owed.discard(task)
             return key

@@ -22,6 +22,11 @@ from durable_obj.service.namespace import split_destination
 @cli.command("checkpoint")
 @click.argument("object_url")
 @writer_options
+@click.option(
+    "--full",
+    is_flag=True,
+    help="Take a full base, not an increment over the one before (chdb.durable reads it).",
+)
 @key_options
 @storage_options
 def checkpoint_cmd(
@@ -29,12 +34,15 @@ def checkpoint_cmd(
     owner: str | None,
     force: bool,
     reclaim: bool,
+    full: bool,
     encryption: Any,
     storage_options: dict[str, Any],
 ) -> None:
     """Fold the WAL into a new base snapshot (open as writer, checkpoint, close).
 
-    An encrypted object needs its key; its new base is sealed under a new data key."""
+    The base is an increment over the one before it when the policy allows; --full takes a
+    full one, which chdb.durable (V1) can read again. An encrypted object needs its key; a
+    full base is sealed under a new data key."""
     namespace, oid = parse_object_url(object_url)
     with progress_bar("checkpoint") as bar:
         ns = Namespace(
@@ -46,7 +54,7 @@ def checkpoint_cmd(
         )
         ns.info(oid)  # a writer open would create a missing object: refuse instead
         with ns.open(oid, force=force, reclaim=reclaim) as obj:
-            key = obj.checkpoint()
+            key = obj.checkpoint(full=full)
             head = obj.head
     assert head is not None and head.manifest.base is not None
     base = head.manifest.base

@@ -39,6 +39,12 @@ def _discard(obj: DurableObject) -> None:
 @writer_options
 @click.option("--create", is_flag=True, help="Create the object if it does not exist.")
 @click.option(
+    "--full-checkpoints",
+    is_flag=True,
+    help="A checkpoint this takes (folding the WAL) is a full base, never an increment: "
+    "for an object chdb.durable also reads.",
+)
+@click.option(
     "--allow-nondeterministic",
     is_flag=True,
     help="Log a statement that would replay differently as written (replicas may diverge).",
@@ -53,6 +59,7 @@ def exec_cmd(
     force: bool,
     reclaim: bool,
     create: bool,
+    full_checkpoints: bool,
     allow_nondeterministic: bool,
     params: dict[str, str],
     encryption: Any,
@@ -80,6 +87,7 @@ def exec_cmd(
         owner=owner or default_owner(),
         storage_options=storage_options,
         encryption=encryption,
+        incremental_checkpoints=not full_checkpoints,
     )
     if not create:
         try:

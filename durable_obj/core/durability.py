@@ -18,17 +18,20 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from durable_obj.core import publishing
+from durable_obj.core import chains, publishing
 from durable_obj.core.options import make_options
 from durable_obj.core.surface import refuse_in_transaction
 from durable_obj.core.units import Units
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
+from durable_obj.replica import links
+from durable_obj.replica.archives import NotIncremental
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.wire import keyring
-from durable_obj.wire.protocol import mint_checkpoint_key
+from durable_obj.wire.protocol import mint_checkpoint_key, object_key
 from durable_obj.wire.v1base import DefaultBase
 
 if TYPE_CHECKING:
+    from durable_obj.wire.head import Head
     from durable_obj.wire.keys import KeyProvider
     from durable_obj.wire.sealing import Codec
 
@@ -77,7 +80,8 @@ class Durability(Units):
         wal = self._w.head.manifest.wal
         if self._txn is not None or self._diverged:
             return  # the local copy is not the log's now: a checkpoint would store it
-        if self._opts.fold_due(wal, segments):
+        cheap = chains.cheap(self._w.head, self._local, self._opts)
+        if self._opts.fold_due(wal, segments, cheap=cheap):
             log.info("%s: folding %d WAL segment(s) into a checkpoint", self.url, len(wal))
             try:
                 self._checkpoint_locked()
@@ -98,7 +102,8 @@ class Durability(Units):
         `new` instead of the one it was opened with: one head write, no data
         rewritten. From then on the object opens with `new` only. Returns
         how many data keys were rewrapped. A new data key comes with the next
-        checkpoint(). `InvalidArgument` on a plain object."""
+        full base (`checkpoint(full=True)`; an increment keeps the active
+        key). `InvalidArgument` on a plain object."""
         with self._lock:
             self._require_writable()
             old, head = self._w.keys.provider, self._w.head
@@ -127,18 +132,20 @@ class Durability(Units):
             log.info("%s: %d data key(s) rewrapped under %s", self.url, count, new.key_id)
             return count
 
-    def checkpoint(self) -> str:
+    def checkpoint(self, *, full: bool = False) -> str:
         """Snapshot the database as a new base and empty the WAL list.
 
         Shortens the next open; durability never depends on it. Includes
-        buffered statements, which it makes durable too.
+        buffered statements, which it makes durable too. The base is an
+        increment over the one before it when the policy allows
+        (`core/chains.py`); `full=True` takes a full one.
         """
         refuse_in_transaction(self, "checkpoint()")
         with self._lock:
             self._require_writable()
-            return self._checkpoint_locked(caller_told=True)
+            return self._checkpoint_locked(caller_told=True, full=full)
 
-    def _checkpoint_locked(self, *, caller_told: bool = False) -> str:
+    def _checkpoint_locked(self, *, caller_told: bool = False, full: bool = False) -> str:
         self._group.idle()  # never beside a commit in flight; the lock is held from here
         while (txn := self._txn) is not None:  # one began while idle() waited: not logged yet
             assert not txn.admits(), "a checkpoint inside its own transaction"
@@ -149,27 +156,35 @@ class Durability(Units):
         started = time.monotonic()
         key = mint_checkpoint_key(self.generation, self.seq + 1)
         local = os.path.join(work, os.path.basename(key))
+        head = self._w.head
+        assert head is not None
+        increment = chains.plan(head, self._local, self._opts, full=full, engine=engine)
+        over = None if increment is None else increment.base
         # BACKUP writes the archive on a thread while it is hashed and
         # stored (growing.py); nothing of a failed BACKUP is committed.
         # a base of `default` is written in V1's shape (v1base.py)
+        retry_full = False
         archive = GrowingFile(local, DefaultBase(local) if self.db == "default" else None)
-        backup = archive.produce(lambda: engine.backup(self.db, local))
+        backup = archive.produce(lambda: engine.backup(self.db, local, over))
         # An encrypted object's base is sealed as BACKUP writes it, under a
         # new data key (one per checkpoint), and the sealed file is stored.
         stored, sealing, section = archive, None, None
-        head = self._w.head
-        assert head is not None
         provider = self._w.keys.provider
         if provider is not None and keyring.is_encrypted(head):
-            rotated = head.model_copy(deep=True)
-            keyring.rotate(
-                rotated,
-                self.oid,
-                provider,
-                now=self._w.clock.time(),
-                retention=self._opts.retention,
-            )
-            section = rotated.extension()[keyring.ENCRYPTION]
+            # A full base starts a new data key; an increment is sealed under
+            # the active one, as its links are, so every key its chain needs
+            # stays in the head for as long as the chain does.
+            rotated = head
+            if increment is None:
+                rotated = head.model_copy(deep=True)
+                keyring.rotate(
+                    rotated,
+                    self.oid,
+                    provider,
+                    now=self._w.clock.time(),
+                    retention=self._opts.retention,
+                )
+                section = rotated.extension()[keyring.ENCRYPTION]
             stored = GrowingFile(local + ".sealed")
             sealing = stored.produce(
                 _sealer(self._w.codec(rotated), key, archive, local + ".sealed")
@@ -183,12 +198,16 @@ class Durability(Units):
                 scratch=work,
                 progress=self._progress,
                 encryption=section,
+                chain=None if increment is None else increment.chain,
             )
         except SourceFailed as exc:
             cause: BaseException = exc
             while isinstance(cause, SourceFailed) and cause.__cause__ is not None:
                 cause = cause.__cause__  # the sealing failed because BACKUP did
-            raise cause from None  # BACKUP's own error
+            if isinstance(cause, NotIncremental):
+                retry_full = True
+            else:
+                raise cause from None  # BACKUP's own error
         except LeaseFenced as exc:
             self._fenced_by(exc)
             raise
@@ -198,9 +217,18 @@ class Durability(Units):
             if sealing is not None:
                 sealing.join()
                 stored.close()
+            if not retry_full and self._w.head is not None:
+                self._keep_listing(self._w.head, key, local)
             for path in (local, local + ".sealed"):
                 with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
                     os.unlink(path)
+        if retry_full:
+            log.info(
+                "%s: %s; taking a full checkpoint instead",
+                self.url,
+                "an increment would hold a file grown since its base",
+            )
+            return self._checkpoint_locked(caller_told=caller_told, full=True)
         self._buf.committed(key, caller_told=caller_told)
         log.info(
             "%s: checkpoint %s, %d bytes, %.3f s",
@@ -210,3 +238,30 @@ class Durability(Units):
             time.monotonic() - started,
         )
         return key
+
+    def _keep_listing(self, head: Head, key: str, local: str) -> None:
+        """After a checkpoint of `key` (committed when the head names it),
+        keep its listing for the next one to be an increment over it; a
+        folder store moved the archive in, so it is read back from there."""
+        stub = os.path.join(os.path.dirname(local), "base.stub")
+        if head.manifest.base is None or head.manifest.base.key != key:
+            return  # not committed: the base and its listing stay
+        self._local.base_link = None
+        try:
+            if os.path.exists(local):
+                links.stub(local, stub)
+            else:
+                back = local + ".back"
+                try:
+                    if not self._w.store.fetch_file(object_key(self.oid, key), back, None):
+                        return
+                    links.stub(back, stub)
+                finally:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(back)
+        except DurableError as exc:  # the next checkpoint is full: never an error here
+            log.info(
+                "%s: kept no listing of %s (%s); the next checkpoint is full", self.url, key, exc
+            )
+            return
+        self._local.keep_base(head, stub)

@@ -252,20 +252,22 @@ def when(t: datetime | None) -> str:
 
 
 def refs_of(point: Point) -> list[ObjectRef]:
-    """The base and segments the state at `point` is made of."""
+    """The base (every link of an incremental one) and segments the state
+    at `point` is made of."""
     m = point.chain.manifest
-    base = [m.base] if m.base is not None else []
-    return base + list(m.wal[: point.index + 1])
+    return m.all_bases() + list(m.wal[: point.index + 1])
 
 
 def manifest_at(head: Head, point: Point) -> Head:
     """A head naming exactly the state right after `point`'s commit: its
-    chain's base and segments up to it (read only: never written)."""
+    chain's base (and the links beneath it) and segments up to it (read
+    only: never written)."""
     past = head.model_copy(deep=True)
     m = point.chain.manifest
     past.manifest = Manifest(
         db=m.db, base=m.base, wal=list(m.wal[: point.index + 1]), seq=point.seq
     )
+    past.set_chain(m.chain)
     return past
 
 
@@ -369,7 +371,10 @@ def build(
 def _points(chain: Chain, stored: dict[str, Entry]) -> list[Point]:
     m = chain.manifest
     out: list[Point] = []
-    available = True
+    try:  # every link of an incremental base is needed too
+        available = all(link.key in stored for link in m.chain)
+    except Corrupt:
+        available = False
     refs: list[tuple[int, ObjectRef]] = [] if m.base is None else [(-1, m.base)]
     refs += list(enumerate(m.wal))
     for index, ref in refs:

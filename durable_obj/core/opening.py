@@ -215,7 +215,14 @@ class Opener:
                 else:
                     self._take_lease(engine, got, force)
                 local.pin_head(got.head)
-                restore.restore(engine, got.head, fetches, url=writer.url)
+                kept = restore.restore(
+                    engine,
+                    got.head,
+                    fetches,
+                    url=writer.url,
+                    stub=None if read_only else local.work,
+                )
+                local.keep_base(got.head, kept)
             except BaseException:
                 if fetches is not None:
                     fetches.cancel()
@@ -368,6 +375,7 @@ class Refresh:
         if not self._full:
             fetched = got.head.model_copy(deep=True)
             fetched.manifest.base = None
+            fetched.manifest.set_chain([])
             fetched.manifest.wal = self._tail = new.wal[len(old.wal) :]
         with ThreadPoolExecutor(2) as pool:
             fetches = restore.Fetches(

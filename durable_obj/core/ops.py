@@ -113,8 +113,8 @@ def _parse_head(store: Store, oid: str, blob: Blob | None) -> Head:
 
 
 def live_refs(head: Head) -> list[ObjectRef]:
-    base = [head.manifest.base] if head.manifest.base is not None else []
-    return base + list(head.manifest.wal)
+    """Every key the head names: its base's links, its base, its segments."""
+    return head.manifest.all_bases() + list(head.manifest.wal)
 
 
 def describe(store: Store, oid: str, entries: list[Entry] | None = None) -> ObjectInfo:

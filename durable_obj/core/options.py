@@ -61,6 +61,16 @@ class Options(BaseModel):
     fold_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
     #: On close, fold instead of just flushing when the WAL holds more segments.
     close_fold_segments: int = Field(default=8, ge=0)
+    #: Checkpoints: an increment over the base before it when the policy
+    #: allows (False: every base is full, as chdb.durable reads them) ...
+    incremental_checkpoints: bool = True
+    #: ... while the chain holds fewer links than this (its full base included) ...
+    chain_links: int = Field(default=8, ge=1, le=64)
+    #: ... and its increments fewer bytes than this fraction of its full base.
+    chain_ratio: float = Field(default=0.5, ge=0, le=100, allow_inf_nan=False)
+    #: Growth policy with cheap checkpoints: fold after this many segments
+    #: when the fold would be an increment (0: as fold_segments says).
+    cheap_fold_segments: int = Field(default=16, ge=0, le=100_000)
     #: Flush by itself when the buffer reaches auto_flush_bytes or its oldest
     #: statement is auto_flush_age seconds old (checked on execute and on the
     #: heartbeat). Off by default: flush() stays the explicit durability boundary.
@@ -179,10 +189,15 @@ class Options(BaseModel):
             return True
         return self.auto_flush_age is not None and age >= self.auto_flush_age
 
-    def fold_due(self, wal: Sequence[ObjectRef], segments: int | None = None) -> bool:
+    def fold_due(
+        self, wal: Sequence[ObjectRef], segments: int | None = None, *, cheap: bool = False
+    ) -> bool:
         """Is `wal` long enough to fold into a checkpoint? `segments` replaces
-        both limits with a segment count alone (close uses its own)."""
+        both limits with a segment count alone (close uses its own); `cheap`:
+        the fold would be an increment (`cheap_fold_segments`)."""
         limit = self.fold_segments if segments is None else segments
+        if cheap and segments is None and self.cheap_fold_segments:
+            limit = min(limit or self.cheap_fold_segments, self.cheap_fold_segments)
         size_limit = self.fold_bytes if segments is None else 0
         return bool(limit and len(wal) >= limit) or bool(
             size_limit and sum(r.size for r in wal) >= size_limit

@@ -79,6 +79,7 @@ def commit_base(
     scratch: str | None,
     progress: Callback | None = None,
     encryption: dict[str, Any] | None = None,
+    chain: list[ObjectRef] | None = None,
 ) -> ObjectRef:
     """Publish `archive` (BACKUP by `engine_version`, which may still be
     writing it; sealed under the next data key when the object is
@@ -86,7 +87,8 @@ def commit_base(
     the base `key`, minted for the next seq, and commit it with an empty
     WAL. The file is given away: a store on its filesystem moves it into
     place once complete. On failure the head is as it was;
-    a failed BACKUP is `SourceFailed` and nothing was created."""
+    a failed BACKUP is `SourceFailed` and nothing was created. `chain`:
+    the links an increment is over (`Head.set_chain`; None: a full base)."""
     head = writer.head
     assert head is not None and writer.holder is not None
     again = " The statements stay buffered; retry checkpoint()."
@@ -123,6 +125,7 @@ def commit_base(
     head.manifest.base = ref
     head.manifest.wal = []
     head.manifest.seq += 1
+    head.set_chain(chain or [])
     # This engine wrote the archive: it is now the oldest that reads it.
     head.engine.version = engine_version
     head.engine.min_reader = engine_version

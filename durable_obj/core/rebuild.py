@@ -67,7 +67,7 @@ def rebuild(
             raise
     engine = local.fresh_engine()
     local.pin_head(head)
-    restore.restore(engine, head, fetches, url=writer.url)
+    local.keep_base(head, restore.restore(engine, head, fetches, url=writer.url, stub=local.work))
     db = head.manifest.db
     replayer = Replayer(engine, db)
     for n, sql in enumerate(parse_segment(b"".join(buffered), "the buffer"), start=1):

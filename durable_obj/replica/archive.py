@@ -29,6 +29,7 @@ import posixpath
 import re
 import tarfile
 import zipfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 from xml.etree import ElementTree
@@ -100,36 +101,61 @@ class _Archive:
             self._tar.close()
 
 
-def definitions(path: str, db: str) -> list[Definition]:
+def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> list[Definition]:
     """Every definition of a table of database `db` the archive at `path`
     holds, as RESTORE DATABASE `db` will read it; `Corrupt` if it cannot be
     read the way the engine reads it. The database's own definition is left
     out (the object's database is created before RESTORE, which only fills
-    it: `Engine.restore`), and so are other databases' (never restored)."""
+    it: `Engine.restore`), and so are other databases' (never restored).
+
+    `chain` ((relative path, local file), full base first) are the links
+    `path` is an increment over (`links.py`): each must record the one
+    before it, by that path and its uuid, and the first none; a definition
+    an increment takes from its base is read from the link that holds it."""
+    opened: list[_Archive] = []
     try:
-        archive = _Archive(path)
-    except (OSError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
-        raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
-    try:
-        return _definitions(archive, _escaped(db))
+        for where in [*(local for _, local in chain), path]:
+            opened.append(_Archive(where))
+        listings = [_listing(archive) for archive in opened]
+        _check_links(listings, [rel for rel, _ in chain])
+        return _definitions(opened, listings, _escaped(db))
     except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
         raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
     finally:
-        archive.close()
+        for archive in opened:
+            archive.close()
 
 
-def _definitions(archive: _Archive, folder: str) -> list[Definition]:
-    listing = _listing(archive)
-    if listing.find("base_backup") is not None or listing.find("base_backup_uuid") is not None:
-        raise Corrupt("the base is an incremental archive (its files come from another backup)")
-    contents = listing.find("contents")
+def _check_links(listings: list[ElementTree.Element], rels: list[str]) -> None:
+    """Each listing records exactly the link before it as its base (by the
+    text RESTORE opens and by uuid), the first none: RESTORE then reads the
+    links it was given, never a base an archive names on its own (another
+    path, another server)."""
+    for n, listing in enumerate(listings):
+        recorded = listing.findtext("base_backup")
+        uuid = listing.findtext("base_backup_uuid")
+        if n == 0:
+            if recorded is not None or uuid is not None:
+                raise Corrupt(
+                    "the base is an incremental archive but the head names no links beneath "
+                    "it (its files would come from another backup)"
+                )
+            continue
+        expected = f"File('{rels[n - 1]}')"
+        if recorded != expected or uuid is None or uuid != listings[n - 1].findtext("uuid"):
+            raise Corrupt(
+                f"link {n + 1} of the base's chain does not record link {n} as its base "
+                f"({(recorded or 'none')[:80]!r}); the chain is not the one the head names"
+            )
+
+
+def _definitions(
+    archives: list[_Archive], listings: list[ElementTree.Element], folder: str
+) -> list[Definition]:
     found: list[Definition] = []
+    contents = listings[-1].find("contents")
     for entry in [] if contents is None else contents.findall("file"):
         name = entry.findtext("name", "")
-        if entry.findtext("use_base", "").strip().lower() in ("1", "true") or int(
-            entry.findtext("base_size", "0") or 0
-        ):
-            raise Corrupt("the base is an incremental archive (its files come from another backup)")
         if not name.lower().endswith(".sql"):
             continue
         where = _DEFINITION.fullmatch(name)
@@ -137,14 +163,56 @@ def _definitions(archive: _Archive, folder: str) -> list[Definition]:
             raise Corrupt(f"the base holds a definition {name[:80]!r} outside a database")
         if where.group(2) is None or where.group(1) != folder:
             continue  # the database's own, or another's: never run (see `definitions`)
-        size = int(entry.findtext("size", "0") or 0)
-        data = entry.findtext("data_file", "") or name
         try:
-            text = archive.read(data, size).decode("utf-8")
+            text = _read(archives, listings, len(archives) - 1, entry).decode("utf-8")
         except UnicodeDecodeError:
             raise Corrupt(f"the base's definition {name[:80]!r} is not UTF-8 text") from None
         found.append(Definition(name, unquote(where.group(2)), text))
     return found
+
+
+def _read(
+    archives: list[_Archive],
+    listings: list[ElementTree.Element],
+    n: int,
+    entry: ElementTree.Element,
+) -> bytes:
+    """The bytes of `entry` of archive `n`, as RESTORE reads them: from its
+    own data file, or (`use_base`) from the file of the same size and
+    checksum in the link before it. A file stored as a tail over its base
+    (`base_size`) is refused: the engine cannot pack one into a tar."""
+    name = entry.findtext("name", "")
+    size = int(entry.findtext("size", "0") or 0)
+    base_size = int(entry.findtext("base_size", "0") or 0)
+    from_base = entry.findtext("use_base", "").strip().lower() in ("1", "true")
+    if base_size and (base_size != size or not from_base):
+        raise Corrupt(f"the base's file {name[:80]!r} is stored as a tail over another backup")
+    if not from_base:
+        return archives[n].read(entry.findtext("data_file", "") or name, size)
+    if n == 0:
+        raise Corrupt("the base is an incremental archive (its files come from another backup)")
+    checksum = entry.findtext("checksum", "")
+    contents = listings[n - 1].find("contents")
+    found = [
+        below
+        for below in ([] if contents is None else contents.findall("file"))
+        if int(below.findtext("size", "0") or 0) == size and below.findtext("checksum") == checksum
+    ]
+    if not found:
+        raise Corrupt(f"the base's file {name[:80]!r} is in none of the links beneath it")
+    # The engine finds it by size and checksum; an engine's listing stores
+    # one file per pair (deduplicated), so two that read differently are
+    # a listing made to be read two ways.
+    if (
+        len(
+            {(b.findtext("use_base"), b.findtext("data_file") or b.findtext("name")) for b in found}
+        )
+        > 1
+    ):
+        raise Corrupt(
+            f"the base's file {name[:80]!r} matches files of the link beneath it that differ"
+        )
+    return _read(archives, listings, n - 1, found[0])
 
 
 def _escaped(name: str) -> str:

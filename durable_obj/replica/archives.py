@@ -1,9 +1,12 @@
 """Durable V1 archives: BACKUP an object's database, RESTORE a base.
 
-    backup(engine, db, path)    a full BACKUP of the object's database, archived
-                                under its logical name `db`
-    restore(engine, db, path)   RESTORE database `db` of a base (our `.tar`,
-                                chdb.durable's `.tar.gz`) as the object's
+    backup(engine, db, path, base)  a BACKUP of the object's database, archived
+                                under its logical name `db`: full, or an
+                                increment over `base` (`links.py`)
+    restore(engine, db, path, links)  RESTORE database `db` of a base (our `.tar`,
+                                chdb.durable's `.tar.gz`; an increment over
+                                `links`) as the object's
+    NotIncremental              an increment the engine could not write
     unpacked(archive, into)     an untrusted archive unpacked, safely and
                                 bounded, into a temporary folder of `into`
     Refused, TooLarge           what unpacking raises (`Corrupt`, `LimitExceeded`)
@@ -49,11 +52,12 @@ import shutil
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import Corrupt, EngineError, InvalidArgument, LimitExceeded
 from durable_obj.gate.quoting import quote_ident, quote_string
+from durable_obj.replica import links
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -64,6 +68,14 @@ class Refused(Corrupt, EngineError):
     `Corrupt` to the caller. An `EngineError` as well, so the open judges
     the base's digest first, as for any RESTORE that failed: an altered
     base then says it was altered, naming its key (`restore.py`)."""
+
+
+class NotIncremental(EngineError):
+    """An incremental BACKUP the engine could not write: a file that grew
+    since the base (an ALTER's definition, a Log table's data) is stored as
+    its new tail, which chDB 4.4 cannot pack into a tar ("Couldn't pack tar
+    archive: Wrote N of expected M", CANNOT_PACK_ARCHIVE). Nothing was
+    stored; a full BACKUP is taken instead."""
 
 
 class TooLarge(LimitExceeded, EngineError):
@@ -82,6 +94,8 @@ _RESTORE_TYPES = (
 )
 #: What the engine says when a table's data cannot be read out of an archive.
 _NOT_FROM_ARCHIVE = "not supported when reading from archive"
+#: What the engine says when an increment holds a file's new tail (NotIncremental).
+_NOT_PACKED = "Couldn't pack tar archive"
 #: The names of a gzipped tar (chdb.durable's bases are `.tar.gz`).
 _GZIPPED = (".tar.gz", ".tgz")
 #: At most this many entries in an archive unpacked for RESTORE: each table
@@ -93,10 +107,10 @@ RESERVE = 256 << 20
 _DATA_FILTER = hasattr(tarfile, "data_filter")
 
 
-def backup(engine: Engine, db: str, path: str) -> None:
-    """A full backup of the object's database, archived under its logical
-    name `db` (never incremental: an incremental archive records its base
-    by local path, which does not survive object storage). Refused while
+def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = None) -> None:
+    """A backup of the object's database, archived under its logical name
+    `db`: full, or with `base` ((relative path, stub of the base)) an
+    increment that records its base as that path (`links.py`). Refused while
     a table is detached: BACKUP DATABASE skips it, so it would vanish
     from the base and a later ATTACH would not replay (gate/control.py);
     and while a Join or Set table exists: its rows do not come back from a
@@ -128,14 +142,36 @@ def backup(engine: Engine, db: str, path: str) -> None:
             "flush() makes them durable. To checkpoint, keep the rows in a MergeTree table "
             "(JOIN it, or IN it) and DROP the Join/Set table."
         )
-    engine.archive(
+    sql = (
         f"BACKUP DATABASE {quote_ident(engine.database)} AS {quote_ident(db)} "
-        f"TO File({quote_string(path)})",
-        f"backup of database {db!r}",
+        f"TO File({quote_string(path)})"
     )
+    if base is None:
+        engine.archive(sql, f"backup of database {db!r}")
+        return
+    with links.placed(engine, [base]):
+        try:
+            engine.archive(
+                f"{sql} SETTINGS base_backup = File({quote_string(base[0])})",
+                f"incremental backup of database {db!r}",
+            )
+        except EngineError as exc:
+            if _NOT_PACKED not in str(exc):
+                raise
+            raise NotIncremental(str(exc)) from None
 
 
-def restore(engine: Engine, db: str, path: str) -> None:
+def restore(engine: Engine, db: str, path: str, chain: Sequence[tuple[str, str]] = ()) -> None:
+    """`restore_one`, with the links `chain` ((relative path, local file),
+    full base first) in place when `path` is an increment over them."""
+    if not chain:
+        restore_one(engine, db, path)
+        return
+    with links.placed(engine, chain):
+        restore_one(engine, db, path, chain[-1][0])
+
+
+def restore_one(engine: Engine, db: str, path: str, base: str | None = None) -> None:
     """RESTORE the tables of database `db` of the archive at `path` into the
     object's (empty) database. A gzipped base is unpacked first
     (chDB inflates it five times slower than Python does); a plain one is
@@ -145,7 +181,7 @@ def restore(engine: Engine, db: str, path: str) -> None:
     what = f"restore of database {db!r}"
     if not path.endswith(_GZIPPED):
         try:
-            engine.archive(_restore_sql(engine, db, path), what)
+            engine.archive(_restore_sql(engine, db, path, base), what)
         except EngineError as exc:
             if _NOT_FROM_ARCHIVE not in str(exc):
                 raise
@@ -157,15 +193,17 @@ def restore(engine: Engine, db: str, path: str) -> None:
             _recount_blocks(engine)
             return
     with unpacked(path, engine.backups) as folder:
-        engine.archive(_restore_sql(engine, db, folder + "/"), what)
+        engine.archive(_restore_sql(engine, db, folder + "/", base), what)
     _recount_blocks(engine)
 
 
-def _restore_sql(engine: Engine, db: str, source: str) -> str:
-    """RESTORE of `db` from `source` (an archive, or a folder ending in '/')."""
+def _restore_sql(engine: Engine, db: str, source: str, base: str | None) -> str:
+    """RESTORE of `db` from `source` (an archive, or a folder ending in '/'),
+    an increment over the link at relative path `base` (or a full base)."""
+    over = "" if base is None else f"base_backup = File({quote_string(base)}), "
     return (
         f"RESTORE DATABASE {quote_ident(db)} AS {quote_ident(engine.database)} "
-        f"FROM File({quote_string(source)}) SETTINGS allow_different_database_def = 1, "
+        f"FROM File({quote_string(source)}) SETTINGS {over}allow_different_database_def = 1, "
         + _RESTORE_TYPES
     )
 

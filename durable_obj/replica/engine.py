@@ -29,7 +29,7 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -420,19 +420,18 @@ class Engine:
         return _KEYWORDS
 
     # -- Durable V1 archives (archives.py) --------------------------------------
-    def backup(self, db: str, path: str) -> None:
-        """A full BACKUP of the object's database to `path`, under its logical
-        name `db` (`archives.backup`)."""
-        archives.backup(self, db, path)
+    def backup(self, db: str, path: str, base: tuple[str, str] | None = None) -> None:
+        """A BACKUP of the object's database to `path`, under its logical
+        name `db`, full or over `base` (`archives.backup`)."""
+        archives.backup(self, db, path, base)
 
-    def restore(self, db: str, path: str) -> None:
-        """RESTORE the tables of database `db` of the base at `path` into the
-        object's database, made first by `create_database` (empty): the
-        archive's own CREATE DATABASE is never run, so its engine (one that
-        reads host files or another server) is never the object's
+    def restore(self, db: str, path: str, chain: Sequence[tuple[str, str]] = ()) -> None:
+        """RESTORE database `db` of the base at `path` (over the links
+        `chain`) into the object's database, made first (empty) by
+        `create_database`: the archive's own CREATE DATABASE is never run
         (`archives.restore`)."""
         self._name(db)
-        archives.restore(self, db, path)
+        archives.restore(self, db, path, chain)
 
     def archive(self, sql: str, what: str) -> None:
         """Run our own BACKUP or RESTORE `sql`; `what` names it in an error."""

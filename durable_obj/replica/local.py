@@ -51,6 +51,14 @@ class LocalCopy:
         self.pinner: Pinner | None = None
         #: The statement gate every statement of this object passes.
         self.gate = Gate(url)
+        #: (key, listing stub) of the base a writer's next checkpoint may be
+        #: an increment over (`links.py`); None: the next one is full.
+        self.base_link: tuple[str, str] | None = None
+
+    def keep_base(self, head: Head, stub: str | None) -> None:
+        """Remember `stub`, the listing of `head`'s base (None: forget it)."""
+        base = head.manifest.base
+        self.base_link = None if stub is None or base is None else (base.key, stub)
 
     def make_scratch(self) -> str:
         backups = os.path.join(engine_root(), "backups")
@@ -96,6 +104,7 @@ class LocalCopy:
             self.engine.release()
             self.engine = None
         assert self.work is not None
+        self.base_link = None
         for name in os.listdir(self.work):
             os.unlink(os.path.join(self.work, name))
 

@@ -14,6 +14,7 @@ arguments; the state machine in `object.py` decides when to call it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Iterator
@@ -29,7 +30,7 @@ from durable_obj.errors import (
 )
 from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
-from durable_obj.replica import archive
+from durable_obj.replica import archive, links
 from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
@@ -144,16 +145,46 @@ class Fetches:
         self._work = work
         self._base: Future[tuple[str, BackgroundDigest | Digested]] | None = None
         self._segments: Future[list[list[str]]] | None = None
+        self._links: Future[list[tuple[str, str]]] | None = None
         base = self._base_ref = head.manifest.base
+        chain = head.manifest.chain
         if base is not None:
             self._base = pool.submit(self._fetch_base, base, progress)
+        if chain:
+            self._links = pool.submit(self._fetch_links, chain, concurrency)
         if head.manifest.wal:
             self._segments = pool.submit(self._fetch_segments, head.manifest.wal, concurrency)
 
     def cancel(self) -> None:
-        for future in (self._base, self._segments):
+        for future in (self._base, self._segments, self._links):
             if future is not None:
                 future.cancel()
+
+    def links(self) -> list[tuple[str, str]]:
+        """The links beneath an incremental base ((relative path, local
+        file), full base first), each verified against its ref."""
+        return [] if self._links is None else self._links.result()
+
+    def _fetch_links(self, refs: list[ObjectRef], concurrency: int) -> list[tuple[str, str]]:
+        for n, ref in enumerate(refs, start=1):
+            if links.link_path(ref.key) is None:
+                raise Corrupt(
+                    f"{self._url}: link {n} of the base's chain, {ref.key[:80]!r}, is not a "
+                    "base key this library writes; the object was not opened. Nothing was "
+                    "changed."
+                )
+        with ThreadPoolExecutor(max(1, min(concurrency, len(refs)))) as pool:
+            got = list(pool.map(self._fetch_link, refs))
+        return [(str(links.link_path(ref.key)), path) for ref, path in zip(refs, got, strict=True)]
+
+    def _fetch_link(self, ref: ObjectRef) -> str:
+        path, digest = self._fetch_base(ref, None, what="link of the base's chain")
+        try:
+            verify(*digest.result(), ref, f"link {ref.key} of the base's chain")
+        except BaseException:
+            os.unlink(path)
+            raise
+        return path
 
     def base(self) -> str:
         """The local path of the base, named as its key (chDB tells an
@@ -174,14 +205,14 @@ class Fetches:
         return [] if self._segments is None else self._segments.result()
 
     def _fetch_base(
-        self, ref: ObjectRef, progress: Callback | None
+        self, ref: ObjectRef, progress: Callback | None, what: str = "base checkpoint"
     ) -> tuple[str, BackgroundDigest | Digested]:
         path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
         # only read (by RESTORE), then removed: a folder store may link it
         if not self._store.fetch_file(object_key(self._oid, ref.key), part, progress):
             raise Corrupt(
-                f"{self._url}: missing base checkpoint {ref.key}: the base the head names is "
+                f"{self._url}: missing {what} {ref.key}: the base the head names is "
                 "gone; "
                 "the object cannot be restored without it and was not opened. Nothing was "
                 "changed."
@@ -191,7 +222,7 @@ class Fetches:
             # tag, the size and the SHA-256 hold before RESTORE sees a byte.
             try:
                 done = Digested(self._codec.open_file(ref.key, part, path))  # one pass
-                verify(*done.result(), ref, "base checkpoint")
+                verify(*done.result(), ref, what)
             except BaseException:
                 if os.path.exists(path):
                     os.unlink(path)  # what verified before a bad chunk is never used
@@ -224,27 +255,39 @@ class Fetches:
         return segments
 
 
-def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) -> None:
+def restore(
+    engine: Engine, head: Head, fetches: Fetches | None, *, url: str, stub: str | None = None
+) -> str | None:
     """RESTORE the base into a fresh engine (or create the empty database),
-    then replay every segment in manifest order.
+    then replay every segment in manifest order. With `stub` (a writer's
+    scratch folder), the base's listing is kept there (`links.stub`), for
+    the next checkpoint to be an increment over it: its path, else None.
 
     A base passes the gate its statements would have (`gate.restored`):
     its definitions, read from the archive, before RESTORE creates any of
     them (a refreshable view would start at once); what RESTORE made, after
-    it and before anything is shown or replayed. A refusal is `Corrupt`."""
+    it and before anything is shown or replayed. A refusal is `Corrupt`.
+    An incremental base is restored over its links (`links.py`), each
+    verified before RESTORE reads it."""
     db = head.manifest.db
     engine.create_database(db)  # empty; RESTORE only fills it (`Engine.restore`)
+    kept = None
     if head.manifest.base is not None:
         assert fetches is not None
         ref = head.manifest.base
         path = fetches.base()
+        chain: list[tuple[str, str]] = []
         try:
-            _check_archive(engine, fetches, path, url=url, key=ref.key)
+            chain = fetches.links()
+            _check_archive(engine, fetches, path, url=url, key=ref.key, chain=chain)
             # Hashed beside RESTORE reading the same bytes, and judged before
             # anything else happens: a base that does not match is Corrupt and
             # the open fails, so what RESTORE made of it is never seen (the
             # caller drops the engine of a failed open).
-            engine.restore(db, path)  # RESTORE appends: only ever into a fresh engine
+            engine.restore(db, path, chain)  # RESTORE appends: only ever into a fresh engine
+            if stub is not None and links.link_path(ref.key) is not None:
+                with contextlib.suppress(Corrupt):  # then the next checkpoint is full
+                    kept = links.stub(path, os.path.join(stub, "base.stub"))
         except EngineError as exc:
             fetches.check_base()  # an altered base says so
             if "not found in backup" not in str(exc):
@@ -257,7 +300,9 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
                 "object was not opened and nothing was changed"
             ) from exc
         finally:
-            os.unlink(path)
+            for local in [path, *(local for _, local in chain)]:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(local)
         # judged before anything else happens: a base that does not match
         # fails the open, whose engine is dropped unseen
         fetches.check_base()
@@ -267,15 +312,24 @@ def restore(engine: Engine, head: Head, fetches: Fetches | None, *, url: str) ->
             raise _hostile(url, ref.key, exc) from None
     engine.use_database(db)
     replay(engine, db, head.manifest.wal, [] if fetches is None else fetches.segments(), url=url)
+    return kept
 
 
-def _check_archive(engine: Engine, fetches: Fetches, path: str, *, url: str, key: str) -> None:
-    """The base's definitions, read from the archive, through the gate
-    before RESTORE creates any; an altered base is reported as such first."""
+def _check_archive(
+    engine: Engine,
+    fetches: Fetches,
+    path: str,
+    *,
+    url: str,
+    key: str,
+    chain: list[tuple[str, str]],
+) -> None:
+    """The base's definitions, read from the archive (and the links it is
+    an increment over), through the gate before RESTORE creates any; an
+    altered base is reported as such first."""
     try:
-        restored.check_definitions(
-            engine, ((d.table, d.text) for d in archive.definitions(path, engine.logical))
-        )
+        found = archive.definitions(path, engine.logical, chain)
+        restored.check_definitions(engine, ((d.table, d.text) for d in found))
     except Corrupt as exc:
         fetches.check_base()
         raise Corrupt(f"{url}: {exc}; the object was not opened. Nothing was changed.") from None

@@ -56,7 +56,9 @@ class Namespace:
     Options, for every object opened here (`durable_obj.core.options.Options` documents each and
     its default): lease_ttl, heartbeat_interval, clock_skew, commit_deadline, fetch_concurrency;
     db, timezone and description (of a new object: an existing object's head decides);
-    fold_segments, fold_bytes, close_fold_segments (when the WAL is folded into a checkpoint);
+    fold_segments, fold_bytes, close_fold_segments, cheap_fold_segments (when the WAL is folded
+    into a checkpoint); incremental_checkpoints, chain_links, chain_ratio (when a checkpoint is
+    an increment over the base before it: False keeps every base full, for chdb.durable);
     auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or "refuse"); retention
     (the time-travel window, seconds); external_reads (what a read-only query() may reach
     outside: "url", "s3", folders for file(); off); query_bounds, write_bounds (the `Bounds`

@@ -14,7 +14,9 @@ changes the bytes (an S3 ETag is a content hash, so an identical rewrite would
 keep the old ETag and let a stale token win); `timezone`, the object's session
 time zone (`Head.timezone`); `forked_from`, where a fork came from;
 `description`, a short text set when the object was created; `retention`,
-the time-travel window (seconds) the last writer kept. A WAL or base ref
+the time-travel window (seconds) the last writer kept. The manifest's own
+`durable_obj.chain` lists an incremental base's links (`Manifest.chain`).
+A WAL or base ref
 durable_obj commits carries its own `durable_obj` field: `committed_at`
 (epoch seconds, the writer's clock when it made the commit) and `owner`
 (`stamp`, `stamp_of`); chdb.durable keeps unknown ref fields too.
@@ -32,6 +34,7 @@ from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
     DEFAULT_TIMEZONE,
     ENGINE_NAME,
+    INCREMENTAL_FEATURE,
     MAX_HEAD_BYTES,
     MAX_SAFE_INT,
     PROTOCOL_VERSION,
@@ -55,6 +58,7 @@ DESCRIPTION = "description"
 RETENTION = "retention"
 COMMITTED_AT = "committed_at"
 OWNER = "owner"
+CHAIN = "chain"
 
 
 class _Model(BaseModel):
@@ -124,12 +128,59 @@ class Lease(_Model):
 
 
 class Manifest(_Model):
-    """The database name, its base checkpoint, and the WAL to replay onto it."""
+    """The database name, its base checkpoint, and the WAL to replay onto it.
+
+    An incremental base (`INCREMENTAL_FEATURE`) names the links it is made
+    over in the manifest's own extension field, `durable_obj.chain`: their
+    refs, the full base first, each next one an increment over the one
+    before it; `base` is the newest increment."""
 
     db: NonEmpty
     base: ObjectRef | None = None
     wal: list[ObjectRef] = Field(default_factory=list)
     seq: SafeInt
+
+    @property
+    def chain(self) -> list[ObjectRef]:
+        """The links beneath `base` (empty for a full base); `Corrupt` when
+        the field is not a list of refs, or is set without a base."""
+        ext = (self.model_extra or {}).get(EXTENSION)
+        raw = ext.get(CHAIN) if isinstance(ext, dict) else None
+        if raw is None:
+            return []
+        try:
+            links = [ObjectRef.model_validate(item) for item in raw]
+        except (ValidationError, TypeError) as exc:
+            first = exc.errors()[0]["msg"] if isinstance(exc, ValidationError) else str(exc)
+            raise Corrupt(
+                f"head.manifest.{EXTENSION}.{CHAIN} is not a list of refs ({first}); "
+                "nothing was opened or changed"
+            ) from None
+        if links and self.base is None:
+            raise Corrupt(
+                f"head.manifest.{EXTENSION}.{CHAIN} names links but the manifest has no base; "
+                "nothing was opened or changed"
+            )
+        return links
+
+    def set_chain(self, links: list[ObjectRef]) -> None:
+        """Name `links` (full base first) beneath `base`; [] for a full base."""
+        extra = self.__pydantic_extra__
+        assert extra is not None  # extra="allow"
+        ext = extra.get(EXTENSION)
+        ext = dict(ext) if isinstance(ext, dict) else {}
+        if links:
+            ext[CHAIN] = [link.model_dump(mode="json") for link in links]
+        else:
+            ext.pop(CHAIN, None)
+        if ext:
+            extra[EXTENSION] = ext
+        else:
+            extra.pop(EXTENSION, None)
+
+    def all_bases(self) -> list[ObjectRef]:
+        """Every archive the base is restored from: the chain, then `base`."""
+        return [*self.chain, self.base] if self.base is not None else []
 
 
 class EngineInfo(_Model):
@@ -211,6 +262,26 @@ class Head(_Model):
                 "nothing was published. checkpoint() to fold the WAL list away."
             )
         return body
+
+    @property
+    def incremental(self) -> bool:
+        """Is the base an incremental archive (a reader feature)?"""
+        return INCREMENTAL_FEATURE in self.protocol.reader_features
+
+    def set_chain(self, links: list[ObjectRef]) -> None:
+        """Record the links beneath the manifest's base, and declare the
+        reader and writer feature while there are any: chdb.durable then
+        refuses the object instead of restoring an increment alone."""
+        self.manifest.set_chain(links)
+        proto = self.protocol
+        if links:
+            if INCREMENTAL_FEATURE not in proto.reader_features:
+                proto.reader_features = [*proto.reader_features, INCREMENTAL_FEATURE]
+            if INCREMENTAL_FEATURE not in proto.writer_features:
+                proto.writer_features = [*proto.writer_features, INCREMENTAL_FEATURE]
+        else:
+            proto.reader_features = [f for f in proto.reader_features if f != INCREMENTAL_FEATURE]
+            proto.writer_features = [f for f in proto.writer_features if f != INCREMENTAL_FEATURE]
 
     def extension(self) -> dict[str, Any]:
         """durable_obj's extension fields as read (empty for a chdb.durable head)."""

@@ -34,8 +34,11 @@ PROTOCOL_VERSION: Final = 1
 #: reading sealed or compressed bytes. Any other name is one we do not know.
 ENCRYPTED_FEATURE: Final = "durable_obj.encryption"
 COMPRESSED_FEATURE: Final = "durable_obj.zstd-wal"
+#: The base is an incremental archive over the links `Manifest.chain` names
+#: (`replica/links.py`): a V1 reader would restore it without them.
+INCREMENTAL_FEATURE: Final = "durable_obj.incremental-base"
 SUPPORTED_READER_FEATURES: Final[frozenset[str]] = frozenset(
-    {ENCRYPTED_FEATURE, COMPRESSED_FEATURE}
+    {ENCRYPTED_FEATURE, COMPRESSED_FEATURE, INCREMENTAL_FEATURE}
 )
 SUPPORTED_WRITER_FEATURES: Final[frozenset[str]] = SUPPORTED_READER_FEATURES
 

@@ -441,7 +441,7 @@ def test_checkpoint_errors(ns: Path, obj_url: str) -> None:
 
 # -- gc -------------------------------------------------------------------------------
 def test_gc(ns: Path, obj_url: str) -> None:
-    ok("checkpoint", obj_url)
+    ok("checkpoint", obj_url, "--full")  # supersedes the first base (an increment would not)
     # The first base and the segment are now superseded, and the checkpoint
     # archived their manifest (history/); a grace period keeps all three.
     # --retention 0: no time-travel window (tests/integration/test_history.py).

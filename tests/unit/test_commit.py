@@ -419,8 +419,8 @@ def test_a_checkpoint_whose_backup_fails_raises_the_engines_error_and_keeps_all(
         assert engine is not None
         real = engine.backup
 
-        def half(db: str, path: str) -> None:
-            real(db, path)
+        def half(db: str, path: str, base: tuple[str, str] | None = None) -> None:
+            real(db, path, base)
             with open(path, "r+b") as handle:
                 handle.truncate(100)
             raise errors.EngineError("BACKUP failed halfway")

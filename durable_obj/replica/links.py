@@ -1,0 +1,122 @@
+"""The links of an incremental base, where the engine looks for them.
+
+An incremental BACKUP (`BACKUP ... SETTINGS base_backup = File(p)`) holds
+only what its base lacks, and records its base as the text `File(p)`;
+RESTORE opens that base, and the base's own base, by the text each records
+(only the newest link's can be given again as a setting). A relative `p` is
+resolved against the engine's backups folder, so an increment records its
+base as `links/<name of the base's key>`: every process can put the links
+of a chain where the archives say they are, whatever its own folders are
+called.
+
+That folder is shared by every object of the process, so a link is put in
+place only for the one engine call that reads it (`placed`), under a lock of
+its path: two objects whose links have one name (the same object opened
+twice, or an unlucky pair of keys) take turns, never read each other's.
+
+    link_path(key)           the relative path an increment over `key` records
+    placed(engine, links)    hard-link each (relative path, local file) into place
+                             for the length of the block
+    stub(archive, into)      a copy of an archive's `.backup` listing alone: all an
+                             incremental BACKUP reads of its base
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import re
+import shutil
+import tarfile
+import threading
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+from durable_obj.errors import Corrupt
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Engine
+
+#: The folder of the backups folder the links are put in.
+FOLDER = "links"
+#: A link's name: a base key's, as `mint_checkpoint_key` makes them. Nothing
+#: else is ever put into a `File('...')` text.
+_NAME = re.compile(r"[0-9]{1,16}-[0-9]{1,16}-[0-9a-f]{8}\.tar")
+
+#: The database's own definition of `default`, in a listing (see `stub`).
+_DEFAULT_SQL = re.compile(rb"<file><name>metadata/default\.sql</name>.*?</file>", re.DOTALL)
+
+_guard = threading.Lock()
+_busy: dict[str, threading.Lock] = {}
+
+
+def link_path(key: str) -> str | None:
+    """`links/<name>` for a base key of ours; None for any other (a
+    chdb.durable `.tar.gz`, a fork's): an increment is then not taken."""
+    name = key.rsplit("/", 1)[-1]
+    return f"{FOLDER}/{name}" if _NAME.fullmatch(name) else None
+
+
+def _lock(path: str) -> threading.Lock:
+    with _guard:
+        return _busy.setdefault(path, threading.Lock())
+
+
+@contextlib.contextmanager
+def placed(engine: Engine, links: Sequence[tuple[str, str]]) -> Iterator[None]:
+    """Each local file of `links` ((relative path, file)) at its relative
+    path of the engine's backups folder while the block runs; removed
+    after, also on error. Paths are locked in sorted order (no deadlock)."""
+    root = engine.backups
+    paths = sorted({rel for rel, _ in links})
+    with contextlib.ExitStack() as stack:
+        for rel in paths:
+            stack.enter_context(_lock(rel))
+        os.makedirs(os.path.join(root, FOLDER), exist_ok=True)
+        made: list[str] = []
+        try:
+            for rel, local in links:
+                target = os.path.join(root, rel)
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(target)  # a leftover of a process that died holding it
+                try:
+                    os.link(local, target)
+                except OSError:  # another filesystem: a copy
+                    shutil.copyfile(local, target)
+                made.append(target)
+            yield
+        finally:
+            for target in made:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(target)
+
+
+def stub(archive: str, into: str) -> str:
+    """A tar at `into` holding only `archive`'s `.backup` listing: an
+    incremental BACKUP reads nothing else of its base (it compares sizes and
+    checksums), so a writer keeps this instead of the whole base. `Corrupt`
+    if the archive has no readable listing.
+
+    The listing leaves out `metadata/default.sql`: a base of `default` holds
+    it in V1's shape (`v1base.py`), `CREATE DATABASE default`, a prefix of
+    what the engine writes, so an increment would store the rest as a tail,
+    which the engine cannot pack ("Couldn't pack tar archive"). Left out, it
+    is stored whole in each increment (and put in V1's shape there too)."""
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            member = next((m for m in tar if m.name == ".backup" and m.isfile()), None)
+            handle = None if member is None else tar.extractfile(member)
+            if member is None or handle is None:
+                raise Corrupt("the base archive holds no .backup listing")
+            with handle:
+                listing = _DEFAULT_SQL.sub(b"", handle.read())
+            with tarfile.open(into, "w", format=tarfile.GNU_FORMAT) as out:
+                info = tarfile.TarInfo(".backup")
+                info.size = len(listing)
+                out.addfile(info, io.BytesIO(listing))
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(into)
+        raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
+    return into
