@@ -74,6 +74,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar
 
+from durable_obj.aio.expiry import AsyncExpiry
 from durable_obj.core import admission
 from durable_obj.core.feed import Change, achanges
 from durable_obj.core.object import DurableObject, Result
@@ -168,7 +169,7 @@ def preload() -> None:
         start_threads(pool, workers)
 
 
-class AsyncDurableObject(AsyncTransactions):
+class AsyncDurableObject(AsyncExpiry, AsyncTransactions):
     """A `DurableObject` for asyncio code. Use `await durable_obj.aopen(...)`,
     or `AsyncDurableObject.wrap(obj)` for an object already open.
 

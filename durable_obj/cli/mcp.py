@@ -113,6 +113,12 @@ def _interrupt(_signum: int, _frame: FrameType | None) -> None:
     "listening clients the memory changed (0: a fixed view).",
 )
 @click.option(
+    "--retention-days",
+    type=click.FloatRange(min=0),
+    help="Forget every memory not updated for this many days: the object's TTL policy, "
+    "kept by the object for every later writer (0: remove it). A writer sweeps every minute.",
+)
+@click.option(
     "--lease-ttl",
     type=float,
     help="Seconds the lease lasts without renewal (default: the object's default).",
@@ -132,6 +138,7 @@ def mcp_cmd(
     read_only: bool,
     reclaim: bool,
     follow: float,
+    retention_days: float | None,
     lease_ttl: float | None,
     encryption: Any,
     storage_options: dict[str, Any],
@@ -141,7 +148,8 @@ def mcp_cmd(
     Tools: remember, search, get, list, revise, forget (and sql with
     --allow-sql). Every write is durable when its tool answers. An encrypted
     object is served with its key (--key-env, --key-file or --kms-key); with
-    a key, a new object is created encrypted under it.
+    a key, a new object is created encrypted under it. --retention-days N
+    forgets memories not updated for N days.
     """
     parse_object_url(object_url)  # a bad URL or id fails before anything opens
     try:
@@ -181,6 +189,7 @@ def mcp_cmd(
             table=table,
             read_only_reason=reason,
             announcer=announcer,
+            retention_days=retention_days,
         )
         where = "stdio" if transport == "stdio" else f"http://{host}:{port}/mcp"
         mode = "read-only" if obj.read_only else "writer"

@@ -14,6 +14,7 @@
     surface    identity, state, and the gates every call passes
     queries    the reads: local, nothing logged
     heartbeat  one scheduler renews every writer's lease, runs auto-flush
+    expiry     TTL as logged deletes: set_ttl, sweep_ttl, the background sweep
     history    time travel: restorable points and their manifests
     options    every option of an object, with its default
     ops        list, describe, gc, release: on a store, no object open

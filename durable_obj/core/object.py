@@ -32,7 +32,8 @@ the reads in `queries.py`, the engine, scratch folder and statement gates in
 thread in `heartbeat.py`, export in `export.py`, the buffer and who is owed
 a flush() answer in `pending.py`, the read-only properties and the entry
 gates in `surface.py`, the warning for an object left open in `unclosed.py`,
-a follower's shared poll in `follow.py`, the change feed in `feed.py`.
+a follower's shared poll in `follow.py`, the change feed in `feed.py`,
+TTL as logged deletes in `expiry.py`.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from durable_obj.core import feed, follow, unclosed
 from durable_obj.core.admission import Admission
 from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
+from durable_obj.core.expiry import Expiry
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.heartbeat import BUSY, Heartbeat
 from durable_obj.core.opening import Opener, Refresh
@@ -76,7 +78,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("durable_obj")
 
 
-class DurableObject(Durability, Transactions):
+class DurableObject(Expiry, Durability, Transactions):
     """One durable object. Use `durable_obj.open()` or `Namespace.open()`."""
 
     #: The async lane every `AsyncDurableObject` over this object shares (aio).
@@ -364,8 +366,10 @@ class DurableObject(Durability, Transactions):
             check_every=opts.auto_flush_age if opts.auto_flush else None,
         )
         self._hb.start()
+        self._start_sweeper()  # the TTL sweep (`expiry.py`), if it has an interval
 
     def _stop_heartbeat(self) -> None:
+        self._stop_sweeper()
         hb, self._hb = self._hb, None
         if hb is not None:
             hb.stop()

@@ -127,6 +127,10 @@ class Options(BaseModel):
     #: default: chdb.durable cannot read such an object (it refuses it by
     #: the head's feature list), and interop with it is the default promise.
     compression: Literal["zstd"] | None = None
+    #: A writer sweeps its TTL policies (`set_ttl`, `core/expiry.py`) every
+    #: this many seconds on the heartbeat scheduler; 0 or None: only
+    #: `sweep_ttl()` sweeps. Read-only objects never sweep.
+    ttl_sweep_interval: Seconds | None = Field(default=60.0, ge=0, allow_inf_nan=False)
 
     @field_validator("encryption")
     @classmethod

@@ -174,8 +174,10 @@ class ColumnRules:
             raise Nondeterministic(
                 f"a TTL (at position {tokens[at].start}) deletes or rewrites rows when a "
                 "background merge finds them expired, at a different time on the writer and on "
-                "every replay, so replicas would hold different rows; delete old rows with "
-                "ALTER TABLE ... DELETE WHERE (or DELETE FROM) instead. Nothing was run."
+                "every replay, so replicas would hold different rows. Use the object's TTL "
+                "instead: obj.set_ttl(table, column, seconds) expires rows by a logged DELETE "
+                "with a literal cutoff that every replica applies alike (docs/guides/ttl.md). "
+                "Nothing was run."
             )
         if words[0] == "alter":
             self._check_alter(tokens, calls, db)

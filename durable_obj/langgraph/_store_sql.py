@@ -164,5 +164,16 @@ def refresh(table: str, keys: Sequence[tuple[str, str]], now: int) -> str:
 
 
 def expired(now: int) -> str:
-    """The rows expired at `now` (what sweep_ttl deletes)."""
+    """The rows expired at `now`."""
     return f"expires_at IS NOT NULL AND expires_at <= {lit_int(now)}"
+
+
+def sweep(table: str, now: int) -> str:
+    """Delete every row of the items expired at `now` (what sweep_ttl logs).
+    Every row of each: deleting only the expired newest version would bring
+    back the version before it, and whether one still exists depends on
+    when the engine merged, which differs between replicas."""
+    return (
+        f"DELETE FROM {table} WHERE (ns_key, key) IN "
+        f"(SELECT ns_key, key FROM {table} FINAL WHERE {expired(now)})"
+    )

@@ -23,7 +23,9 @@ The DDL, the statements, the row encoding and the filters are in `_store_sql`.
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import logging
 import threading
 from collections.abc import Iterable
 from typing import Any
@@ -47,6 +49,8 @@ from durable_obj.errors import InvalidArgument
 from durable_obj.langgraph import _store_sql as sql
 from durable_obj.langgraph._common import FlushMode, Handle
 from durable_obj.langgraph._store_sql import COLS, dt, keys_in, now_us, ns_key, where_live
+
+log = logging.getLogger("durable_obj")
 
 
 class DurableStore(BaseStore):
@@ -406,21 +410,32 @@ class DurableStore(BaseStore):
         """Delete every expired item (a logged DELETE with a literal cutoff);
         the number deleted."""
         with self._h.writing():
-            cond = sql.expired(now_us())
+            now = now_us()
+            cond = sql.expired(now)
             n = int(self._h.rows(f"SELECT count() FROM {self._t} FINAL WHERE {cond}")[0][0])
             if n:
-                self._h.execute(f"DELETE FROM {self._t} WHERE {cond}")
+                self._h.execute(sql.sweep(self._t, now))
                 self._h.wrote(put=False)
             return n
 
     async def asweep_ttl(self) -> int:
         return await self._h.arun(self.sweep_ttl, io=self._h.may_flush(put=False))
 
-    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> None:
+    def start_ttl_sweeper(
+        self, sweep_interval_minutes: float | None = None
+    ) -> concurrent.futures.Future[None]:
         """Run sweep_ttl() on a background thread every `sweep_interval_minutes`
-        (default: the TTLConfig's sweep_interval_minutes, else 5)."""
-        if self._sweeper is not None:
-            return
+        (default: the TTLConfig's sweep_interval_minutes, else 5). As
+        langgraph's own stores: returns a future done when the sweeper stops
+        (cancel it to stop it). A read-only store never sweeps (its writer
+        does): its future is done at once. A failed sweep is logged."""
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        future.add_done_callback(lambda f: self._stop.set() if f.cancelled() else None)
+        if self._h.read_only:
+            future.set_result(None)
+            return future
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return future  # the one running; cancelling this one stops it
         minutes = (
             sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes") or 5
         )
@@ -431,17 +446,23 @@ class DurableStore(BaseStore):
                 try:
                     self.sweep_ttl()
                 except Exception:  # a sweep failure must not kill the thread
-                    import logging
-
-                    logging.getLogger("durable_obj").warning(
-                        "DurableStore: TTL sweep failed", exc_info=True
-                    )
+                    log.warning("DurableStore: TTL sweep failed", exc_info=True)
+            if not future.done():
+                future.set_result(None)
 
         self._sweeper = threading.Thread(target=loop, name="durable-store-ttl", daemon=True)
         self._sweeper.start()
+        return future
 
-    def stop_ttl_sweeper(self) -> None:
-        if self._sweeper is not None:
-            self._stop.set()
-            self._sweeper.join()
-            self._sweeper = None
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper; False if it is still running after `timeout`
+        seconds (None: wait until it stopped)."""
+        thread = self._sweeper
+        if thread is None:
+            return True
+        self._stop.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            return False
+        self._sweeper = None
+        return True

@@ -37,6 +37,14 @@ read `FINAL`); forgetting is a `DELETE`. Ids (uuid4 hex), times and
 embeddings are computed here, in Python, and logged as literals, so a replay
 means exactly what the writer did; an embedding is never recomputed.
 
+Forgetting with time: `forget(older_than_days=N)` (optionally with `tags`)
+forgets every memory not updated for N days, by one logged DELETE whose
+cutoff is a literal computed here. A retention (`build_server(...,
+retention_days=N)`, `set_retention`, `--retention-days N`) does it for good:
+it sets the object's TTL policy on the memories' `updated_at`
+(`DurableObject.set_ttl`), which the object keeps for every later writer and
+whose writer sweeps it every `ttl_sweep_interval` (docs/guides/ttl.md).
+
 Embeddings: pass `embed=` a function `str -> sequence of floats`, or on the
 command line `--embed module:function` (an import path). Without one,
 `search` filters by text (case-insensitive substring) and tags; with one, it
@@ -75,7 +83,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 from durable_obj.mcp.changes import MEMORY_URI, Announcer
 from durable_obj.mcp.limits import Embedder, Limits, load_embedder
 from durable_obj.mcp.memory import MemoryServer
-from durable_obj.mcp.server import build_server, open_for_serving, serve
+from durable_obj.mcp.server import build_server, open_for_serving, serve, set_retention
 
 __all__ = [
     "MEMORY_URI",
@@ -87,4 +95,5 @@ __all__ = [
     "load_embedder",
     "open_for_serving",
     "serve",
+    "set_retention",
 ]

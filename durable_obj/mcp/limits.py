@@ -56,6 +56,21 @@ def _check_id(memory_id: str) -> str:
     return mid
 
 
+#: The longest retention or age a tool call may name, in days (about 270 years).
+MAX_DAYS = 100_000.0
+
+
+def _check_days(days: object, what: str = "older_than_days") -> float:
+    """A positive, finite number of days (a bool, a string, NaN or 0 refused)."""
+    if isinstance(days, bool) or not isinstance(days, int | float):
+        raise InvalidArgument(f"{what} must be a number of days; nothing was changed")
+    if not 0 < days <= MAX_DAYS:  # also refuses NaN
+        raise InvalidArgument(
+            f"{what} must be over 0 and at most {MAX_DAYS:.0f} days; nothing was changed"
+        )
+    return float(days)
+
+
 def _check_content(content: str, limits: Limits) -> str:
     size = len(content.encode("utf-8", "surrogatepass"))
     if size > limits.content_bytes:

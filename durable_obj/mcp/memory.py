@@ -13,7 +13,7 @@ import math
 import re
 import uuid
 from collections.abc import Awaitable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 import anyio
@@ -27,6 +27,7 @@ from durable_obj.mcp.limits import (
     Embedder,
     Limits,
     _check_content,
+    _check_days,
     _check_id,
     _check_metadata,
     _check_page,
@@ -81,6 +82,17 @@ def _shortened(row: dict[str, Any], cap: int) -> dict[str, Any]:
 def _time_literal(when: datetime) -> str:
     """A UTC instant as the literal a DateTime64(6, 'UTC') column reads."""
     return "'" + when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f") + "'"
+
+
+def memories_ddl(table: str) -> str:
+    """The memories table, created on the first write (or to set its retention)."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} ("
+        "id String, content String, tags Array(String), metadata String, "
+        "created_at DateTime64(6, 'UTC'), updated_at DateTime64(6, 'UTC'), "
+        "embedding Array(Float32), version UInt64"
+        ") ENGINE = ReplacingMergeTree(version) ORDER BY id"
+    )
 
 
 def _iso(text: str) -> str:
@@ -141,13 +153,7 @@ class MemoryServer:
     async def _ensure_table(self) -> None:
         if self._ready:
             return
-        await self.obj.aexecute(
-            f"CREATE TABLE IF NOT EXISTS {self.table} ("
-            "id String, content String, tags Array(String), metadata String, "
-            "created_at DateTime64(6, 'UTC'), updated_at DateTime64(6, 'UTC'), "
-            "embedding Array(Float32), version UInt64"
-            ") ENGINE = ReplacingMergeTree(version) ORDER BY id"
-        )
+        await self.obj.aexecute(memories_ddl(self.table))
         self._ready = True
 
     async def _rows(
@@ -411,13 +417,47 @@ class MemoryServer:
             )
             return self._memory(await self._current(mid))
 
-    async def forget(self, memory_id: str) -> dict[str, Any]:
+    async def forget(
+        self,
+        memory_id: str | None = None,
+        older_than_days: float | None = None,
+        tags: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Forget one memory by id, or every memory (carrying all `tags`) not
+        updated for `older_than_days`: a logged DELETE whose cutoff, computed
+        here, is a literal. Durable when this answers."""
         self._require_writable()
-        mid = _check_id(memory_id)
+        if (memory_id is None) == (older_than_days is None):
+            raise InvalidArgument(
+                "give memory_id (one memory) or older_than_days (every memory not updated "
+                "for that many days), not both and not neither; nothing was changed"
+            )
+        if memory_id is not None:
+            if tags:
+                raise InvalidArgument("tags narrow older_than_days only; nothing was changed")
+            mid = _check_id(memory_id)
+            async with self._write_lock:
+                await self._current(mid)  # NotFound when absent
+                await self._commit(f"DELETE FROM {self.table} WHERE id = {_quote(mid)}")
+                return {"id": mid, "forgotten": True}
+        days = _check_days(older_than_days)
+        tag_list = _check_tags(tags, self.limits)
         async with self._write_lock:
-            await self._current(mid)  # NotFound when absent
-            await self._commit(f"DELETE FROM {self.table} WHERE id = {_quote(mid)}")
-            return {"id": mid, "forgotten": True}
+            before = datetime.now(UTC) - timedelta(days=days)
+            answer: dict[str, Any] = {"forgotten": 0, "before": before.isoformat()}
+            if not await self._exists():
+                return answer
+            conds = [f"updated_at < {_time_literal(before)}"]
+            conds += [f"has(tags, {_quote(t)})" for t in tag_list]
+            where = " AND ".join(conds)
+            rows, _ = await self._rows(f"SELECT count() AS n FROM {self.table} FINAL WHERE {where}")
+            answer["forgotten"] = int(rows[0]["n"])
+            if answer["forgotten"]:  # every version of each (a revision is a row of its own)
+                await self._commit(
+                    f"DELETE FROM {self.table} WHERE id IN "
+                    f"(SELECT id FROM {self.table} FINAL WHERE {where})"
+                )
+            return answer
 
     async def sql(self, statement: str) -> dict[str, Any]:
         """One read-only statement over the object's own tables, rows as JSON."""

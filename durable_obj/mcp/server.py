@@ -18,10 +18,10 @@ from mcp.types import ToolAnnotations
 
 from durable_obj.aio import AsyncDurableObject
 from durable_obj.core.object import DurableObject
-from durable_obj.errors import DurableError, LeaseHeld
+from durable_obj.errors import DurableError, InvalidArgument, LeaseHeld
 from durable_obj.mcp.changes import MEMORY_URI, Announcer, memory_state
-from durable_obj.mcp.limits import Embedder, Limits
-from durable_obj.mcp.memory import MemoryServer
+from durable_obj.mcp.limits import Embedder, Limits, _check_days
+from durable_obj.mcp.memory import _TABLE_NAME, MemoryServer, memories_ddl
 from durable_obj.service.namespace import open as open_object
 
 log = logging.getLogger("durable_obj")
@@ -36,8 +36,8 @@ def _tool_error(exc: DurableError) -> ToolError:
 _INSTRUCTIONS = (
     "A durable memory. remember stores a fact (with optional tags and JSON metadata) and "
     "returns its id; search finds memories by text (and by meaning, when the server has an "
-    "embedding function); get, list, revise and forget work on ids. Every write is durable "
-    "when the tool answers."
+    "embedding function); get, list, revise and forget work on ids, and forget also forgets "
+    "every memory older than a number of days. Every write is durable when the tool answers."
 )
 
 
@@ -51,10 +51,17 @@ def build_server(
     read_only_reason: str | None = None,
     name: str = "durable-obj-memory",
     announcer: Announcer | None = None,
+    retention_days: float | None = None,
 ) -> MCPServer:
     """An MCP server whose tools read and write memories in `obj` (open).
     `announcer`: the `on_change` `obj` follows with (`open_for_serving`),
-    which tells listening clients the memory changed (`changes.py`)."""
+    which tells listening clients the memory changed (`changes.py`).
+    `retention_days` (a writer only): see `set_retention`."""
+    if retention_days is not None:
+        if (obj.sync if isinstance(obj, AsyncDurableObject) else obj).read_only:
+            log.warning("a read-only server sets no retention: its writer's policy applies")
+        else:
+            set_retention(obj, retention_days, table=table)
     mem = MemoryServer(
         obj, table=table, embed=embed, limits=limits, read_only_reason=read_only_reason
     )
@@ -125,9 +132,15 @@ def build_server(
         return await guarded(mem.revise(memory_id, content, tags, metadata))
 
     @server.tool(annotations=ToolAnnotations(destructive_hint=True, open_world_hint=False))
-    async def forget(memory_id: str) -> dict[str, Any]:
-        """Delete a memory for good; durable when this answers."""
-        return await guarded(mem.forget(memory_id))
+    async def forget(
+        memory_id: str | None = None,
+        older_than_days: float | None = None,
+        tags: list[str] | None = None,
+    ) -> dict[str, Any]:
+        """Delete memories for good; durable when this answers. Give memory_id for
+        one memory, or older_than_days to forget every memory not updated for that
+        many days (only those carrying all `tags`, if given); returns how many."""
+        return await guarded(mem.forget(memory_id, older_than_days, tags))
 
     if allow_sql:
 
@@ -143,6 +156,29 @@ def build_server(
         server.tool(annotations=reads)(sql)
 
     return server
+
+
+def set_retention(
+    obj: DurableObject | AsyncDurableObject, days: float, *, table: str = "memories"
+) -> None:
+    """Forget every memory not updated for `days` days, from now on: the
+    object's TTL policy on the table's `updated_at` (`DurableObject.set_ttl`),
+    swept by whichever writer has the object open (every
+    `ttl_sweep_interval`), each sweep a logged DELETE with a literal cutoff.
+    It is the object's, so it outlives this server. 0: no retention. Durable
+    on return; `obj` must be its writer."""
+    sync = obj.sync if isinstance(obj, AsyncDurableObject) else obj
+    if not _TABLE_NAME.fullmatch(table):
+        raise InvalidArgument(f"table name {table!r} is not a plain identifier")
+    if days == 0 and not isinstance(days, bool):
+        sync.remove_ttl(table)
+        return
+    seconds = _check_days(days, "retention_days") * 86400
+    sync.write(memories_ddl(table))
+    if [(p.table, p.column, p.seconds) for p in sync.ttl() if p.table == table] != [
+        (table, "updated_at", seconds)
+    ]:
+        sync.set_ttl(table, "updated_at", seconds)
 
 
 def open_for_serving(

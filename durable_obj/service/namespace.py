@@ -65,7 +65,7 @@ class Namespace:
     every read, every written statement runs under); encryption (a key provider: new objects are
     encrypted, encrypted ones need it), compression ("zstd": a compressed WAL), follow and
     on_change (followers); max_units_in_flight (writes in flight at once; more wait, first come
-    first admitted).
+    first admitted); ttl_sweep_interval (seconds between a writer's TTL sweeps; 0: none).
     """
 
     def __init__(

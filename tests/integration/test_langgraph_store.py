@@ -159,3 +159,35 @@ def test_async_face_with_an_index_embeds_once_off_the_loop(tmp_path: Path) -> No
     assert hits[0].score is not None and hits[1].score is not None
     assert hits[0].score > hits[1].score
     assert hits[2].score is None
+
+
+def test_a_sweep_forgets_every_version_of_an_expired_item(tmp_path: Path) -> None:
+    """A put over an item is a new row (ReplacingMergeTree): the sweep
+    deletes the item's every row, or the version before the expired one
+    would come back (on some replicas only: whether it still exists depends
+    on when the engine merged)."""
+    url = str(tmp_path / "ns" / "mem")
+    with DurableStore(url) as store:
+        store.put(("u",), "k", {"v": 1})
+        store.put(("u",), "k", {"v": 2}, ttl=0.0)
+        assert store.get(("u",), "k") is None
+        assert store.sweep_ttl() == 1
+        assert store.get(("u",), "k") is None
+        assert store.obj.rows("SELECT count() FROM lg_store") == [(0,)]
+    with DurableStore(url, read_only=True) as reader:
+        assert reader.get(("u",), "k") is None
+
+
+def test_the_sweeper_follows_langgraphs_contract(tmp_path: Path) -> None:
+    url = str(tmp_path / "ns" / "mem")
+    with DurableStore(url, ttl={"sweep_interval_minutes": 60}) as store:
+        running = store.start_ttl_sweeper()
+        assert not running.done() and store._sweeper is not None
+        again = store.start_ttl_sweeper()  # one sweeper: cancelling this one stops it
+        assert again.cancel() and store._stop.is_set()
+        assert store.stop_ttl_sweeper(timeout=None) is True
+        assert running.result(timeout=0) is None and store._sweeper is None
+        assert store.stop_ttl_sweeper() is True  # none running
+    with DurableStore(url, read_only=True) as reader:
+        done = reader.start_ttl_sweeper()  # a reader never sweeps
+        assert done.done() and reader._sweeper is None
