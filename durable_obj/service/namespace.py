@@ -53,19 +53,16 @@ class Namespace:
     `storage_options` go to the store as-is (endpoint_url, key, secret, ...);
     `progress` is an fsspec callback for large transfers.
 
-    Options, for every object opened here (`durable_obj.core.options.Options` documents each and
-    its default): lease_ttl, heartbeat_interval, clock_skew, commit_deadline, fetch_concurrency;
-    db, timezone and description (of a new object: an existing object's head decides);
-    fold_segments, fold_bytes, close_fold_segments, cheap_fold_segments (when the WAL is folded
-    into a checkpoint); incremental_checkpoints, chain_links, chain_ratio (when a checkpoint is
-    an increment over the base before it: False keeps every base full, for chdb.durable);
-    auto_flush, auto_flush_bytes, auto_flush_age; nondeterminism ("pin" or "refuse"); retention
-    (the time-travel window, seconds); external_reads (what a read-only query() may reach
-    outside: "url", "s3", folders for file(); off); query_bounds, write_bounds (the `Bounds`
-    every read, every written statement runs under); encryption (a key provider: new objects are
-    encrypted, encrypted ones need it), compression ("zstd": a compressed WAL), follow and
-    on_change (followers); max_units_in_flight (writes in flight at once; more wait, first come
-    first admitted); ttl_sweep_interval (seconds between a writer's TTL sweeps; 0: none).
+    Options for every object opened here (`Options` documents each): lease_ttl,
+    heartbeat_interval, clock_skew, commit_deadline, fetch_concurrency; db, timezone,
+    description (of a new object); fold_segments, fold_bytes, close_fold_segments,
+    cheap_fold_segments (WAL folding); incremental_checkpoints, chain_links, chain_ratio (when
+    a base is an increment; False: all full, for chdb.durable); auto_flush, auto_flush_bytes,
+    auto_flush_age; nondeterminism ("pin"/"refuse"); retention (time-travel window, s);
+    external_reads ("url", "s3", folders for file(); off); query_bounds, write_bounds (`Bounds`
+    of reads, writes); encryption (a key provider), compression ("zstd"); follow, on_change
+    (followers); max_units_in_flight (writes in flight at once); ttl_sweep_interval (seconds
+    between a writer's TTL sweeps; 0: none).
     """
 
     def __init__(

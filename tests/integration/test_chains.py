@@ -8,8 +8,8 @@ downloaded, verified and restored), and looks at what the store holds.
 from __future__ import annotations
 
 import hashlib
-import os
 import json
+import os
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 import durable_obj
-from durable_obj.errors import Corrupt
 from durable_obj import StaticKey
+from durable_obj.errors import Corrupt
 from durable_obj.wire.protocol import INCREMENTAL_FEATURE
 from tests.integration import _proc
 
@@ -226,7 +226,7 @@ def test_a_chain_named_under_a_full_base_is_refused_by_the_full_base(tmp_path: P
     top = head["manifest"]["base"]
     head["manifest"]["durable_obj"]["chain"] = [top]  # the top as its own base
     (url / "head.json").write_text(json.dumps(head))
-    with pytest.raises(Corrupt, match="incremental archive|does not record"):
+    with pytest.raises(Corrupt, match=r"incremental archive|does not record"):
         durable_obj.open(str(url), read_only=True)
     with tarfile.open(url / top["key"]) as tar:  # and an increment does record a base
         listing = tar.extractfile(".backup")
@@ -264,9 +264,11 @@ def test_a_fork_of_a_chain_is_a_full_base(tmp_path: Path) -> None:
     durable_obj.fork(str(url), "copy")
     head = _head(tmp_path / "copy")
     assert _chain(head) == [] and INCREMENTAL_FEATURE not in head["protocol"]["reader_features"]
-    with durable_obj.open(str(tmp_path / "copy"), read_only=True) as a:
-        with durable_obj.open(str(url), read_only=True) as b:
-            assert a.query(COUNT) == b.query(COUNT)
+    with (
+        durable_obj.open(str(tmp_path / "copy"), read_only=True) as a,
+        durable_obj.open(str(url), read_only=True) as b,
+    ):
+        assert a.query(COUNT) == b.query(COUNT)
 
 
 def test_an_encrypted_chain_shares_its_data_key_and_reopens(tmp_path: Path) -> None:
