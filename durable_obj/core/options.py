@@ -200,8 +200,8 @@ class Options(BaseModel):
         both limits with a segment count alone (close uses its own); `cheap`:
         the fold would be an increment (`cheap_fold_segments`)."""
         limit = self.fold_segments if segments is None else segments
-        if cheap and segments is None and self.cheap_fold_segments:
-            limit = min(limit or self.cheap_fold_segments, self.cheap_fold_segments)
+        if cheap and segments is None and self.cheap_fold_segments and limit:
+            limit = min(limit, self.cheap_fold_segments)  # fold_segments=0 still never folds
         size_limit = self.fold_bytes if segments is None else 0
         return bool(limit and len(wal) >= limit) or bool(
             size_limit and sum(r.size for r in wal) >= size_limit
