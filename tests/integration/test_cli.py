@@ -427,6 +427,27 @@ def test_checkpoint(ns: Path, obj_url: str) -> None:
         assert obj.query("SELECT count() FROM m") == "3\n"
 
 
+def test_checkpoint_increment_and_full(tmp_path: Path) -> None:
+    """`checkpoint` takes an increment when the policy allows; `--full` a
+    full base, which drops the chain and its reader feature (V1 reads it)."""
+    url = str(tmp_path / "c")
+    with durable_obj.open(url, owner="maker") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m SELECT number, repeat('v', 40) FROM numbers(20000)")
+        obj.checkpoint()
+    ok("exec", url, "--full-checkpoints", "INSERT INTO m VALUES (100000, 'x')")
+    ok("checkpoint", url)
+    chained = head_doc(tmp_path / "c")
+    assert chained["manifest"]["durable_obj"]["chain"]
+    assert "durable_obj.incremental-base" in chained["protocol"]["reader_features"]
+    ok("checkpoint", url, "--full")
+    full = head_doc(tmp_path / "c")
+    assert "chain" not in full["manifest"].get("durable_obj", {})
+    assert full["protocol"]["reader_features"] == []
+    with durable_obj.open(url, read_only=True) as obj:
+        assert obj.query("SELECT count() FROM m") == "20001\n"
+
+
 def test_checkpoint_errors(ns: Path, obj_url: str) -> None:
     fails("not_found", "checkpoint", str(ns / "nope"))
     assert not (ns / "nope").exists()  # a writer open would have created it
