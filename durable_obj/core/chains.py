@@ -9,7 +9,10 @@ base when:
 * asked to (`checkpoint(full=True)`), or increments are off
   (`incremental_checkpoints=False`: bases chdb.durable reads);
 * the chain has `chain_links` links (the full base included);
-* its increments hold more than `chain_ratio` of the full base's bytes;
+* its increments hold more than `chain_ratio` of the full base's bytes, or
+  would with this one: the parts it would carry are estimated first
+  (`_new_bytes`), so a merge that rewrote most of the object since the
+  base makes a full base at once, not a large increment first;
 * there is nothing to be an increment over: no base, a base this writer
   holds no listing of (`LocalCopy.base_link`), a base that is not ours (a
   chdb.durable `.tar.gz`), or a table whose files change in place (a Log
@@ -20,10 +23,13 @@ base when:
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from durable_obj.errors import Corrupt
 from durable_obj.replica import links
+from durable_obj.replica.archive import escaped
 
 if TYPE_CHECKING:
     from durable_obj.core.options import Options
@@ -34,6 +40,8 @@ if TYPE_CHECKING:
 #: Table engines whose parts never change once written: an increment
 #: carries only the new ones.
 _IMMUTABLE_PARTS = "%MergeTree"
+#: A part's folder in a listing: data/<database>/<table>/<part>/<file>.
+_PART = re.compile(rb"<name>data/[^/<]+/([^/<]+)/([^/<]+)/")
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,11 @@ def plan(
     chain = [*head.manifest.chain, base]
     if len(chain) >= opts.chain_links:
         return None
-    if sum(r.size for r in chain[1:]) > opts.chain_ratio * chain[0].size:
+    budget = opts.chain_ratio * chain[0].size - sum(r.size for r in chain[1:])
+    if budget < 0 or _in_place(engine):
         return None
-    if _in_place(engine):
-        return None
+    if _new_bytes(engine, stub) > budget:
+        return None  # a merge rewrote parts: the increment would carry them again
     return Increment((rel, stub), chain)
 
 
@@ -86,3 +95,40 @@ def _in_place(engine: Engine) -> bool:
         {"db": engine.database, "mt": _IMMUTABLE_PARTS},
     )
     return bool(rows and int(rows[0][0]))
+
+
+def _new_bytes(engine: Engine, stub: str) -> int:
+    """What an increment would carry, estimated before it is taken: the
+    bytes of the active parts the base does not hold. A wide part a
+    mutation made of a base part (same blocks and level, another version:
+    a DELETE or UPDATE, a TTL sweep) shares most files with it, which the
+    increment takes from the base, so it counts as nothing; a part an
+    INSERT or a merge wrote counts whole, and so does a compact part's
+    mutation (all its columns are one file). -1 (take the increment) if the listing does
+    not read: the BACKUP then judges it."""
+    try:
+        listing = links.listing(stub)
+    except Corrupt:
+        return -1
+    names = _PART.findall(listing)
+    parts = set(names)
+    held = {(table, _blocks(part)) for table, part in names}
+    rows = engine.json_rows(
+        "SELECT table, name, bytes_on_disk, part_type FROM system.parts "
+        "WHERE database = {db:String} AND active",
+        {"db": engine.database},
+    )
+    new = 0
+    for table, name, size, kind in rows:
+        key = (escaped(str(table)).encode(), str(name).encode())
+        if key in parts:
+            continue  # the base holds it
+        if (key[0], _blocks(key[1])) not in held or kind == "Compact":
+            new += int(size)  # written anew (a compact part's mutation rewrites its one file)
+    return new
+
+
+def _blocks(part: bytes) -> bytes:
+    """A part's name without its mutation version: partition, blocks, level."""
+    fields = part.split(b"_")
+    return b"_".join(fields[:4]) if len(fields) > 4 else part

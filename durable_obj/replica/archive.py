@@ -118,7 +118,7 @@ def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> li
             opened.append(_Archive(where))
         listings = [_listing(archive) for archive in opened]
         _check_links(listings, [rel for rel, _ in chain])
-        return _definitions(opened, listings, _escaped(db))
+        return _definitions(opened, listings, escaped(db))
     except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
         raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
     finally:
@@ -215,7 +215,7 @@ def _read(
     return _read(archives, listings, n - 1, found[0])
 
 
-def _escaped(name: str) -> str:
+def escaped(name: str) -> str:
     """A database name as the engine names its folder in a backup
     (`escapeForFileName`: every byte but an ASCII letter, digit or _ as %XX)."""
     return "".join(

@@ -120,3 +120,18 @@ def stub(archive: str, into: str) -> str:
             os.unlink(into)
         raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
     return into
+
+
+def listing(archive: str) -> bytes:
+    """The `.backup` listing of the tar at `archive` (a stub's: small);
+    `Corrupt` if there is none."""
+    try:
+        with tarfile.open(archive, "r:") as tar:
+            member = next((m for m in tar if m.name == ".backup" and m.isfile()), None)
+            handle = None if member is None else tar.extractfile(member)
+            if handle is None:
+                raise Corrupt("the archive holds no .backup listing")
+            with handle:
+                return handle.read()
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise Corrupt(f"the archive does not read ({type(exc).__name__})") from None

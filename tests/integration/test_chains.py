@@ -22,7 +22,12 @@ from durable_obj.errors import Corrupt
 from durable_obj.wire.protocol import INCREMENTAL_FEATURE
 from tests.integration import _proc
 
-DDL = "CREATE TABLE t (k UInt64, v String) ENGINE = MergeTree ORDER BY k"
+#: No background merge: a merge since the base makes the next base full
+#: (the policy), and a test of chain lengths must not depend on its timing.
+DDL = (
+    "CREATE TABLE t (k UInt64, v String) ENGINE = MergeTree ORDER BY k SETTINGS "
+    "max_bytes_to_merge_at_max_space_in_pool = 1, max_bytes_to_merge_at_min_space_in_pool = 1"
+)
 COUNT = "SELECT count(), sum(k) FROM t"
 
 
@@ -114,18 +119,25 @@ def test_the_policy_takes_a_full_base_by_length_by_bytes_on_request_and_when_it_
         expected = obj.query(COUNT)
     with durable_obj.open(str(url), read_only=True) as obj:
         assert obj.query(COUNT) == expected
-    # By bytes: increments past chain_ratio of the full base.
+    # By bytes: increments that add up past chain_ratio of the full base ...
     other = tmp_path / "p"
-    with durable_obj.open(str(other), owner="w", chain_ratio=0.3) as obj:
+    with durable_obj.open(str(other), owner="w", chain_ratio=0.3, chain_links=64) as obj:
         _base(obj)
         obj.checkpoint()
-        _grow(obj, 1)
+        lengths = []
+        for n in range(1, 40):
+            _grow(obj, n)
+            obj.checkpoint()
+            lengths.append(len(_chain(_head(other))))
+            if lengths[-1] == 0:
+                break
+        assert lengths[-1] == 0 and len(lengths) > 2, lengths  # several, then full
+        assert lengths[:-1] == list(range(1, len(lengths)))
+        # ... or one that would on its own: full at once, no large increment first.
+        _grow(obj, 50)
         obj.checkpoint()
         assert len(_chain(_head(other))) == 1
         obj.execute("INSERT INTO t SELECT number, repeat('w', 50) FROM numbers(20000)")
-        obj.checkpoint()  # increments now past 30% of the full base
-        assert len(_chain(_head(other))) == 2
-        _grow(obj, 2)
         obj.checkpoint()
         assert _chain(_head(other)) == []
 
@@ -343,3 +355,33 @@ def test_an_increment_whose_definition_is_in_no_link_is_corrupt(tmp_path: Path) 
     (url / "head.json").write_text(json.dumps(head))
     with pytest.raises(Corrupt, match="in none of the links"):
         durable_obj.open(str(url), read_only=True)
+
+
+def test_a_merge_since_the_base_makes_a_full_base_and_a_delete_an_increment(
+    tmp_path: Path,
+) -> None:
+    """The policy estimates what an increment would carry before taking it:
+    a merge that rewrote the parts is a full base at once; a DELETE's
+    mutated (wide) parts share their files with the base, so it stays small."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE t (k UInt64, v String) ENGINE = MergeTree ORDER BY k "
+            "SETTINGS min_bytes_for_wide_part = 0"
+        )
+        for n in range(2):
+            obj.execute(
+                f"INSERT INTO t SELECT number + {n * 100000}, repeat('v', 50) FROM numbers(20000)"
+            )
+        obj.checkpoint()
+        obj.execute("DELETE FROM t WHERE k < 10")
+        obj.checkpoint()
+        head = _head(url)
+        assert len(_chain(head)) == 1
+        assert _size(url, head["manifest"]["base"]["key"]) * 5 < _size(url, _chain(head)[0])
+        obj.execute("OPTIMIZE TABLE t FINAL")
+        obj.checkpoint()
+        assert _chain(_head(url)) == []  # full at once: no increment of the merged part
+        expected = obj.query(COUNT)
+    with durable_obj.open(str(url), read_only=True) as obj:
+        assert obj.query(COUNT) == expected
