@@ -19,37 +19,11 @@ import resource  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
-from _workload import WORDS, row_sql  # noqa: E402
+from _workload import BULK, DDL, row_sql  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
 STORE: dict[str, Any] = SPEC.get("store", {})
-
-DDL = (
-    "CREATE TABLE IF NOT EXISTS memories (id String, version UInt32, "
-    "content String CODEC(ZSTD(3)), embedding Array(Float32), "
-    "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
-)
-
-
-#: Bulk rows from a hash of (row, position): deterministic (durable_obj's
-#: determinism gate accepts it in an INSERT ... SELECT, and every run writes
-#: the same bytes) and incompressible like real data: 256 uniform Float32s,
-#: ~200 bytes of text drawn from a vocabulary plus a hex tag, spread timestamps.
-BULK = (
-    (
-        "INSERT INTO memories SELECT concat('b', toString(number)), "
-        "1 + toUInt32(cityHash64(number, 'v') % 5), "
-        "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("
-        "i -> [{words}][1 + cityHash64(number, i) % {nwords}], range(28)), ' ')), "
-        "arrayMap(i -> toFloat32((cityHash64(number, i) % 2000000) / 1e6 - 1), range(256)), "
-        "toDateTime64('2026-01-01 00:00:00', 3, 'UTC') + "
-        "toIntervalMillisecond(cityHash64(number, 't') % 31536000000) "
-        "FROM numbers({start}, {count})"
-    )
-    .replace("{words}", ", ".join(f"'{w}'" for w in WORDS))
-    .replace("{nwords}", str(len(WORDS)))
-)
 
 
 def namespace(**extra: Any) -> Any:

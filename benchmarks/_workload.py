@@ -1,6 +1,7 @@
-"""The agent-memory workload every benchmark writes: the vocabulary of the
-texts, and one single-row INSERT as an agent writes it. Imports only the
-standard library: children import it inside their cold-open timers."""
+"""The agent-memory workload every benchmark writes: the table, the
+vocabulary of the texts, the bulk rows and one single-row INSERT as an agent
+writes it. Imports only the standard library: children import it inside
+their cold-open timers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,32 @@ WORDS = (
     "branch", "release", "ticket", "owner", "region", "quota", "error", "warning", "limit",
 )
 # fmt: on
+
+DDL = (
+    "CREATE TABLE IF NOT EXISTS memories (id String, version UInt32, "
+    "content String CODEC(ZSTD(3)), embedding Array(Float32), "
+    "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
+)
+
+
+#: Bulk rows from a hash of (row, position): deterministic (durable_obj's
+#: determinism gate accepts it in an INSERT ... SELECT, and every run writes
+#: the same bytes) and incompressible like real data: 256 uniform Float32s,
+#: ~200 bytes of text drawn from a vocabulary plus a hex tag, spread timestamps.
+BULK = (
+    (
+        "INSERT INTO memories SELECT concat('b', toString(number)), "
+        "1 + toUInt32(cityHash64(number, 'v') % 5), "
+        "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("
+        "i -> [{words}][1 + cityHash64(number, i) % {nwords}], range(28)), ' ')), "
+        "arrayMap(i -> toFloat32((cityHash64(number, i) % 2000000) / 1e6 - 1), range(256)), "
+        "toDateTime64('2026-01-01 00:00:00', 3, 'UTC') + "
+        "toIntervalMillisecond(cityHash64(number, 't') % 31536000000) "
+        "FROM numbers({start}, {count})"
+    )
+    .replace("{words}", ", ".join(f"'{w}'" for w in WORDS))
+    .replace("{nwords}", str(len(WORDS)))
+)
 
 
 def row_sql(i: int) -> str:

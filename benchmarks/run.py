@@ -13,6 +13,7 @@
     python benchmarks/run.py --only multi    # many objects in one process (bench_multi.py)
     python benchmarks/run.py --only langgraph   # saver and store vs SQLite (bench_langgraph.py)
     python benchmarks/run.py --only sealing  # encrypted and zstd vs plain (bench_sealing.py)
+    python benchmarks/run.py --only chains   # incremental vs full checkpoints (bench_chains.py)
 
 Workload: `memories(id, version, content ZSTD, embedding Array(Float32),
 edited_at DateTime64)`; single-row INSERTs carry a 256-dim random embedding
@@ -101,7 +102,8 @@ def main() -> None:
         "async (benchmarks/bench_async.py, durable_obj alone, local folder), multi "
         "(benchmarks/bench_multi.py, many objects in one process), langgraph "
         "(benchmarks/bench_langgraph.py, against the SQLite saver and store) and sealing "
-        "(benchmarks/bench_sealing.py, encrypted and zstd objects against plain) only when named",
+        "(benchmarks/bench_sealing.py, encrypted and zstd objects against plain) and chains "
+        "(benchmarks/bench_chains.py, incremental checkpoints against full) only when named",
     )
     parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
     parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
@@ -111,7 +113,7 @@ def main() -> None:
     parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
     args = parser.parse_args()
     args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    own = {"async", "multi", "langgraph", "sealing"}  # each its own script and table
+    own = {"async", "multi", "langgraph", "sealing", "chains"}  # each its own script and table
     unknown = args.only - {"writes", "bases", "segments", "wal", "list", *own}
     if unknown:
         parser.error(f"--only: unknown figure group(s) {', '.join(sorted(unknown))}")
@@ -165,6 +167,9 @@ def main() -> None:
     if "sealing" in args.only:  # SeaweedFS at +0 ms, then +20 (or at --latency-ms alone)
         bench_seal = os.path.join(here, "bench_sealing.py")
         subprocess.run([sys.executable, bench_seal, *size, *stores_args(args)], check=True)
+    if "chains" in args.only:  # SeaweedFS at +0 ms, then +20 (or at --latency-ms alone)
+        bench_chains = os.path.join(here, "bench_chains.py")
+        subprocess.run([sys.executable, bench_chains, *size, *stores_args(args)], check=True)
     if not args.only - own:
         return
     raw = True

@@ -259,3 +259,30 @@ def test_bench_obstore_clouds_smoke_run(loopback_only_env: None) -> None:
         for kind in ("create", "replace")
         for client in ("durable_obj", "obstore")
     }
+
+
+#: bench_chains.py's rows per store (prefixes of the table's metrics).
+CHAINS_ROWS = {
+    "local": ("checkpoint bytes", "checkpoint time", "cold open: chain of", "stored, "),
+    "s3+1ms": ("checkpoint bytes", "checkpoint time", "cold open: chain of"),
+}
+
+
+def test_bench_chains_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
+    """`run.py --only chains --smoke` (benchmarks/bench_chains.py): an
+    increment beside a full checkpoint of the same rows, a chain's cold open
+    beside a full base's, and what gc leaves, on a folder and on SeaweedFS."""
+    proc = bench(
+        "run.py", "--only", "chains", "--smoke", "--latency-ms", "1", "--results", str(tmp_path)
+    )
+    (written,) = tmp_path.glob("chains-*.json")
+    rows = json.loads(written.read_text())["rows"]
+    for store, metrics in CHAINS_ROWS.items():
+        for metric in metrics:
+            got = [r for r in rows if r["store"] == store and r["metric"].startswith(metric)]
+            assert got, (store, metric)
+    for row in rows:
+        assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
+        if row["metric"].startswith("checkpoint bytes"):  # sizes: an increment is smaller
+            assert row["ours"] < row["theirs"], row
+    assert "--smoke: a check that every figure group runs" in proc.stdout
