@@ -117,12 +117,17 @@ def target_problem(engine: Engine, db: str, table: str, column: str) -> str | No
             "which needs a MergeTree-family table"
         )
     types = engine.json_rows(
-        "SELECT type FROM system.columns WHERE database = {db:String} AND table = {t:String} "
-        "AND name = {c:String}",
+        "SELECT type, default_kind FROM system.columns WHERE database = {db:String} "
+        "AND table = {t:String} AND name = {c:String}",
         {"db": db, "t": table, "c": column},
     )
     if not types:
         return f"table {table!r} has no column {column!r}"
+    if types[0][1] == "ALIAS":
+        return (
+            f"column {column!r} of {table!r} is an ALIAS, computed when read; a TTL needs a "
+            "stored column (a DELETE that reads a computed one could match other rows on replay)"
+        )
     if not _DATE_TYPE.match(str(types[0][0])):
         return (
             f"column {column!r} of {table!r} is {types[0][0]}; a TTL needs a Date, Date32, "

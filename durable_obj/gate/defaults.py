@@ -179,6 +179,7 @@ class ColumnRules:
                 "with a literal cutoff that every replica applies alike (docs/guides/ttl.md). "
                 "Nothing was run."
             )
+        self._check_aliases(tokens, calls)
         if words[0] == "alter":
             self._check_alter(tokens, calls, db)
             return
@@ -191,6 +192,38 @@ class ColumnRules:
                     f"expression {bad[0].shown}() would be computed for those rows anew on "
                     "every replay; create the table first, then INSERT ... SELECT (which pins "
                     "a default that is constant within the statement). Nothing was run."
+                )
+
+    def _check_aliases(self, tokens: list[Token], calls: list[Call]) -> None:
+        """Refuse an ALIAS column whose expression is non-deterministic, in a
+        CREATE or an ADD / MODIFY COLUMN, with rows or without: the engine
+        computes it whenever the column is read, so a write that reads it
+        (`DELETE ... WHERE ts < ...`, `INSERT ... SELECT ts`, a TTL sweep)
+        would change other rows on every replay. From `ALIAS` to the end of
+        its column (a `,` or the closing parenthesis at its depth)."""
+        depth = 0
+        for i, tok in enumerate(tokens):
+            if tok.text == "(":
+                depth += 1
+            elif tok.text == ")":
+                depth -= 1
+            if _keyword(tokens, i) != "alias" or i == 0 or tokens[i - 1].text in (",", "("):
+                continue  # a column named `alias` starts its definition
+            end, level = len(tokens), depth
+            for j in range(i + 1, len(tokens)):
+                text = tokens[j].text
+                level += (text == "(") - (text == ")")
+                if level < depth or (level == depth and text == ","):
+                    end = j
+                    break
+            bad = self._culprits([c for c in calls if i < c.first < end])
+            if bad:
+                raise Nondeterministic(
+                    f"the ALIAS column expression {bad[0].shown}() (at position {tok.start}) is "
+                    "computed whenever the column is read, so a write that reads it (a DELETE "
+                    "or UPDATE filtering on it, an INSERT ... SELECT of it, a TTL sweep) would "
+                    "change different rows on every replay; store the value instead (a column "
+                    "with DEFAULT, which an INSERT pins). Nothing was run."
                 )
 
     def _check_alter(self, tokens: list[Token], calls: list[Call], db: str) -> None:

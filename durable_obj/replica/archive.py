@@ -28,18 +28,43 @@ from __future__ import annotations
 import posixpath
 import re
 import tarfile
-import zipfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from durable_obj.errors import Corrupt
 
-#: Archive suffixes the engine opens as a tar (libarchive) or a zip (minizip),
-#: and that this module reads the same way.
+#: Archive suffixes the engine opens as a tar (libarchive), and that this
+#: module reads the same way.
 _TAR = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
-_ZIP = (".zip", ".zipx")
+#: The pax keys an entry may carry: a long name's, and what names no entry.
+_PAX_KEYS = frozenset({"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
+#: Every element of an engine's `.backup` listing; nothing else is read.
+_LISTING_TAGS = frozenset(
+    {
+        "config",
+        "version",
+        "deduplicate_files",
+        "timestamp",
+        "uuid",
+        "backup_id",
+        "base_backup",
+        "base_backup_uuid",
+        "contents",
+        "file",
+        "name",
+        "size",
+        "checksum",
+        "use_base",
+        "base_size",
+        "base_checksum",
+        "data_file",
+        "encrypted_by_disk",
+    }
+)
+_CHECKSUM = re.compile(r"[0-9a-f]{32}")
+_SIZE = re.compile(r"[0-9]{1,19}")
 #: Where a definition lies in a backup: the database's own, or a table's
 #: (`shards/N/replicas/M/` prefixes a backup taken on a cluster).
 _DEFINITION = re.compile(r"(?:shards/\d+/replicas/\d+/)?metadata/([^/]+)(?:/([^/]+))?\.sql")
@@ -57,27 +82,34 @@ class Definition:
 
 
 class _Archive:
-    """An archive's entries by exact name, tar or zip as the suffix says."""
+    """A tar archive's entries by exact name.
+
+    Only a tar is read (V1 bases are `.tar` or `.tar.gz`): a zip's two
+    directories (local headers, central directory) are read differently by
+    different readers. A tar is refused where Python's reader and the
+    engine's (libarchive) could name an entry differently: a pax global
+    header (Python applies it to the entries after it, libarchive does
+    not), or a pax key other than those the engine's own archives use."""
 
     def __init__(self, path: str) -> None:
-        lowered = path.lower()
-        self._zip: zipfile.ZipFile | None = None
-        self._tar: tarfile.TarFile | None = None
-        names: list[str]
-        if lowered.endswith(_ZIP):
-            self._zip = zipfile.ZipFile(path)  # closed by close()
-            names = self._zip.namelist()
-            self._sizes = {i.filename: i.file_size for i in self._zip.infolist()}
-        elif lowered.endswith(_TAR):
-            self._tar = tarfile.open(path, "r:*")  # noqa: SIM115  # closed by close()
-            members = self._tar.getmembers()
-            names = [m.name for m in members]
-            self._members = {m.name: m for m in members}
-            self._sizes = {m.name: m.size for m in members if m.isfile()}
-        else:
+        if not path.lower().endswith(_TAR):
             raise Corrupt(
                 f"the base {posixpath.basename(path)!r} is not an archive this library can "
-                f"check before restoring it (it reads {', '.join(_TAR + _ZIP)})"
+                f"check before restoring it (it reads {', '.join(_TAR)})"
+            )
+        self._tar = tarfile.open(path, "r:*")  # noqa: SIM115  # closed by close()
+        members = self._tar.getmembers()
+        names = [m.name for m in members]
+        self._members = {m.name: m for m in members}
+        self._sizes = {m.name: m.size for m in members if m.isfile()}
+        odd: Mapping[str, str] | None = self._tar.pax_headers or next(
+            (m.pax_headers for m in members if set(m.pax_headers) - _PAX_KEYS), None
+        )
+        if odd:
+            self.close()
+            raise Corrupt(
+                "the base archive holds a tar header that two readers could apply differently "
+                f"(pax keys {sorted(odd)[:5]}); an engine's archive holds none"
             )
         if len(set(names)) != len(names):
             self.close()
@@ -86,19 +118,13 @@ class _Archive:
     def read(self, name: str, size: int) -> bytes:
         if self._sizes.get(name) != size:
             raise Corrupt(f"the base archive's entry {name[:80]!r} is missing or not its size")
-        if self._zip is not None:
-            return self._zip.read(name)
-        assert self._tar is not None
         handle = self._tar.extractfile(self._members[name])
         assert handle is not None  # a regular file: _sizes holds only those
         with handle:
             return handle.read()
 
     def close(self) -> None:
-        if self._zip is not None:
-            self._zip.close()
-        if self._tar is not None:
-            self._tar.close()
+        self._tar.close()
 
 
 def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> list[Definition]:
@@ -119,7 +145,7 @@ def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> li
         listings = [_listing(archive) for archive in opened]
         _check_links(listings, [rel for rel, _ in chain])
         return _definitions(opened, listings, escaped(db))
-    except (OSError, ValueError, tarfile.TarError, zipfile.BadZipFile, EOFError) as exc:
+    except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
         raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
     finally:
         for archive in opened:
@@ -153,8 +179,7 @@ def _definitions(
     archives: list[_Archive], listings: list[ElementTree.Element], folder: str
 ) -> list[Definition]:
     found: list[Definition] = []
-    contents = listings[-1].find("contents")
-    for entry in [] if contents is None else contents.findall("file"):
+    for entry in _files(listings[-1]):
         name = entry.findtext("name", "")
         if not name.lower().endswith(".sql"):
             continue
@@ -192,27 +217,19 @@ def _read(
     if n == 0:
         raise Corrupt("the base is an incremental archive (its files come from another backup)")
     checksum = entry.findtext("checksum", "")
-    contents = listings[n - 1].find("contents")
-    found = [
-        below
-        for below in ([] if contents is None else contents.findall("file"))
-        if int(below.findtext("size", "0") or 0) == size and below.findtext("checksum") == checksum
-    ]
-    if not found:
+    # The engine finds it in the link beneath by size and checksum (every
+    # entry of a pair lies in one place there: `_check_listing`).
+    found = next(
+        (
+            below
+            for below in _files(listings[n - 1])
+            if below.findtext("size") == str(size) and below.findtext("checksum") == checksum
+        ),
+        None,
+    )
+    if found is None:
         raise Corrupt(f"the base's file {name[:80]!r} is in none of the links beneath it")
-    # The engine finds it by size and checksum; an engine's listing stores
-    # one file per pair (deduplicated), so two that read differently are
-    # a listing made to be read two ways.
-    if (
-        len(
-            {(b.findtext("use_base"), b.findtext("data_file") or b.findtext("name")) for b in found}
-        )
-        > 1
-    ):
-        raise Corrupt(
-            f"the base's file {name[:80]!r} matches files of the link beneath it that differ"
-        )
-    return _read(archives, listings, n - 1, found[0])
+    return _read(archives, listings, n - 1, found)
 
 
 def escaped(name: str) -> str:
@@ -233,12 +250,62 @@ def _listing(archive: _Archive) -> ElementTree.Element:
     except Corrupt:
         raise Corrupt("the base archive holds no .backup listing") from None
     text = raw.decode("utf-8", errors="replace")
-    if "<!" in text:
-        raise Corrupt("the base's .backup listing holds a declaration, comment or CDATA")
+    if "<!" in text or "<?" in text:
+        raise Corrupt(
+            "the base's .backup listing holds a declaration, comment, CDATA or processing "
+            "instruction"
+        )
     try:
         root = ElementTree.fromstring(raw)
     except ElementTree.ParseError:
         raise Corrupt("the base's .backup listing is not XML") from None
     if root.tag != "config":
         raise Corrupt("the base's .backup listing is not a backup's")
+    _check_listing(root)
     return root
+
+
+def _check_listing(root: ElementTree.Element) -> None:
+    """Refuse what the engine's XML reader (Poco) and ElementTree could read
+    apart: any attribute (a namespace hides an element from ElementTree
+    and not from Poco), an element an engine's listing never holds, a
+    checksum or size not in the engine's own spelling; and a listing whose
+    files the engine would find otherwise than `_read` does: two entries of
+    one name, or two of one size and checksum whose bytes lie in different
+    places (the engine takes the first of a pair)."""
+    for element in root.iter():
+        if element.attrib or element.tag not in _LISTING_TAGS:
+            raise Corrupt(
+                f"the base's .backup listing holds an element {str(element.tag)[:40]!r} "
+                "(or an attribute) that no engine's listing holds"
+            )
+    names: set[str] = set()
+    places: dict[tuple[str, str], tuple[str, str]] = {}
+    for entry in _files(root):
+        name = entry.findtext("name", "")
+        size = entry.findtext("size", "")
+        checksum = entry.findtext("checksum", "")
+        base_size, base_checksum = entry.findtext("base_size"), entry.findtext("base_checksum")
+        if (
+            not _SIZE.fullmatch(size)
+            or not (_CHECKSUM.fullmatch(checksum) or (size == "0" and not checksum))
+            or (base_size is not None and not _SIZE.fullmatch(base_size))
+            or (base_checksum is not None and not _CHECKSUM.fullmatch(base_checksum))
+        ):
+            raise Corrupt(f"the base's listing entry {name[:80]!r} has an odd size or checksum")
+        if name in names:
+            raise Corrupt(f"the base's listing names {name[:80]!r} twice")
+        names.add(name)
+        # from the base (found there by the pair alone), or from a file here
+        from_base = entry.findtext("use_base", "").strip().lower() in ("1", "true")
+        place = ("base", "") if from_base else ("here", entry.findtext("data_file") or name)
+        if places.setdefault((size, checksum), place) != place:
+            raise Corrupt(
+                f"the base's listing entry {name[:80]!r} shares its size and checksum with "
+                "another whose bytes lie elsewhere"
+            )
+
+
+def _files(listing: ElementTree.Element) -> list[ElementTree.Element]:
+    contents = listing.find("contents")
+    return [] if contents is None else contents.findall("file")

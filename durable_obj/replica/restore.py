@@ -166,6 +166,14 @@ class Fetches:
         return [] if self._links is None else self._links.result()
 
     def _fetch_links(self, refs: list[ObjectRef], concurrency: int) -> list[tuple[str, str]]:
+        names = [ref.key.rsplit("/", 1)[-1] for ref in refs]
+        if self._base_ref is not None:
+            names.append(self._base_ref.key.rsplit("/", 1)[-1])
+        if len(set(names)) != len(names):
+            raise Corrupt(
+                f"{self._url}: the base's chain names one archive name twice; a chain this "
+                "library writes never does. The object was not opened; nothing was changed."
+            )
         for n, ref in enumerate(refs, start=1):
             if links.link_path(ref.key) is None:
                 raise Corrupt(

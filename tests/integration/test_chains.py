@@ -236,9 +236,10 @@ def test_a_chain_named_under_a_full_base_is_refused_by_the_full_base(tmp_path: P
     url = tmp_path / "o"
     head = _chained(url)
     top = head["manifest"]["base"]
-    head["manifest"]["durable_obj"]["chain"] = [top]  # the top as its own base
+    chain = head["manifest"]["durable_obj"]["chain"]
+    head["manifest"]["durable_obj"]["chain"] = chain[1:]  # an increment named as the full base
     (url / "head.json").write_text(json.dumps(head))
-    with pytest.raises(Corrupt, match=r"incremental archive|does not record"):
+    with pytest.raises(Corrupt, match="incremental archive but the head names no links"):
         durable_obj.open(str(url), read_only=True)
     with tarfile.open(url / top["key"]) as tar:  # and an increment does record a base
         listing = tar.extractfile(".backup")
@@ -385,3 +386,13 @@ def test_a_merge_since_the_base_makes_a_full_base_and_a_delete_an_increment(
         expected = obj.query(COUNT)
     with durable_obj.open(str(url), read_only=True) as obj:
         assert obj.query(COUNT) == expected
+
+
+def test_a_chain_that_names_one_archive_twice_is_corrupt(tmp_path: Path) -> None:
+    url = tmp_path / "o"
+    head = _chained(url)
+    chain = head["manifest"]["durable_obj"]["chain"]
+    head["manifest"]["durable_obj"]["chain"] = [chain[0], chain[0], chain[1]]
+    (url / "head.json").write_text(json.dumps(head))
+    with pytest.raises(Corrupt, match="twice"):
+        durable_obj.open(str(url), read_only=True)

@@ -335,12 +335,18 @@ def test_add_column_with_now_default_is_refused_only_when_rows_exist(tmp_path: P
         for sql in (
             "ALTER TABLE m ADD COLUMN updated_at DateTime DEFAULT now()",
             "ALTER TABLE m ADD COLUMN updated_at DateTime MATERIALIZED now()",
-            "ALTER TABLE m ADD COLUMN updated_at DateTime ALIAS now()",
             "ALTER TABLE m ADD COLUMN IF NOT EXISTS `r` UInt32 DEFAULT rand()",
         ):
             with pytest.raises(durable_obj.errors.Nondeterministic) as info:
                 obj.execute(sql)
             assert "existing rows" in str(info.value) and "UPDATE" in str(info.value)
+        # An ALIAS is computed on every read, rows or none: a write that reads
+        # it (a DELETE filtering on it, a TTL sweep) would replay differently.
+        for table in ("m", "empty"):
+            with pytest.raises(durable_obj.errors.Nondeterministic, match="ALIAS column"):
+                obj.execute(f"ALTER TABLE {table} ADD COLUMN updated_at DateTime ALIAS now()")
+        with pytest.raises(durable_obj.errors.Nondeterministic, match="ALIAS column"):
+            obj.execute("CREATE TABLE a (k UInt8, ts DateTime ALIAS now() - 3) ENGINE = Log")
         assert obj.pending == 3
         obj.execute("ALTER TABLE empty ADD COLUMN updated_at DateTime DEFAULT now()")
         # the way there: a constant default, filled in, then the default for new rows

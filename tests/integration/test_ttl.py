@@ -101,10 +101,15 @@ def test_the_cutoff_is_exact_to_the_microsecond_and_null_never_expires(
 
 def test_set_ttl_refuses_what_cannot_expire(obj: durable_obj.DurableObject) -> None:
     obj.execute("CREATE TABLE mem (ts DateTime) ENGINE = Memory")
+    obj.execute(
+        "CREATE TABLE al (id UInt32, ts DateTime ALIAS toDateTime(id)) "
+        "ENGINE = MergeTree ORDER BY id"
+    )
     obj.flush()
     seq = obj.seq
     cases = [
         (("nope", "ts", 1), "no table 'nope'"),
+        (("al", "ts", 1), "is an ALIAS, computed when read"),
         (("ev", "nope", 1), "no column 'nope'"),
         (("ev", "id", 1), "UInt32; a TTL needs a Date"),
         (("mem", "ts", 1), "MergeTree-family"),
