@@ -154,25 +154,35 @@ def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> li
 
 def _check_links(listings: list[ElementTree.Element], rels: list[str]) -> None:
     """Each listing records exactly the link before it as its base (by the
-    text RESTORE opens and by uuid), the first none: RESTORE then reads the
+    text RESTORE opens and by uuid), or none when it takes no file from a
+    base (the engine then names none: an increment that shares nothing
+    with its base is whole), and the first none: RESTORE then reads the
     links it was given, never a base an archive names on its own (another
     path, another server)."""
     for n, listing in enumerate(listings):
         recorded = listing.findtext("base_backup")
         uuid = listing.findtext("base_backup_uuid")
+        if recorded is None and uuid is None:
+            if any(_from_base(entry) for entry in _files(listing)):
+                raise Corrupt(f"link {n + 1} of the base takes files from a base it does not name")
+            continue  # whole: it needs nothing beneath it
         if n == 0:
-            if recorded is not None or uuid is not None:
-                raise Corrupt(
-                    "the base is an incremental archive but the head names no links beneath "
-                    "it (its files would come from another backup)"
-                )
-            continue
+            raise Corrupt(
+                "the base is an incremental archive but the head names no links beneath "
+                "it (its files would come from another backup)"
+            )
         expected = f"File('{rels[n - 1]}')"
         if recorded != expected or uuid is None or uuid != listings[n - 1].findtext("uuid"):
             raise Corrupt(
                 f"link {n + 1} of the base's chain does not record link {n} as its base "
                 f"({(recorded or 'none')[:80]!r}); the chain is not the one the head names"
             )
+
+
+def _from_base(entry: ElementTree.Element) -> bool:
+    """Does the engine read (part of) this file from the base?"""
+    use = entry.findtext("use_base", "").strip().lower() in ("1", "true")
+    return use or int(entry.findtext("base_size", "0") or 0) > 0
 
 
 def _definitions(
@@ -297,8 +307,7 @@ def _check_listing(root: ElementTree.Element) -> None:
             raise Corrupt(f"the base's listing names {name[:80]!r} twice")
         names.add(name)
         # from the base (found there by the pair alone), or from a file here
-        from_base = entry.findtext("use_base", "").strip().lower() in ("1", "true")
-        place = ("base", "") if from_base else ("here", entry.findtext("data_file") or name)
+        place = ("base", "") if _from_base(entry) else ("here", entry.findtext("data_file") or name)
         if places.setdefault((size, checksum), place) != place:
             raise Corrupt(
                 f"the base's listing entry {name[:80]!r} shares its size and checksum with "

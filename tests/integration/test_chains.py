@@ -396,3 +396,27 @@ def test_a_chain_that_names_one_archive_twice_is_corrupt(tmp_path: Path) -> None
     (url / "head.json").write_text(json.dumps(head))
     with pytest.raises(Corrupt, match="twice"):
         durable_obj.open(str(url), read_only=True)
+
+
+def test_an_increment_that_shares_nothing_with_its_base_is_whole_and_reopens(
+    tmp_path: Path,
+) -> None:
+    """The engine records no base for an increment that takes no file from
+    it (every table dropped since): such a link needs nothing beneath it."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        _base(obj)
+        obj.checkpoint()
+        obj.execute("DROP TABLE t")
+        obj.checkpoint()
+        head = _head(url)
+        assert len(_chain(head)) == 1
+        with tarfile.open(url / head["manifest"]["base"]["key"]) as tar:
+            listing = tar.extractfile(".backup")
+            assert listing is not None and b"<base_backup>" not in listing.read()
+        obj.execute("CREATE TABLE u (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("INSERT INTO u VALUES (1), (2), (3)")
+        obj.checkpoint()  # an increment over the whole one
+        assert len(_chain(_head(url))) == 2
+    with durable_obj.open(str(url), read_only=True) as obj:
+        assert obj.query("SELECT count(), sum(k) FROM u") == "3,6\n"
