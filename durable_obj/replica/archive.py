@@ -34,12 +34,13 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from durable_obj.errors import Corrupt
+from durable_obj.replica import tarcheck
 
 #: Archive suffixes the engine opens as a tar (libarchive), and that this
 #: module reads the same way.
 _TAR = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tar.xz")
 #: The pax keys an entry may carry: a long name's, and what names no entry.
-_PAX_KEYS = frozenset({"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
+_PAX_KEYS = tarcheck.PAX_KEYS
 #: Every element of an engine's `.backup` listing; nothing else is read.
 _LISTING_TAGS = frozenset(
     {
@@ -98,8 +99,15 @@ class _Archive:
                 f"check before restoring it (it reads {', '.join(_TAR)})"
             )
         self._tar = tarfile.open(path, "r:*")  # noqa: SIM115  # closed by close()
-        members = self._tar.getmembers()
-        names = [m.name for m in members]
+        try:
+            members = self._tar.getmembers()
+            names = [m.name for m in members]
+            # read in place by the engine (a compressed one is unpacked first)
+            if path.lower().endswith(".tar") and tarcheck.names(path) != names:
+                raise Corrupt("the base archive's entries read differently by two tar readers")
+        except BaseException:
+            self.close()
+            raise
         self._members = {m.name: m for m in members}
         self._sizes = {m.name: m.size for m in members if m.isfile()}
         odd: Mapping[str, str] | None = self._tar.pax_headers or next(

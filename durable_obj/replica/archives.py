@@ -179,7 +179,7 @@ def restore_one(engine: Engine, db: str, path: str, base: str | None = None) -> 
     (a Memory table's): then what the attempt made is dropped and it is
     restored again, unpacked."""
     what = f"restore of database {db!r}"
-    if not path.endswith(_GZIPPED):
+    if path.endswith(".tar"):  # read in place; any other is unpacked (`tarcheck.py`)
         try:
             engine.archive(_restore_sql(engine, db, path, base), what)
         except EngineError as exc:

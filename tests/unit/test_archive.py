@@ -112,7 +112,7 @@ def test_a_file_from_a_base_backup_is_corrupt(tmp_path: Path) -> None:
         b"</size>", b"</size><use_base>true</use_base>"
     )
     path = _tar(tmp_path / "b.tar", [("metadata/default/v.sql", VIEW), (".backup", listing)])
-    with pytest.raises(Corrupt, match="incremental"):
+    with pytest.raises(Corrupt, match="takes files from a base it does not name"):
         definitions(path, "default")
 
 
@@ -195,5 +195,33 @@ def test_a_tar_header_two_readers_apply_apart_is_refused(tmp_path: Path, kind: s
             if kind == "odd key":
                 info.pax_headers = {"hdrcharset": "BINARY"}
             tf.addfile(info, io.BytesIO(data))
-    with pytest.raises(Corrupt, match="two readers could apply differently"):
+    with pytest.raises(Corrupt, match="not a plain tar as an engine writes it"):
         definitions(str(path), "default")
+
+
+@pytest.mark.parametrize("fmt", [tarfile.GNU_FORMAT, tarfile.USTAR_FORMAT, "v7", "trailing"])
+def test_a_plain_tar_is_read_only_as_an_engine_writes_it(tmp_path: Path, fmt: object) -> None:
+    """A plain tar is read in place by the engine's libarchive: GNU and V7
+    headers (whose prefix field the two readers apply differently) and
+    bytes after the end blocks are refused; POSIX ustar reads."""
+    listing = _listing([("metadata/default/v.sql", VIEW, "")])
+    path = tmp_path / "b.tar"
+    entries = [("metadata/default/v.sql", VIEW), (".backup", listing)]
+    tar_format = fmt if isinstance(fmt, int) else tarfile.USTAR_FORMAT
+    with tarfile.open(path, "w", format=tar_format) as tf:
+        for name, data in entries:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tf.addfile(info, io.BytesIO(data))
+    raw = bytearray(path.read_bytes())
+    if fmt == "v7":  # no magic: an old V7 header
+        raw[257:265] = b"\0" * 8
+        raw[148:156] = b"%06o\0 " % (sum(raw[:148]) + 256 + sum(raw[156:512]))
+    if fmt == "trailing":
+        raw += b"x" * 10
+    path.write_bytes(bytes(raw))
+    if fmt == tarfile.USTAR_FORMAT:
+        assert [d.table for d in definitions(str(path), "default")] == ["v"]
+    else:
+        with pytest.raises(Corrupt, match="not a plain tar as an engine writes it"):
+            definitions(str(path), "default")
