@@ -199,15 +199,20 @@ class ColumnRules:
         CREATE or an ADD / MODIFY COLUMN, with rows or without: the engine
         computes it whenever the column is read, so a write that reads it
         (`DELETE ... WHERE ts < ...`, `INSERT ... SELECT ts`, a TTL sweep)
-        would change other rows on every replay. From `ALIAS` to the end of
-        its column (a `,` or the closing parenthesis at its depth)."""
+        would change other rows on every replay. An EPHEMERAL column's
+        expression likewise: a DEFAULT that names it computes it when an
+        INSERT omits it, unseen by the pinning of omitted columns. From the
+        keyword to the end of its column (a `,` or the closing parenthesis
+        at its depth)."""
         depth = 0
         for i, tok in enumerate(tokens):
             if tok.text == "(":
                 depth += 1
             elif tok.text == ")":
                 depth -= 1
-            if _keyword(tokens, i) != "alias" or i == 0 or tokens[i - 1].text in (",", "("):
+            if _keyword(tokens, i) not in ("alias", "ephemeral") or i == 0:
+                continue
+            if tokens[i - 1].text in (",", "("):
                 continue  # a column named `alias` starts its definition
             end, level = len(tokens), depth
             for j in range(i + 1, len(tokens)):
@@ -219,8 +224,9 @@ class ColumnRules:
             bad = self._culprits([c for c in calls if i < c.first < end])
             if bad:
                 raise Nondeterministic(
-                    f"the ALIAS column expression {bad[0].shown}() (at position {tok.start}) is "
-                    "computed whenever the column is read, so a write that reads it (a DELETE "
+                    f"the {tok.text.upper()} column expression {bad[0].shown}() (at position "
+                    f"{tok.start}) is computed whenever the column is read or omitted, so a "
+                    "write that reads it (a DELETE "
                     "or UPDATE filtering on it, an INSERT ... SELECT of it, a TTL sweep) would "
                     "change different rows on every replay; store the value instead (a column "
                     "with DEFAULT, which an INSERT pins). Nothing was run."

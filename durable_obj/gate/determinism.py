@@ -255,9 +255,15 @@ class Pinner:
         shape = insert_shape(tokens)
         rows = [] if shape is None else [(tokens[a].start, tokens[b].end) for a, b in shape.rows]
         evaluated, pinnable = evaluated_from(tokens)
+        named = 0 if shape is None else shape.head_end  # an INSERT's table and column list
         culprits = [
-            c for c in calls if c.name in self._catalog.nondeterministic and c.first >= evaluated
+            c
+            for c in calls
+            if c.name in self._catalog.nondeterministic
+            and c.first >= evaluated
+            and not (c.bare and c.first < named)
         ]
+        self._refuse_ambiguous(tokens, [c for c in culprits if c.bare], db)
         to_pin = outermost(culprits)
         replacements: list[tuple[int, int, str]] = []
         pin: list[Call] = []
@@ -290,6 +296,33 @@ class Pinner:
         if replacements:
             sql = splice(sql, replacements)
         return self._with_settings(sql, needed)
+
+    def _refuse_ambiguous(self, tokens: list[Token], bare: list[Call], db: str) -> None:
+        """A bare `now` (`BARE_CALLS`) is the clock unless the scope has a
+        column or an alias of that name; pinning it then would change what
+        the statement means, so it is refused: quote the column (`now`),
+        or write the call (now())."""
+        if not bare:
+            return
+        words = {c.name for c in bare}
+        aliased = {
+            tokens[i + 1].word
+            for i, t in enumerate(tokens[:-1])
+            if t.kind == "ident" and t.word == "as" and tokens[i + 1].kind in ("ident", "quoted")
+        }
+        named = self._engine.json_rows(
+            "SELECT DISTINCT lower(name) FROM system.columns WHERE database = {db:String} "
+            "AND lower(name) IN {w:Array(String)}",
+            {"db": db, "w": "[" + ", ".join(quote_string(w) for w in sorted(words)) + "]"},
+        )
+        clash = sorted(words & (aliased | {str(row[0]) for row in named}))
+        if clash:
+            raise Nondeterministic(
+                f"`{clash[0]}` here is a column or alias of that name or the engine's "
+                f"{clash[0]} (the time, the user, ...), and the two replay differently; "
+                f"quote it as `{clash[0]}` for the column, or write {clash[0]}() for the "
+                "value. Nothing was run."
+            )
 
     def refuse_outside_reads(self, sql: str) -> None:
         """`Nondeterministic` if `sql` reads outside the object (a table

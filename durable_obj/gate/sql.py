@@ -276,18 +276,39 @@ class Call:
     first: int  # token index of the name
     last: int  # token index of the closing parenthesis
     shown: str = ""  # as written, for messages
+    bare: bool = False  # a word evaluated without parentheses (`BARE_CALLS`)
+
+
+#: Words the engine evaluates without parentheses, as calls of the function
+#: of that name (`SELECT now`, `DEFAULT CURRENT_TIMESTAMP`), unless the
+#: scope has a column or an alias of that name (`Call.bare`).
+BARE_CALLS = frozenset(
+    {
+        "now", "today", "yesterday", "current_timestamp", "localtimestamp", "current_date",
+        "localtime", "current_user", "current_database",
+    }
+)  # fmt: skip
 
 
 def find_calls(tokens: list[Token]) -> list[Call]:
-    """Every `name(` ... `)` in the statement, nested ones included."""
+    """Every `name(` ... `)` in the statement, nested ones included, and
+    every bare word of `BARE_CALLS` (not after a `.`: a qualified name)."""
     closing = match_parens(tokens)
     calls = []
-    for i, tok in enumerate(tokens[:-1]):
-        if tok.kind in ("ident", "quoted") and tokens[i + 1].text == "(":
+    for i, tok in enumerate(tokens):
+        after = tokens[i + 1].text if i + 1 < len(tokens) else ""
+        if tok.kind in ("ident", "quoted") and after == "(":
             # `a.b(` is still a call of b (a qualified name, e.g. a table function)
             j = closing.get(i + 1)
             if j is not None:
                 calls.append(Call(tok.word, tok.start, tokens[j].end, i, j, tok.name))
+        elif (
+            tok.kind == "ident"
+            and tok.word in BARE_CALLS
+            and after != "."
+            and (i == 0 or tokens[i - 1].text != ".")
+        ):
+            calls.append(Call(tok.word, tok.start, tok.end, i, i, tok.name, bare=True))
     return calls
 
 

@@ -441,3 +441,53 @@ def fuzz_object() -> Iterator[durable_obj.DurableObject]:
         )
         obj.execute("INSERT INTO m (id, s) VALUES (1, 'a')")
         yield obj
+
+
+def test_bare_time_words_are_pinned_like_their_calls(tmp_path: Path) -> None:
+    """`now`, `CURRENT_TIMESTAMP`, `LOCALTIMESTAMP` ... are calls the engine
+    evaluates without parentheses: pinned to a literal like now(), refused
+    where a column or alias of that name makes the word ambiguous, and
+    refused in an ALIAS or EPHEMERAL column like a call."""
+    with durable_obj.Namespace(str(tmp_path), owner="w").open("o") as obj:
+        obj.execute("CREATE TABLE t (k UInt8, ts DateTime) ENGINE = MergeTree ORDER BY k")
+        obj.execute(
+            "CREATE TABLE d (k UInt8, ts DateTime DEFAULT now) ENGINE = MergeTree ORDER BY k"
+        )
+        obj.execute("CREATE TABLE c (k UInt8, today Date) ENGINE = MergeTree ORDER BY k")
+        for sql in (
+            "INSERT INTO t VALUES (1, CURRENT_TIMESTAMP)",
+            "INSERT INTO t SELECT 2, LOCALTIMESTAMP",
+            "INSERT INTO t SELECT 3, now",
+            "ALTER TABLE t UPDATE ts = current_timestamp WHERE k = 1",
+            "INSERT INTO d (k) VALUES (4)",
+            "INSERT INTO c (k, today) VALUES (5, '2024-01-02')",  # the column list names it
+            "INSERT INTO c SELECT 6, `today` FROM c",  # quoted: the column
+        ):
+            obj.execute(sql)
+        for sql, match in (
+            ("INSERT INTO c SELECT 7, today FROM c", "column or alias"),
+            ("INSERT INTO t SELECT 8, toDateTime(now) FROM (SELECT 1 AS now)", "column or alias"),
+            (
+                "CREATE TABLE a (k UInt8, ts DateTime ALIAS CURRENT_TIMESTAMP) "
+                "ENGINE = MergeTree ORDER BY k",
+                "ALIAS column",
+            ),
+            (
+                "CREATE TABLE e (k UInt8, ts DateTime EPHEMERAL now(), a DateTime DEFAULT ts) "
+                "ENGINE = MergeTree ORDER BY k",
+                "EPHEMERAL column",
+            ),
+        ):
+            with pytest.raises(durable_obj.errors.Nondeterministic, match=match):
+                obj.execute(sql)
+        obj.flush()
+        logged = obj.rows("SELECT k, ts FROM t ORDER BY k")
+        reference = obj.rows("SELECT k, ts FROM d ORDER BY k")
+    wal = "".join(p.read_text() for p in sorted((tmp_path / "o" / "wal").iterdir()))
+    for word in ("CURRENT_TIMESTAMP", "LOCALTIMESTAMP", "current_timestamp", " now"):
+        assert word not in wal.replace("DEFAULT now", ""), word  # each pinned to a literal
+    assert wal.count("CAST('") >= 5
+    with durable_obj.Namespace(str(tmp_path)).open("o", read_only=True) as replica:
+        assert replica.rows("SELECT k, ts FROM t ORDER BY k") == logged
+        assert replica.rows("SELECT k, ts FROM d ORDER BY k") == reference
+        assert replica.rows("SELECT k FROM c ORDER BY k") == [(5,), (6,)]
