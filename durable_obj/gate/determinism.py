@@ -200,6 +200,8 @@ class Pinner:
             mode=mode,
         )
         self._suspicious: frozenset[str] | None = None
+        #: Views of the object whose SELECT reads the clock or chance (by db).
+        self._volatile: dict[str, frozenset[str]] = {}
 
     @property
     def _catalog(self) -> Catalog:
@@ -216,6 +218,7 @@ class Pinner:
         """Forget cached column definitions (call after any non-INSERT)."""
         self._rules.forget()
         self._literals.forget()
+        self._volatile.clear()
 
     def prepare(self, sql: str, db: str) -> str:
         """The text to run and log: `sql` itself, or `sql` with values pinned.
@@ -223,6 +226,15 @@ class Pinner:
         if self._suspicious is None:
             self._suspicious = self._catalog.suspicious
         words = code_words(sql)
+        volatile = words & self._volatile_views(db) if _reads_rows(sql, words) else set()
+        if volatile:
+            name = sorted(volatile)[0]
+            raise Nondeterministic(
+                f"the view {name} computes a value of the clock or of chance when it is read, "
+                "so a write that reads it would store other values on every replay; read "
+                "its tables in the statement instead (where now() and the like are pinned). "
+                "Nothing was run."
+            )
         if not words & self._suspicious:
             # The common case, in regex scans rather than a full lexing: no
             # word of the statement's code (strings and comments are data)
@@ -232,6 +244,35 @@ class Pinner:
             if fast is not None:
                 return fast
         return self._prepare_full(sql, db)
+
+    def _volatile_views(self, db: str) -> frozenset[str]:
+        """Names (lower-cased) of `db`'s views whose SELECT calls a
+        non-deterministic function, or reads such a view: a plain view is
+        computed on every read, so a write that reads it is not pinned by
+        anything in its own text."""
+        found = self._volatile.get(db)
+        if found is not None:
+            return found
+        rows = self._engine.json_rows(
+            "SELECT name, as_select FROM system.tables WHERE database = {db:String} "
+            "AND engine = 'View'",
+            {"db": db},
+        )
+        nondeterministic = self._catalog.nondeterministic
+        words = {str(name).lower(): code_words(str(body)) for name, body in rows}
+        volatile = {
+            name
+            for name, body in rows
+            if any(c.name in nondeterministic for c in find_calls(tokenize(str(body))))
+        }
+        volatile = {str(name).lower() for name in volatile}
+        while True:  # a view that reads a volatile view is volatile
+            more = {n for n, used in words.items() if n not in volatile and used & volatile}
+            if not more:
+                break
+            volatile |= more
+        self._volatile[db] = found = frozenset(volatile)
+        return found
 
     def _prepare_plain(self, sql: str, db: str, has_settings: bool) -> str | None:
         """`sql` with the time zone setting if it is a plain INSERT; None if an
@@ -408,3 +449,17 @@ class Pinner:
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         at = tokens[shape.head_end].start
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
+
+
+def _reads_rows(sql: str, words: frozenset[str] | set[str]) -> bool:
+    """Does this statement write rows computed from what it reads (an
+    INSERT, an UPDATE or DELETE, a CREATE TABLE ... AS SELECT)? A view's
+    own DDL (CREATE VIEW over it, DROP, RENAME) reads no rows."""
+    head = [t.word for t in tokenize_head(sql)[:4] if t.kind == "ident"]
+    if not head:
+        return False
+    if head[0] in ("insert", "delete", "update"):
+        return True
+    if head[0] == "alter":
+        return bool(words & {"update", "delete"})
+    return head[0] in ("create", "replace") and "select" in words and "view" not in head

@@ -491,3 +491,26 @@ def test_bare_time_words_are_pinned_like_their_calls(tmp_path: Path) -> None:
         assert replica.rows("SELECT k, ts FROM t ORDER BY k") == logged
         assert replica.rows("SELECT k, ts FROM d ORDER BY k") == reference
         assert replica.rows("SELECT k FROM c ORDER BY k") == [(5,), (6,)]
+
+
+def test_a_write_that_reads_a_view_of_the_clock_is_refused(tmp_path: Path) -> None:
+    """A plain view is computed when it is read: one whose SELECT calls
+    now() (or reads such a view) would make a write that reads it store
+    other values on every replay. Its own DDL, and reads, stay free."""
+    with durable_obj.Namespace(str(tmp_path), owner="w").open("o") as obj:
+        obj.execute("CREATE TABLE t (k UInt8, ts DateTime) ENGINE = MergeTree ORDER BY k")
+        obj.execute("CREATE VIEW v AS SELECT now() AS ts")
+        obj.execute("CREATE VIEW w AS SELECT ts FROM v")
+        obj.execute("CREATE VIEW plain AS SELECT k FROM t")
+        for sql in (
+            "INSERT INTO t SELECT 1, ts FROM v",
+            "INSERT INTO t SELECT 1, ts FROM w",
+            "ALTER TABLE t DELETE WHERE ts < (SELECT ts FROM w)",
+            "CREATE TABLE c ENGINE = MergeTree ORDER BY ts AS SELECT ts FROM v",
+        ):
+            with pytest.raises(durable_obj.errors.Nondeterministic, match=r"the view [vw] "):
+                obj.execute(sql)
+        obj.execute("INSERT INTO t SELECT k, toDateTime(0) FROM plain")
+        assert obj.rows("SELECT count() FROM v") == [(1,)]
+        obj.execute("DROP VIEW w")
+        obj.execute("DROP VIEW v")
