@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from types import ModuleType
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 
 from durable_obj.errors import DurableError
@@ -294,43 +294,64 @@ class _Sink:
 
 
 _SINK: _Sink | None = None
-#: opentelemetry's trace and metrics modules, once imported; None: not yet.
-_API: tuple[ModuleType, ModuleType] | None = None
+#: Whether the hooks still look at the global providers: not once opentelemetry
+#: is known absent, nor after configure() chose providers, nor once a sink exists.
+_WATCH = True
 #: opentelemetry is not installed: every hook is a pass-through for good.
 _ABSENT = False
 #: configure() chose the providers: the global ones are not looked at.
 _PINNED = False
+#: What says "no global provider set yet": the API's own globals (read
+#: directly: a call of its getters reads the environment every time), else
+#: its public getters. None until opentelemetry was first looked for.
+_UNSET: Callable[[], bool] | None = None
 _LOCK = threading.Lock()
 
 
 def _sink() -> _Sink | None:
     """Where to record, or None (nothing configured: record nothing)."""
-    if _SINK is not None or _ABSENT or _PINNED:
+    if _SINK is not None or not _WATCH:
         return _SINK
     return _from_globals()
 
 
-def _from_globals() -> _Sink | None:
-    global _SINK, _API, _ABSENT
-    api = _API
-    if api is None:
-        try:
-            from opentelemetry import metrics, trace
-        except ImportError:
-            _ABSENT = True
-            return None
-        api = _API = (trace, metrics)
-    trace, metrics = api
-    from opentelemetry.metrics._internal import _ProxyMeterProvider
+def _unset_check() -> Callable[[], bool] | None:
+    """How to tell that no global provider is set, or None: no opentelemetry."""
+    try:
+        from opentelemetry import metrics, trace
+        from opentelemetry.metrics import _internal as metrics_state
+        from opentelemetry.metrics._internal import _ProxyMeterProvider
+    except ImportError:
+        return None
+    env = {"OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER"} & set(os.environ)
+    if not env and hasattr(trace, "_TRACER_PROVIDER") and hasattr(metrics_state, "_METER_PROVIDER"):
+        return lambda: trace._TRACER_PROVIDER is None and metrics_state._METER_PROVIDER is None
 
-    if isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and isinstance(
-        metrics.get_meter_provider(), _ProxyMeterProvider
-    ):
+    def unset() -> bool:
+        return isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider) and isinstance(
+            metrics.get_meter_provider(), _ProxyMeterProvider
+        )
+
+    return unset
+
+
+def _from_globals() -> _Sink | None:
+    global _SINK, _UNSET, _ABSENT, _WATCH
+    unset = _UNSET
+    if unset is None:
+        unset = _UNSET = _unset_check()
+        if unset is None:
+            _ABSENT, _WATCH = True, False
+            return None
+    if unset():
         return None  # no SDK yet: the API would record nothing anyway
+    from opentelemetry import metrics, trace
+
     with _LOCK:
         if _SINK is None and not _PINNED:
-            # the API's getters follow a provider set later (its proxies)
+            # the API's getters follow a provider of the other kind set later
             _SINK = _Sink(trace.get_tracer(SCOPE), metrics.get_meter(SCOPE))
+            _WATCH = False
     return _SINK
 
 
@@ -343,16 +364,16 @@ def configure(
     kind not given: the global one). With neither, go back to the global
     providers, as at import. For a process that keeps its providers out of
     the globals, and for tests."""
-    global _SINK, _PINNED
+    global _SINK, _PINNED, _WATCH
     with _LOCK:
         if tracer_provider is None and meter_provider is None:
-            _SINK, _PINNED = None, False
+            _SINK, _PINNED, _WATCH = None, False, not _ABSENT
             return
         from opentelemetry import metrics, trace
 
         tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE)
-        _SINK, _PINNED = _Sink(tracer, meter), True
+        _SINK, _PINNED, _WATCH = _Sink(tracer, meter), True, False
 
 
 def enabled() -> bool:
@@ -369,8 +390,8 @@ def operation(name: str, describe: Describe) -> Callable[[Callable[P, R]], Calla
     def decorate(fn: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(fn)
         def hooked(*args: P.args, **kwargs: P.kwargs) -> R:
-            sink = _SINK if _SINK is not None else _sink()
-            if sink is None:
+            sink = _SINK
+            if sink is None and (not _WATCH or (sink := _from_globals()) is None):
                 return fn(*args, **kwargs)
             result: R = sink.run(op, describe, fn, args, kwargs)
             return result
@@ -390,7 +411,7 @@ def refusals(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             try:
                 return fn(*args, **kwargs)
             except DurableError as exc:
-                sink = _SINK if _SINK is not None else _sink()
+                sink = _sink()
                 if sink is not None:
                     sink.refused(name, exc)
                 raise
