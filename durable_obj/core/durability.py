@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from durable_obj.core import chains, publishing
+from durable_obj.core import chains, observed, publishing
 from durable_obj.core.options import make_options
 from durable_obj.core.surface import refuse_in_transaction
 from durable_obj.core.units import Units
@@ -145,6 +145,7 @@ class Durability(Units):
             self._require_writable()
             return self._checkpoint_locked(caller_told=True, full=full)
 
+    @observed.checkpoint
     def _checkpoint_locked(self, *, caller_told: bool = False, full: bool = False) -> str:
         self._group.idle()  # never beside a commit in flight; the lock is held from here
         while (txn := self._txn) is not None:  # one began while idle() waited: not logged yet

@@ -47,7 +47,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from durable_obj.core import feed, follow, unclosed
+from durable_obj.core import feed, follow, observed, unclosed
 from durable_obj.core.admission import Admission
 from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
@@ -168,6 +168,7 @@ class DurableObject(Expiry, Durability, Transactions):
                     self._local.teardown(background=False)
 
     # -- open ----------------------------------------------------------------
+    @observed.open
     def _open(
         self, force: bool, create: bool = True, reclaim: Callable[[str], bool] | None = None
     ) -> None:
@@ -244,6 +245,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 )
             return self._refresh_locked()
 
+    @observed.refresh
     def _refresh_locked(self, known: Stored | None = None) -> bool:
         """refresh() with the lock held; `known`: a head a follower's poll read."""
         step = Refresh(self._w, self._local, self._opts, progress=self._progress)
@@ -286,6 +288,7 @@ class DurableObject(Expiry, Durability, Transactions):
         return source, interval
 
     # -- writes ----------------------------------------------------------------
+    @observed.refused("execute")
     def execute(
         self, sql: str, *, params: Params = None, allow_nondeterministic: bool = False
     ) -> None:

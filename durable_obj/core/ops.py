@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable_obj.core import history as histories
+from durable_obj.core import observed
 from durable_obj.core.commit import HeadWriter
 from durable_obj.errors import (
     BackendError,
@@ -242,6 +243,7 @@ def history_codec(
     return keys.codec(head)
 
 
+@observed.gc
 def gc(
     store: Store,
     oid: str,

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from durable_obj.core import observed
 from durable_obj.core.surface import Result, Surface
 from durable_obj.gate.bounds import Bounds
 from durable_obj.replica.export import list_tables
@@ -37,6 +38,7 @@ Params = Mapping[str, Any] | None
 class Queries(Surface):
     """The read methods of `DurableObject`."""
 
+    @observed.refused("query")
     def query(
         self, sql: str, fmt: str = "CSV", *, params: Params = None, bounds: Bounds | None = None
     ) -> Result:
@@ -55,6 +57,7 @@ class Queries(Surface):
                 sql = self._local.bind(sql, params)
                 return Result(self._local.read(engine, sql, fmt, self.db))
 
+    @observed.refused("query")
     def query_bytes(
         self,
         sql: str,
@@ -96,6 +99,7 @@ class Queries(Surface):
 
         return pa.ipc.open_file(pa.py_buffer(data)).read_all()
 
+    @observed.refused("query")
     def df(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """The answer as a `pandas.DataFrame`."""
         with self._lock:
@@ -119,6 +123,7 @@ class Queries(Surface):
         the gate's EXPLAIN calls plan the statement, and planning computes)."""
         return self._local.checked_read(engine, self._local.bind(sql, params), self.db)
 
+    @observed.refused("query")
     def _rows(
         self, sql: str, params: Params, bounds: Bounds | None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:

@@ -21,10 +21,12 @@ import warnings
 import weakref
 from typing import Protocol
 
+import durable_obj.telemetry as telemetry
+
 log = logging.getLogger("durable_obj")
 
 
-class Closable(Protocol):
+class Closable(telemetry.Tracked, Protocol):
     def _left_open(self, when: str) -> None: ...
 
 
@@ -36,6 +38,7 @@ _REGISTERED = False
 def track(obj: Closable) -> None:
     """Remember `obj` (weakly) until it is collected, for the exit check."""
     global _REGISTERED
+    telemetry.track(obj)  # the objects-open and lease gauges
     with _LOCK:
         _LIVE.add(obj)
         if not _REGISTERED:

@@ -34,7 +34,7 @@ import logging
 import threading
 from collections.abc import Iterator, Mapping
 
-from durable_obj.core import publishing
+from durable_obj.core import observed, publishing
 from durable_obj.core.admission import Admission
 from durable_obj.core.group import GroupCommit
 from durable_obj.core.pending import Outgoing
@@ -277,6 +277,7 @@ class Units(Surface):
             "state and the buffer, so nothing changed; buffered statements are kept."
         )
 
+    @observed.ack
     def _write_queued(self, planned: list[_Planned]) -> str | None:
         """Run a unit and make it durable. Threads writing at once combine:
         the unit waits in a queue, and whichever thread next takes the lock
@@ -424,6 +425,7 @@ class Units(Surface):
         self._maybe_fold()
         return key
 
+    @observed.flush
     def _commit_payload(self, outgoing: Outgoing) -> str:
         """Publish `outgoing` as the next segment and commit it (lock released)."""
         try:

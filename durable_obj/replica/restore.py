@@ -17,10 +17,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import durable_obj.telemetry as telemetry
 from durable_obj.errors import (
     ClassificationRefused,
     Corrupt,
@@ -263,6 +264,20 @@ class Fetches:
         return segments
 
 
+def _restored(args: tuple[Any, ...], kwargs: Mapping[str, Any], result: Any) -> telemetry.Attrs:
+    """The restore span's attributes: the object, its seq and the bytes its head names."""
+    head: Head = args[1]
+    url: str = kwargs["url"]
+    sizes = [ref.size for ref in (*head.manifest.all_bases(), *head.manifest.wal)]
+    return {
+        telemetry.OBJECT_ID: url.rstrip("/").rsplit("/", 1)[-1],
+        telemetry.STORE: telemetry.store_of(url),
+        telemetry.SEQ: head.manifest.seq,
+        telemetry.BYTES: sum(sizes),
+    }
+
+
+@telemetry.operation("restore", _restored)
 def restore(
     engine: Engine, head: Head, fetches: Fetches | None, *, url: str, stub: str | None = None
 ) -> str | None:

@@ -1,0 +1,113 @@
+"""What telemetry costs a flush (issue 40): no hooks, hooks with nothing
+configured, hooks recording into the OpenTelemetry SDK.
+
+    python benchmarks/bench_telemetry.py               # 600 flushes per build
+    python benchmarks/bench_telemetry.py --flushes 300 --rows 10
+    python benchmarks/bench_telemetry.py --smoke       # a few: runs only
+
+One process, one object on the folder store (folding off), three builds of
+the flush path interleaved flush by flush, their order rotated each round so
+that the machine's drift spreads over all of them:
+
+* `bare`: every hooked method of the flush path replaced by the function it
+  wraps (`__wrapped__`): the build without the hooks;
+* `unconfigured`: the hooks, with no SDK (the global providers are the
+  API's proxies): each is a call and a check;
+* `sdk`: the hooks recording into an SDK `TracerProvider` (in-memory span
+  exporter, simple processor) and `MeterProvider` (in-memory reader),
+  through `telemetry.configure`.
+
+Each sample is one `flush()` of --rows buffered agent-memory-sized INSERTs
+(executed before the clock starts). Median per build. Goals: unconfigured
+within 1% of bare, sdk within 2%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import (
+    InMemorySpanExporter,
+)
+
+import durable_obj
+from durable_obj import telemetry
+from durable_obj.core.object import DurableObject
+
+#: The hooked methods a flush runs through.
+HOOKED = ("_commit_payload", "_checkpoint_locked", "_write_queued", "execute")
+BUILDS = ("bare", "unconfigured", "sdk")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--flushes", type=int, default=600, help="flushes per build")
+    ap.add_argument("--rows", type=int, default=1, help="INSERTs buffered per flush")
+    ap.add_argument("--smoke", action="store_true")
+    args = ap.parse_args()
+    flushes = 5 if args.smoke else args.flushes
+
+    hooked = {name: getattr(DurableObject, name) for name in HOOKED}
+    bare = {name: fn.__wrapped__ for name, fn in hooked.items()}
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+
+    # the SDK's sink is made once; a switch of build only points the hooks at it
+    telemetry.configure(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    sink = telemetry._SINK
+    telemetry.configure()
+
+    def use(build: str) -> None:
+        for name in HOOKED:
+            setattr(DurableObject, name, (bare if build == "bare" else hooked)[name])
+        sdk = build == "sdk"
+        telemetry._SINK, telemetry._PINNED, telemetry._WATCH = (
+            (sink, sdk, not sdk) if sdk else (None, False, True)
+        )
+
+    samples: dict[str, list[float]] = {b: [] for b in BUILDS}
+    text = "x" * 200
+    with tempfile.TemporaryDirectory() as root:
+        opts = {"fold_segments": 0, "close_fold_segments": 0}
+        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type]
+            obj.execute("CREATE TABLE m (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
+            obj.flush()
+            k = 0
+            for i in range(flushes + 20):  # 20 rounds of warm-up
+                order = BUILDS[i % 3 :] + BUILDS[: i % 3]
+                for build in order:
+                    use(build)
+                    for _ in range(args.rows):
+                        k += 1
+                        obj.execute(f"INSERT INTO m VALUES ({k}, '{text}')")
+                    started = time.perf_counter()
+                    obj.flush()
+                    elapsed = time.perf_counter() - started
+                    if i >= 20:
+                        samples[build].append(elapsed)
+                    if len(exporter.get_finished_spans()) > 1000:
+                        exporter.clear()
+            use("unconfigured")
+    p50 = {b: statistics.median(s) for b, s in samples.items()}
+    print(f"flush of {args.rows} INSERT(s), folder store, {flushes} flushes per build, interleaved")
+    for build in BUILDS:
+        ratio = p50[build] / p50["bare"]
+        print(f"  {build:<13} p50 {p50[build] * 1e3:8.3f} ms   x{ratio:.4f} of bare")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
