@@ -220,28 +220,35 @@ def _read(
     n: int,
     entry: ElementTree.Element,
 ) -> bytes:
-    """The bytes of `entry` of archive `n`, as RESTORE reads them: from its
-    own data file, or (`use_base`) from the file of the same size and
-    checksum in the link before it. A file stored as a tail over its base
-    (`base_size`) is refused: the engine cannot pack one into a tar."""
+    """The bytes of `entry` of archive `n`, as RESTORE reads them. The
+    engine finds a file's bytes by its size and checksum: the first entry
+    of the listing with that pair (its data file, or with `use_base` the
+    file of the pair in the link beneath), whichever entry named it; so
+    does this. A file stored as a tail over its base (`base_size`) is
+    refused: the engine cannot pack one into a tar."""
     name = entry.findtext("name", "")
-    size = int(entry.findtext("size", "0") or 0)
-    base_size = int(entry.findtext("base_size", "0") or 0)
-    from_base = entry.findtext("use_base", "").strip().lower() in ("1", "true")
-    if base_size and (base_size != size or not from_base):
+    size = entry.findtext("size", "0")
+    checksum = entry.findtext("checksum", "")
+    first = next(
+        e
+        for e in _files(listings[n])
+        if e.findtext("size", "0") == size and e.findtext("checksum", "") == checksum
+    )
+    base_size = int(first.findtext("base_size", "0") or 0)
+    from_base = first.findtext("use_base", "").strip().lower() in ("1", "true")
+    if base_size and (base_size != int(size) or not from_base):
         raise Corrupt(f"the base's file {name[:80]!r} is stored as a tail over another backup")
     if not from_base:
-        return archives[n].read(entry.findtext("data_file", "") or name, size)
+        return archives[n].read(
+            first.findtext("data_file", "") or first.findtext("name", ""), int(size)
+        )
     if n == 0:
         raise Corrupt("the base is an incremental archive (its files come from another backup)")
-    checksum = entry.findtext("checksum", "")
-    # The engine finds it in the link beneath by size and checksum (every
-    # entry of a pair lies in one place there: `_check_listing`).
     found = next(
         (
             below
             for below in _files(listings[n - 1])
-            if below.findtext("size") == str(size) and below.findtext("checksum") == checksum
+            if below.findtext("size", "0") == size and below.findtext("checksum", "") == checksum
         ),
         None,
     )
@@ -287,10 +294,9 @@ def _check_listing(root: ElementTree.Element) -> None:
     """Refuse what the engine's XML reader (Poco) and ElementTree could read
     apart: any attribute (a namespace hides an element from ElementTree
     and not from Poco), an element an engine's listing never holds, a
-    checksum or size not in the engine's own spelling; and a listing whose
-    files the engine would find otherwise than `_read` does: two entries of
-    one name, or two of one size and checksum whose bytes lie in different
-    places (the engine takes the first of a pair)."""
+    checksum or size not in the engine's own spelling; and two entries of
+    one name. (Two of one size and checksum are read as the engine reads
+    them: both from the first, `_read`.)"""
     for element in root.iter():
         if element.attrib or element.tag not in _LISTING_TAGS:
             raise Corrupt(
@@ -298,7 +304,6 @@ def _check_listing(root: ElementTree.Element) -> None:
                 "(or an attribute) that no engine's listing holds"
             )
     names: set[str] = set()
-    places: dict[tuple[str, str], tuple[str, str]] = {}
     for entry in _files(root):
         name = entry.findtext("name", "")
         size = entry.findtext("size", "")
@@ -314,13 +319,6 @@ def _check_listing(root: ElementTree.Element) -> None:
         if name in names:
             raise Corrupt(f"the base's listing names {name[:80]!r} twice")
         names.add(name)
-        # from the base (found there by the pair alone), or from a file here
-        place = ("base", "") if _from_base(entry) else ("here", entry.findtext("data_file") or name)
-        if places.setdefault((size, checksum), place) != place:
-            raise Corrupt(
-                f"the base's listing entry {name[:80]!r} shares its size and checksum with "
-                "another whose bytes lie elsewhere"
-            )
 
 
 def _files(listing: ElementTree.Element) -> list[ElementTree.Element]:
