@@ -1,4 +1,5 @@
-"""Commands that change stored state: checkpoint, gc, fork, rotate-key, release."""
+"""Commands that change stored state: checkpoint, gc, fork, rotate-key, release,
+catalog rebuild."""
 
 from __future__ import annotations
 
@@ -168,7 +169,8 @@ def fork_cmd(
         info = ns.fork(oid, dst, dst_storage_options=to_options or None, at=past, **keyed)
     where = ns.url if dst_namespace is None else dst_namespace
     sess = session()
-    whence = "" if past is None else f" at seq {info.head.extension()['forked_from']['seq']}"
+    forked = {} if info.head is None else info.head.extension()["forked_from"]
+    whence = "" if past is None else f" at seq {forked['seq']}"
     sess.echo(f"forked {oid}{whence} into {info.oid if dst_namespace is None else dst}")
     sess.echo(fmt.info_text(info, where))
 
@@ -267,3 +269,24 @@ def release_cmd(object_url: str, force: bool, yes: bool, storage_options: dict[s
     sess.echo(
         f"released the lease of {oid} (was held by {info.owner!r}, generation {info.generation})"
     )
+
+
+@cli.group("catalog")
+def catalog_group() -> None:
+    """The namespace's catalog: one key listing every object (`ls` reads it)."""
+
+
+@catalog_group.command("rebuild")
+@click.argument("ns_url")
+@storage_options
+def catalog_rebuild_cmd(ns_url: str, storage_options: dict[str, Any]) -> None:
+    """Write the catalog anew from a listing of the namespace and every head.
+
+    Repairs a catalog that is behind (an update dropped, objects written by
+    chdb.durable or copied in) and starts one in a namespace that has objects."""
+    ns = Namespace(ns_url, storage_options=storage_options)
+    missing = ops.missing_namespace(ns.store)
+    if missing is not None:
+        raise Failure("not_found", f"{missing}: no namespace; nothing was written")
+    rows = ns.rebuild_catalog()
+    session().echo(f"catalog of {ns.url} rebuilt: {rows} object(s)")

@@ -209,7 +209,7 @@ def _export_namespace(
         missing = ops.missing_namespace(ns.store)
         if missing is not None:
             raise Failure("not_found", f"{missing}: no namespace to export from")
-        targets = ids or [info.oid for info in ns.list()]
+        targets = ids or [info.oid for info in ns.list(stored=False, verify=True)]
         with tempfile.TemporaryDirectory(prefix="durable_obj-export-") as work:
             local = os.path.join(work, f"out.{fmt_name}")
             parts: _Parts = (

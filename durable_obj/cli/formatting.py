@@ -112,6 +112,7 @@ def info_text(info: ObjectInfo, namespace_url: str, now: float | None = None) ->
     """`info`'s summary of one object's head."""
     now = clock() if now is None else now
     head = info.head
+    assert head is not None  # info() and fork() read the head
     manifest = head.manifest
     proto = head.protocol
     engine = head.engine
@@ -177,6 +178,7 @@ def object_json(info: ObjectInfo) -> dict[str, Any]:
         "description": info.description,
         "encrypted_with": info.encrypted_with,
         "compressed": info.compressed,
+        "from_catalog": info.from_catalog,
     }
 
 

@@ -27,9 +27,19 @@ from durable_obj.core import ops
     is_flag=True,
     help="Read each object's head only (half the requests): no stored size or last write.",
 )
+@click.option(
+    "--verify",
+    is_flag=True,
+    help="List the folders and read every head instead of the catalog (the truth, not a hint).",
+)
 @storage_options
-def ls_cmd(ns_url: str, as_json: bool, heads_only: bool, storage_options: dict[str, Any]) -> None:
-    """List the objects of a namespace.
+def ls_cmd(
+    ns_url: str, as_json: bool, heads_only: bool, verify: bool, storage_options: dict[str, Any]
+) -> None:
+    """List the objects of a namespace: from its catalog in one read (each row as
+    of its writer's last open, close or checkpoint: no stored size, and a lease
+    expiry as last written), or, with --verify or no catalog, from a listing and
+    every head.
 
     A local folder that is not there is an error, not_found. A bucket or
     container that does not exist is an error of the store, backend, as
@@ -41,7 +51,7 @@ def ls_cmd(ns_url: str, as_json: bool, heads_only: bool, storage_options: dict[s
     missing = ops.missing_namespace(ns.store)
     if missing is not None:
         raise Failure("not_found", f"{missing}: no namespace to list; nothing was read")
-    infos = ns.list(stored=not heads_only)
+    infos = ns.list(stored=not heads_only, verify=verify or heads_only)
     sess = session()
     if as_json:
         sess.echo(json.dumps([fmt.object_json(info) for info in infos], indent=2))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from durable_obj.core import chains, observed, publishing
+from durable_obj.core.catalog import note_writer
 from durable_obj.core.options import make_options
 from durable_obj.core.surface import refuse_in_transaction
 from durable_obj.core.units import Units
@@ -231,6 +232,7 @@ class Durability(Units):
             )
             return self._checkpoint_locked(caller_told=caller_told, full=True)
         self._buf.committed(key, caller_told=caller_told)
+        note_writer(self._w)  # the catalog's row (a hint: never raises)
         log.info(
             "%s: checkpoint %s, %d bytes, %.3f s",
             self.url,

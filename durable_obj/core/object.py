@@ -47,7 +47,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from durable_obj.core import feed, follow, observed, unclosed
+from durable_obj.core import catalog, feed, follow, observed, unclosed
 from durable_obj.core.admission import Admission
 from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
@@ -195,6 +195,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 self._abort_open()
                 raise
             self._state = _OPEN
+            row = None if self._read_only else catalog.row_of_writer(self._w)
             unclosed.track(self)
             if not self._read_only:
                 self._start_heartbeat()
@@ -210,6 +211,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 len(head.manifest.wal) if head else 0,
                 time.monotonic() - started,
             )
+        catalog.put(self._w.store, row)  # the catalog, a hint: never raises
 
     def _abort_open(self) -> None:
         """Undo a partial open: release a lease we took, drop local state.
@@ -448,6 +450,7 @@ class DurableObject(Expiry, Durability, Transactions):
             self._state = _CLOSING
         follow.leave(self)
         self._stop_heartbeat()
+        row = None
         with self._lock:
             try:
                 self._group.idle()  # another thread's commit in flight ends first
@@ -471,6 +474,7 @@ class DurableObject(Expiry, Durability, Transactions):
                             self._buf.drop(),
                         )
                     self._w.commit(release=True)
+                    row = catalog.row_of_writer(self._w)
             except LeaseFenced:
                 self._local.teardown()
                 self._state = _CLOSED
@@ -485,6 +489,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 raise
             self._local.teardown()
             self._state = _CLOSED
+        catalog.put(self._w.store, row)
 
     def _abandon(self) -> None:
         """What a SIGKILL leaves: no flush, no release, only local resources

@@ -84,13 +84,17 @@ class ObjectInfo:
     last_write: float | None  # head.json's modification time (None: not listed)
     db: str
     timezone: str
-    head: Head = field(repr=False)
+    #: The head read (None: a row of the namespace catalog, `from_catalog`).
+    head: Head | None = field(repr=False)
     #: The short description set when the object was created (None: none set).
     description: str | None = None
     #: The key id (of the key provider) its data keys are wrapped under; None: plain.
     encrypted_with: str | None = None
     #: Whether its WAL segments are zstd-compressed.
     compressed: bool = False
+    #: Listed from the catalog, a hint (`core/catalog.py`): as of the row's last
+    #: write; no head (None), stored_bytes None, last_write the row's time.
+    from_catalog: bool = False
 
 
 @dataclass

@@ -142,7 +142,7 @@ class ObjectHost:
         those a caller happens to touch again."""
         held = [
             info.oid
-            for info in self.pool.namespace.list(stored=False)
+            for info in self.pool.namespace.list(stored=False, verify=True)
             if info.owner is not None and self._earlier_self(info.owner)
         ]
 

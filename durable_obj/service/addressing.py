@@ -14,6 +14,7 @@ import os
 import unicodedata
 from datetime import datetime
 
+from durable_obj.core.catalog import CATALOG_KEY
 from durable_obj.errors import InvalidArgument
 from durable_obj.stores import url_object_id
 from durable_obj.wire.protocol import valid_oid
@@ -46,12 +47,18 @@ def split_object_url(url: str) -> tuple[str, str]:
 
 def check_oid(oid: str) -> str:
     """`oid` when it may name an object: one path segment (`valid_oid`),
-    valid UTF-8, and nothing invisible that would show one id as another
-    (bidi controls, a BOM, zero-width and other format characters)."""
+    valid UTF-8, nothing invisible that would show one id as another
+    (bidi controls, a BOM, zero-width and other format characters), and not
+    the catalog's key (`_catalog.json`: its file would take the folder's place)."""
     if not isinstance(oid, str) or not valid_oid(oid):
         raise InvalidArgument(
             f"invalid object id {oid!r}: one path segment of at most 255 bytes, with no '/', "
             "no backslash, no control character, and not '.' or '..'"
+        )
+    if oid == CATALOG_KEY:
+        raise InvalidArgument(
+            f"invalid object id {oid!r}: it is the name of the namespace's catalog "
+            "(docs/guides/operations.md); choose another id. Nothing was opened."
         )
     hidden = next((ch for ch in oid if unicodedata.category(ch) in _HIDDEN), None)
     if hidden is not None:

@@ -21,7 +21,7 @@ from durable_obj.core.opening import reclaim_rule
 from durable_obj.core.options import Options, make_options
 from durable_obj.core.queries import Params
 from durable_obj.errors import DurableError, InvalidArgument, NotFound
-from durable_obj.service import forking
+from durable_obj.service import catalog, forking
 from durable_obj.service.addressing import check_at, check_oid, split_destination, split_object_url
 from durable_obj.service.forking import SAME_KEY
 from durable_obj.stores import open_store
@@ -156,13 +156,16 @@ class Namespace:
         )
 
     # -- operations ------------------------------------------------------------
-    def list(self, *, stored: bool = True) -> builtins.list[ops.ObjectInfo]:
-        """Every object here: id, seq, generation, lease holder and expiry,
-        segment count, live and stored bytes, last write time, description.
-        One listing of the object folders, then every head and folder read
-        in parallel (`ops.list_objects`). `stored=False` reads the heads
-        only (half the requests): stored_bytes and last_write are None."""
-        return ops.list_objects(self.store, stored=stored)
+    def list(self, *, stored: bool = True, verify: bool = False) -> builtins.list[ops.ObjectInfo]:
+        """Every object here: from the catalog in one GET (rows `from_catalog`,
+        a hint as of each writer's last open, close or checkpoint). With
+        `verify`, or no catalog: a folder listing, then every head (and with
+        `stored`, folder) read in parallel (`ops.list_objects`)."""
+        listed = None if verify else catalog.listing(self.store)
+        return ops.list_objects(self.store, stored=stored) if listed is None else listed
+
+    def rebuild_catalog(self) -> int:
+        return catalog.rebuild(self.store)  # anew from a LIST and every head; the row count
 
     def info(self, oid: str) -> ops.ObjectInfo:
         return ops.describe(self.store, check_oid(oid))
@@ -210,7 +213,8 @@ class Namespace:
     def release(self, oid: str) -> None:
         """Release the lease whoever holds it (administrative: a live holder is
         fenced at its next commit and loses what it did not flush)."""
-        ops.release(self.store, check_oid(oid), commit_deadline=self._options.commit_deadline)
+        d = self._options.commit_deadline
+        catalog.note(self.store, oid, ops.release(self.store, check_oid(oid), commit_deadline=d))
 
     def scan(
         self,
@@ -225,14 +229,12 @@ class Namespace:
         `[(id, rows)]`, the rows as `DurableObject.rows()` gives them (tuples
         of Python values by column type: int, Decimal, aware datetime, ...).
         `params` binds the `{name:Type}` placeholders, the same for each.
-        (It used to return each object's CSV text, and took `fmt`: for text,
-        open the object and call `query(sql, fmt)`.)
 
         `missing_ok=True` skips ids with no object, as chdb.durable does (a
         fan-out over a tenant list); otherwise a missing one is `NotFound`.
         An error names the object it came from, and keeps its class.
         """
-        targets = [info.oid for info in self.list()] if ids is None else list(ids)
+        targets = list(ids) if ids is not None else [i.oid for i in self.list(verify=True)]
         out = []
         for oid in targets:
             try:
@@ -273,11 +275,8 @@ class Namespace:
         into another key.
 
         An existing `dst` is refused (`InvalidArgument`) before anything is
-        read or written. The head is created only if absent, so a writer that
-        creates `dst` meanwhile wins: the fork is abandoned, its uploaded base
-        deleted (or left as an orphan no head references). A lost answer from
-        the store is settled by reading back; an unproven head is
-        `CommitAmbiguous`.
+        read or written; a writer that creates `dst` meanwhile wins (the fork's
+        base is deleted). An unproven head is `CommitAmbiguous`.
         """
         check_oid(src)
         check_at(at, read_only=True)
@@ -294,7 +293,9 @@ class Namespace:
                 options=self._options,
                 progress=self._progress,
             )
-        return ops.describe(store, oid)
+        info = ops.describe(store, oid)
+        catalog.note(store, oid, info.head)
+        return info
 
     def _destination(self, dst: str, options: dict[str, Any] | None) -> tuple[Store, str]:
         """(store, id) of a fork's destination: an id beside the source, or an
@@ -359,9 +360,8 @@ def fork(
     **options: Any,
 ) -> ops.ObjectInfo:
     """Fork the object at `src_url` into a new object at `dst_url`, on the
-    same store or any other (a production object on S3 into a local folder
-    to debug it, a local experiment published to S3). The new object's base
-    is the source's current state; the source is only read.
+    same store or any other; its base is the source's current state (the
+    source is only read).
 
     `dst_url` is an object URL, or a bare id beside the source (a relative
     path starts with `./`). `storage_options` reach the source's store,

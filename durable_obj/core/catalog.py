@@ -1,0 +1,306 @@
+"""The namespace catalog: every object of a namespace, one row each, in one key.
+
+    <namespace>/_catalog.json  {"format": "durable_obj.catalog/1", "rows": [
+        {"id", "seq", "generation", "segments", "live_bytes", "last_write",
+         "lease": {"owner", "expires_at"} | null,
+         "description"?, "db"?, "timezone"?, "encrypted_with"?, "compressed"?}]}
+
+Listing a thousand objects costs a LIST plus a GET of every head; the catalog
+is one GET. It is a navigation hint, never the truth (each head.json is):
+
+* a row is written only by its object's writer, from a head it has just
+  proven stored (open, close, a checkpoint; never a flush, whose cost it would
+  double), by compare-and-swap on this one key; a lost race re-reads and
+  merges (writers touch disjoint rows: a merge replaces one row of the fresh
+  copy). The rows of one process are written together (`Writer`);
+* a row never goes back: it does not replace a row of a newer (generation,
+  seq), so a superseded writer's late update is dropped;
+* a failed update (after `ATTEMPTS` tries or `DEADLINE` seconds, or on a
+  store error) is logged and dropped, never raised: the catalog is then
+  behind its heads, and a rebuild (a LIST and every head,
+  `service/catalog.py`) makes it agree again;
+* a writer creates the catalog only where no other object is (one folder
+  listing, only while there is no catalog): a catalog started by one writer
+  among many would hide the others. `Namespace.rebuild_catalog()` starts it
+  in a namespace that has objects.
+
+No object id can be `_catalog.json` (`service/addressing.check_oid`), and gc
+deletes only below an object's folder, so the key is never an object's.
+Rows hold only what an object's head.json shows in the clear (a head is never
+sealed, an encrypted object's neither: its lease is read without a key), and
+nothing of its data or keys: an encrypted object's row is as readable as its
+head, and no more (docs/guides/operations.md, "The catalog").
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+import weakref
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, Final
+
+from durable_obj.core.ops import live_refs
+from durable_obj.errors import DurableError
+from durable_obj.wire import keyring
+from durable_obj.wire.protocol import DEFAULT_TIMEZONE, valid_oid
+from durable_obj.wire.untrusted import parse_json
+
+if TYPE_CHECKING:
+    from durable_obj.core.commit import HeadWriter
+    from durable_obj.stores.base import Store
+    from durable_obj.wire.head import Head
+
+log = logging.getLogger("durable_obj.catalog")
+
+CATALOG_KEY: Final = "_catalog.json"
+FORMAT: Final = "durable_obj.catalog/1"
+#: A writer's update gives up after this many tries, or this many seconds.
+ATTEMPTS: Final = 8
+DEADLINE: Final = 3.0
+_BACKOFF: Final = 0.02
+
+Row = dict[str, Any]
+
+
+def row_of(oid: str, head: Head, *, head_bytes: int, now: float) -> Row:
+    """The row of `oid` as `head` (stored as `head_bytes` bytes) shows it,
+    written at `now`. Fields at their default are left out (compact)."""
+    lease = head.lease
+    row: Row = {
+        "id": oid,
+        "seq": head.manifest.seq,
+        "generation": lease.generation,
+        "segments": len(head.manifest.wal),
+        "live_bytes": sum(r.size for r in live_refs(head)) + head_bytes,
+        "last_write": round(now, 3),
+        "lease": None
+        if lease.owner is None
+        else {"owner": lease.owner, "expires_at": lease.expires_at},
+    }
+    optional = {
+        "description": head.description,
+        "db": None if head.manifest.db == "default" else head.manifest.db,
+        "timezone": None if head.timezone == DEFAULT_TIMEZONE else head.timezone,
+        "encrypted_with": keyring.kek_of(head),
+        "compressed": keyring.is_compressed(head) or None,
+    }
+    row.update({k: v for k, v in optional.items() if v is not None})
+    return row
+
+
+def row_of_writer(writer: HeadWriter) -> Row | None:
+    """The row of the head `writer` last proved stored (None: it holds none)."""
+    head = writer.head
+    if head is None:
+        return None
+    return row_of(writer.oid, head, head_bytes=len(head.to_bytes()), now=time.time())
+
+
+def order(row: Row) -> tuple[int, int]:
+    """A row's place in its object's history: (generation, seq)."""
+    return (int(row["generation"]), int(row["seq"]))
+
+
+def _number(value: object, *, whole: bool = False) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return value >= 0 and (isinstance(value, int) or not whole) and value == value
+
+
+def valid_row(row: object) -> bool:
+    """A row a reader may show: the fields it needs, each of its type."""
+    if not isinstance(row, dict):
+        return False
+    oid, lease = row.get("id"), row.get("lease")
+    return (
+        isinstance(oid, str)
+        and valid_oid(oid)
+        and all(_number(row.get(k), whole=True) for k in ("seq", "generation", "segments"))
+        and _number(row.get("live_bytes"), whole=True)
+        and (row.get("last_write") is None or _number(row.get("last_write")))
+        and (
+            lease is None
+            or (
+                isinstance(lease, dict)
+                and isinstance(lease.get("owner"), str)
+                and (lease.get("expires_at") is None or _number(lease.get("expires_at")))
+            )
+        )
+        and all(
+            row.get(k) is None or isinstance(row.get(k), str)
+            for k in ("description", "db", "timezone", "encrypted_with")
+        )
+    )
+
+
+def load(data: bytes, where: str) -> dict[str, Any] | None:
+    """The catalog document in `data`; None when it is not one this version
+    writes (another format, not an object, rows not a list). `Corrupt` for
+    bytes that are not JSON."""
+    doc = parse_json(data, f"the catalog {where}", safe="it was not used")
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        return None
+    if not isinstance(doc.get("rows"), list):
+        return None
+    return doc
+
+
+def dump(doc: dict[str, Any]) -> bytes:
+    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def new_doc(rows: Iterable[Row] = ()) -> dict[str, Any]:
+    return {"format": FORMAT, "rows": sorted(rows, key=lambda r: str(r["id"]))}
+
+
+def merge(doc: dict[str, Any], rows: Iterable[Row]) -> bool:
+    """Put `rows` into `doc` in place, each replacing the row of its id unless
+    that row is newer (`order`). Rows of other ids, and fields and rows this
+    version does not know, are kept. True if anything changed."""
+    current: list[Any] = doc["rows"]
+    at = {r["id"]: n for n, r in enumerate(current) if isinstance(r, dict) and "id" in r}
+    changed = False
+    for row in rows:
+        n = at.get(row["id"])
+        if n is None:
+            at[row["id"]] = len(current)
+            current.append(row)
+            changed = True
+            continue
+        old = current[n]
+        if valid_row(old) and order(old) > order(row):
+            continue  # a newer writer's row: ours is late
+        if old != row:
+            current[n] = row
+            changed = True
+    if changed:
+        current.sort(key=lambda r: str(r.get("id")) if isinstance(r, dict) else "")
+    return changed
+
+
+class Writer:
+    """The catalog updates of one store's objects in this process: every row
+    put while a write is in flight goes out in the next one, one
+    compare-and-swap for all (a pool that opens a hundred objects writes
+    the catalog a few times, not a hundred). The caller that finds no write
+    in flight writes (`put`); the others wait for it, at most `DEADLINE`."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._lock = threading.Condition(threading.Lock())
+        self._pending: dict[str, Row] = {}
+        self._busy = False
+        self._started = 0
+        self._finished = 0
+        self._outcomes: dict[int, bool] = {}
+
+    def put(self, row: Row) -> bool:
+        """Write `row` (with any others pending). True once a catalog holds
+        it; False if it was dropped (logged) or is still waiting."""
+        deadline = time.monotonic() + DEADLINE
+        with self._lock:
+            self._pending[row["id"]] = row
+            mine = self._started + 1
+            while self._busy and self._finished < mine:
+                if not self._lock.wait(max(0.0, deadline - time.monotonic())):
+                    return False  # still pending: the write in flight's leader takes it
+            if self._finished >= mine:
+                return self._outcomes.get(mine, False)
+            ok, first = False, True
+            # Lead: rounds until nothing is pending (or this caller's time is up:
+            # a waiter then leads, or the next put takes what is left).
+            while self._pending and (first or time.monotonic() < deadline):
+                first = False
+                batch, self._pending = self._pending, {}
+                self._busy, self._started = True, self._started + 1
+                self._lock.release()
+                try:
+                    ok = self._write(batch)
+                finally:
+                    self._lock.acquire()
+                    self._busy, self._finished = False, self._started
+                    self._outcomes[self._finished] = ok
+                    self._outcomes.pop(self._finished - 64, None)
+                    self._lock.notify_all()
+            return self._outcomes.get(mine, ok)
+
+    def _write(self, rows: dict[str, Row]) -> bool:
+        """One catalog update of `rows`: read, merge, compare-and-swap, again
+        on a lost race, until `ATTEMPTS` or `DEADLINE`. Never raises."""
+        deadline = time.monotonic() + DEADLINE
+        where = f"{self.store.url.rstrip('/')}/{CATALOG_KEY}"
+        why = "it kept changing"
+        for attempt in range(ATTEMPTS):
+            try:
+                blob = self.store.get(CATALOG_KEY)
+                if blob is None:
+                    others = self._others(rows)
+                    if others:
+                        log.debug("%s: no catalog, and %s is not the only object", where, others)
+                        return False
+                    doc = new_doc()
+                else:
+                    loaded = load(blob.data, where)
+                    if loaded is None:
+                        log.warning("%s is not a catalog this version writes: left as is", where)
+                        return False
+                    doc = loaded
+                if not merge(doc, rows.values()):
+                    return True
+                body = dump(doc)
+                if blob is None:
+                    done = self.store.create(CATALOG_KEY, body)
+                else:
+                    done = self.store.replace(CATALOG_KEY, body, blob.version)
+                if done is not None:
+                    return True
+            except DurableError as exc:  # StoreAmbiguous included: the next read settles it
+                why = f"{type(exc).__name__}: {exc}"
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(random.uniform(0.5, 1.0) * _BACKOFF * 2 ** min(attempt, 4))
+        log.warning(
+            "%s: %d row(s) not written (%s); the catalog is behind those objects' heads "
+            "until their next open, close or checkpoint, or a rebuild",
+            where,
+            len(rows),
+            why,
+        )
+        return False
+
+    def _others(self, rows: dict[str, Row]) -> str | None:
+        """An object folder here that none of `rows` is, if any."""
+        return next((n for n in self.store.list_folders() if valid_oid(n) and n not in rows), None)
+
+
+_WRITERS: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()
+_WRITERS_LOCK = threading.Lock()
+
+
+def writer_of(store: Store) -> Writer:
+    with _WRITERS_LOCK:
+        found = _WRITERS.get(store)
+        if found is None:
+            found = _WRITERS[store] = Writer(store)
+        return found
+
+
+def put(store: Store, row: Row | None) -> bool:
+    """Write `row` into `store`'s catalog (module docstring); never raises.
+    None (no head held) writes nothing."""
+    if row is None:
+        return False
+    try:
+        return writer_of(store).put(row)
+    except Exception:  # a hint: nothing here may fail a writer's call
+        log.exception("%s: the catalog update failed", store.url)
+        return False
+
+
+def note_writer(writer: HeadWriter) -> None:
+    """`put` the row of the head `writer` last proved stored."""
+    put(writer.store, row_of_writer(writer))
