@@ -58,10 +58,11 @@ log = logging.getLogger("durable_obj.catalog")
 
 CATALOG_KEY: Final = "_catalog.json"
 FORMAT: Final = "durable_obj.catalog/1"
-#: A writer's update gives up after this many tries, or this many seconds.
-ATTEMPTS: Final = 8
+#: A writer's update gives up after this many tries, or this many seconds
+#: (each try that loses a race backs off, jittered, 10 ms doubling up to 160 ms).
+ATTEMPTS: Final = 32
 DEADLINE: Final = 3.0
-_BACKOFF: Final = 0.02
+_BACKOFF: Final = 0.01
 
 Row = dict[str, Any]
 
@@ -154,7 +155,7 @@ def dump(doc: dict[str, Any]) -> bytes:
 
 
 def new_doc(rows: Iterable[Row] = ()) -> dict[str, Any]:
-    return {"format": FORMAT, "rows": sorted(rows, key=lambda r: str(r["id"]))}
+    return {"format": FORMAT, "rows": sorted(rows, key=_by_id)}
 
 
 def merge(doc: dict[str, Any], rows: Iterable[Row]) -> bool:
@@ -178,8 +179,12 @@ def merge(doc: dict[str, Any], rows: Iterable[Row]) -> bool:
             current[n] = row
             changed = True
     if changed:
-        current.sort(key=lambda r: str(r.get("id")) if isinstance(r, dict) else "")
+        current.sort(key=_by_id)
     return changed
+
+
+def _by_id(row: object) -> str:
+    return str(row.get("id")) if isinstance(row, dict) else ""
 
 
 class Writer:

@@ -156,8 +156,17 @@ def test_ls_empty_and_missing_namespace(tmp_path: Path) -> None:
 
 def test_ls_json(ns: Path, obj_url: str) -> None:
     abandon_writer(str(ns / "p"))
-    listed = json.loads(ok("ls", str(ns), "--json").stdout)
+    # from the catalog (one read): each row as its writer last wrote it, no stored size
+    hint = json.loads(ok("ls", str(ns), "--json").stdout)
+    assert [(e["id"], e["from_catalog"], e["stored_bytes"]) for e in hint] == [
+        ("o", True, None),
+        ("p", True, None),
+    ]
+    listed = json.loads(ok("ls", str(ns), "--json", "--verify").stdout)
     assert [entry["id"] for entry in listed] == ["o", "p"]
+    assert not any(e["from_catalog"] for e in listed)
+    same = ("id", "seq", "generation", "owner", "expires_at", "segments", "live_bytes", "db")
+    assert [[e[k] for k in same] for e in hint] == [[e[k] for k in same] for e in listed]
     head = head_doc(ns / "p")
     o, p = listed
     assert o["seq"] == 2 and o["generation"] == 1 and o["segments"] == 1
@@ -170,6 +179,7 @@ def test_ls_json(ns: Path, obj_url: str) -> None:
     fast = json.loads(ok("ls", str(ns), "--json", "--heads-only").stdout)
     assert [(e["stored_bytes"], e["last_write"]) for e in fast] == [(None, None)] * 2
     assert [{**e, "stored_bytes": None, "last_write": None} for e in listed] == fast
+    assert ok("catalog", "rebuild", str(ns)).stdout.strip().endswith("rebuilt: 2 object(s)")
     (row,) = [
         line for line in ok("ls", str(ns), "--heads-only").stdout.splitlines() if "│ o " in line
     ]

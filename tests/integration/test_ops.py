@@ -147,9 +147,17 @@ def test_list_many_objects(ns_url: str) -> None:
     oids = [f"agent-{n:03d}" for n in range(120)]
     for oid in oids:
         assert ns.store.create(f"{oid}/head.json", head.to_bytes()) is not None
-    listed = ns.list()
+    # written behind the catalog's back: it names the seed only, until rebuilt
+    assert [i.oid for i in ns.list()] == ["seed"]
+    listed = ns.list(verify=True)
     assert [i.oid for i in listed] == sorted([*oids, "seed"])
     assert {i.description for i in listed} == {"the seed"}
+    assert ns.rebuild_catalog() == len(oids) + 1
+    from_catalog = ns.list()
+    assert all(i.from_catalog for i in from_catalog)
+    assert [(i.oid, i.seq, i.live_bytes, i.description) for i in from_catalog] == [
+        (i.oid, i.seq, i.live_bytes, i.description) for i in listed
+    ]
     assert all(
         i.segments == 1 and i.stored_bytes == i.live_bytes - i.head.manifest.wal[0].size
         for i in listed

@@ -1,0 +1,157 @@
+"""The catalog's rows and merge (core/catalog.py), without an engine."""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from durable_obj import errors
+from durable_obj.core import catalog
+from durable_obj.service.addressing import check_oid
+from durable_obj.stores.base import Version
+from durable_obj.stores.memory import MemoryStore
+
+
+def row(oid: str, generation: int = 1, seq: int = 1, owner: str | None = "w") -> catalog.Row:
+    return {
+        "id": oid,
+        "seq": seq,
+        "generation": generation,
+        "segments": 0,
+        "live_bytes": 10,
+        "last_write": 1.0,
+        "lease": None if owner is None else {"owner": owner, "expires_at": 2.0},
+    }
+
+
+def test_merge_replaces_only_its_row_and_never_goes_back() -> None:
+    doc = catalog.new_doc([row("b"), row("a", 2, 5)])
+    assert catalog.merge(doc, [row("c")])
+    assert [r["id"] for r in doc["rows"]] == ["a", "b", "c"]
+    # an older (generation, seq) of "a" is late: dropped
+    assert not catalog.merge(doc, [row("a", 1, 9), row("a", 2, 4)])
+    assert doc["rows"][0] == row("a", 2, 5)
+    # the same place, a lease released: replaces
+    assert catalog.merge(doc, [row("a", 2, 5, owner=None)])
+    assert doc["rows"][0]["lease"] is None
+    assert not catalog.merge(doc, [row("a", 2, 5, owner=None)])  # nothing new
+
+
+def test_merge_keeps_what_it_does_not_know() -> None:
+    doc = catalog.new_doc([{**row("a"), "future": [1]}, {"not": "a row"}])
+    doc["written_by"] = "a newer version"
+    catalog.merge(doc, [row("b")])
+    assert doc["written_by"] == "a newer version"
+    kept = {r.get("id"): r for r in doc["rows"]}
+    assert kept[None] == {"not": "a row"} and kept["a"]["future"] == [1] and "b" in kept
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcd"), st.integers(1, 3), st.integers(0, 5))))
+def test_any_order_of_updates_keeps_the_newest_row_of_each_id(
+    updates: list[tuple[str, int, int]],
+) -> None:
+    doc = catalog.new_doc()
+    for oid, generation, seq in updates:
+        catalog.merge(doc, [row(oid, generation, seq)])
+    newest: dict[str, tuple[int, int]] = {}
+    for oid, generation, seq in updates:
+        newest[oid] = max(newest.get(oid, (0, 0)), (generation, seq))
+    assert {r["id"]: catalog.order(r) for r in doc["rows"]} == newest
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {**row("a"), "seq": -1},
+        {**row("a"), "seq": True},
+        {**row("a"), "id": "a/b"},
+        {**row("a"), "lease": {"expires_at": 1}},
+        {**row("a"), "live_bytes": 1.5},
+        {**row("a"), "description": 7},
+        "a",
+    ],
+)
+def test_valid_row_refuses_what_a_reader_cannot_show(bad: object) -> None:
+    assert catalog.valid_row(row("a"))
+    assert not catalog.valid_row(bad)
+
+
+def test_load_reads_its_own_format_only() -> None:
+    assert catalog.load(catalog.dump(catalog.new_doc([row("a")])), "x") is not None
+    assert catalog.load(json.dumps({"format": "other/9", "rows": []}).encode(), "x") is None
+    assert catalog.load(b'{"format": "durable_obj.catalog/1", "rows": {}}', "x") is None
+    with pytest.raises(errors.Corrupt):
+        catalog.load(b"[" * 100, "x")
+
+
+def test_the_catalog_key_is_no_object_id() -> None:
+    with pytest.raises(errors.InvalidArgument, match="catalog"):
+        check_oid(catalog.CATALOG_KEY)
+
+
+def test_a_writer_starts_a_catalog_only_where_it_is_alone() -> None:
+    store = MemoryStore(f"cat-{uuid.uuid4().hex}")
+    assert store.create("other/head.json", b"{}") is not None
+    assert not catalog.Writer(store).put(row("a"))
+    assert store.get(catalog.CATALOG_KEY) is None
+    alone = MemoryStore(f"cat-{uuid.uuid4().hex}")
+    assert alone.create("a/head.json", b"{}") is not None
+    assert catalog.Writer(alone).put(row("a"))
+    blob = alone.get(catalog.CATALOG_KEY)
+    assert blob is not None and json.loads(blob.data)["rows"] == [row("a")]
+
+
+class _Racing(MemoryStore):
+    """Before each catalog replace, another process's writer puts its row:
+    the replace then loses its race, and the writer must merge."""
+
+    def __init__(self, name: str, rivals: list[catalog.Row]) -> None:
+        super().__init__(name)
+        self.rivals = rivals
+        self.other = MemoryStore(name)  # the same keys, through another process's store
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        if key == catalog.CATALOG_KEY and self.rivals:
+            assert catalog.Writer(self.other)._write({"r": self.rivals.pop()})
+        return super().replace(key, data, version)
+
+
+def test_a_lost_race_merges_and_loses_no_row() -> None:
+    name = f"cat-{uuid.uuid4().hex}"
+    store = _Racing(name, [row("r", 1, n) for n in (3, 2, 1)])
+    assert store.create("a/head.json", b"{}") is not None
+    writer = catalog.Writer(store)
+    assert writer.put(row("a"))  # created: no race
+    assert writer.put(row("a", 1, 2))  # three lost races, then it lands
+    blob = store.get(catalog.CATALOG_KEY)
+    assert blob is not None
+    assert json.loads(blob.data)["rows"] == [row("a", 1, 2), row("r", 1, 3)]
+
+
+def test_rows_put_at_once_in_one_process_all_land() -> None:
+    store = MemoryStore(f"cat-{uuid.uuid4().hex}")
+    ids = [f"o{n:02d}" for n in range(50)]
+    for oid in ids:
+        assert store.create(f"{oid}/head.json", b"{}") is not None
+    assert store.create(catalog.CATALOG_KEY, catalog.dump(catalog.new_doc())) is not None
+    writer = catalog.writer_of(store)
+    results: dict[str, bool] = {}
+    threads = [
+        threading.Thread(target=lambda o=oid: results.__setitem__(o, writer.put(row(o, 1, 2))))
+        for oid in ids
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    blob = store.get(catalog.CATALOG_KEY)
+    assert blob is not None
+    stored = {r["id"]: r for r in json.loads(blob.data)["rows"]}
+    # every put that answered True is there; a put still waiting is written by a later round
+    assert all(stored[oid] == row(oid, 1, 2) for oid, ok in results.items() if ok)
+    assert sum(results.values()) > 0
