@@ -62,6 +62,8 @@ FORMAT: Final = "durable_obj.catalog/1"
 #: (each try that loses a race backs off, jittered, 10 ms doubling up to 160 ms).
 ATTEMPTS: Final = 32
 DEADLINE: Final = 3.0
+#: ... or after this many store errors (a lost race is no error).
+ERRORS: Final = 3
 _BACKOFF: Final = 0.01
 
 Row = dict[str, Any]
@@ -238,7 +240,7 @@ class Writer:
         on a lost race, until `ATTEMPTS` or `DEADLINE`. Never raises."""
         deadline = time.monotonic() + DEADLINE
         where = f"{self.store.url.rstrip('/')}/{CATALOG_KEY}"
-        why = "it kept changing"
+        why, errors = "it kept changing", 0
         for attempt in range(ATTEMPTS):
             try:
                 blob = self.store.get(CATALOG_KEY)
@@ -264,8 +266,8 @@ class Writer:
                 if done is not None:
                     return True
             except DurableError as exc:  # StoreAmbiguous included: the next read settles it
-                why = f"{type(exc).__name__}: {exc}"
-            if time.monotonic() >= deadline:
+                why, errors = f"{type(exc).__name__}: {exc}", errors + 1
+            if time.monotonic() >= deadline or errors >= ERRORS:
                 break
             time.sleep(random.uniform(0.5, 1.0) * _BACKOFF * 2 ** min(attempt, 4))
         log.warning(

@@ -417,3 +417,50 @@ def test_chdb_durable_opens_a_durable_obj_base_of_the_default_database(tmp_path:
             assert w.exit() == 0
         with durable_obj.open(f"file://{tmp_path}/{oid}", read_only=True) as obj:
             assert obj.rows("SELECT x FROM t ORDER BY x") == [("base",), ("wal",)]
+
+
+def test_chdb_durable_minds_no_catalog(tmp_path: Path) -> None:
+    """A namespace durable_obj keeps a catalog in (`_catalog.json` beside the
+    object folders): chdb.durable opens, writes and creates objects there as
+    if it were not, and leaves it alone; the catalog is then behind (what
+    chdb.durable wrote is not in it) until a rebuild, which reads both."""
+    with _proc.Worker("durable_obj") as w:
+        for oid in ("a", "b"):
+            w.open(str(tmp_path), oid, owner="do-writer")
+            run_all(w, SCHEMA + batch(oid, 1))
+            w.flush()
+            w.close()
+        assert w.exit() == 0
+    catalog_file = tmp_path / "_catalog.json"
+    before = catalog_file.read_bytes()
+    assert [r["id"] for r in json.loads(before)["rows"]] == ["a", "b"]
+    with _proc.Worker("chdb.durable") as w:
+        w.open(f"local:{tmp_path}", "a", owner="cd-writer")
+        run_all(w, batch("v1", 100))
+        w.flush()
+        w.checkpoint()
+        w.close()
+        w.open(f"local:{tmp_path}", "c", owner="cd-writer")
+        run_all(w, SCHEMA)
+        w.flush()
+        w.close()
+        assert w.exit() == 0
+    assert catalog_file.read_bytes() == before
+    ns = durable_obj.Namespace(str(tmp_path))
+    hinted = {i.oid: i.seq for i in ns.list()}
+    truth = {i.oid: i.seq for i in ns.list(verify=True)}
+    assert set(hinted) == {"a", "b"} and set(truth) == {"a", "b", "c"}
+    assert hinted["a"] < truth["a"] and hinted["b"] == truth["b"]
+    assert ns.rebuild_catalog() == 3
+    assert {i.oid: i.seq for i in ns.list()} == truth
+    with _proc.Worker("durable_obj") as w:
+        w.open(str(tmp_path), "a", owner="do-writer")
+        assert "v1-100" in w.query("SELECT * FROM events ORDER BY id")
+        w.close()
+        assert w.exit() == 0
+    assert {i.oid: i.seq for i in ns.list()}["a"] == truth["a"]
+    with _proc.Worker("chdb.durable") as w:  # and opens the object durable_obj wrote last
+        w.open(f"local:{tmp_path}", "a", owner="cd-writer")
+        assert "v1-100" in w.query("SELECT * FROM events ORDER BY id")
+        w.close()
+        assert w.exit() == 0
