@@ -18,6 +18,7 @@
     history    time travel: restorable points and their manifests
     options    every option of an object, with its default
     ops        list, describe, gc, release: on a store, no object open
+    catalog    the namespace catalog: a writer's row, by compare-and-swap with merge
     keyed      verify: every reference's digest and, with the key, every tag
     unclosed   objects left open, warned about and closed
 

@@ -3,6 +3,7 @@
     addressing  what names an object (`<namespace>/<id>`), checked first
     namespace   Namespace: open, fork, export, scan many objects of a prefix
     forking     a fork's copy, sealed under its own data key when encrypted
+    catalog     the namespace catalog: list from it in one read, rebuild it
     pool        Pool: objects opened on first use, closed when idle
     cache       the rules Pool and the async pool keep, decided in one place
     lanes       each object's async calls in order, on shared thread pools
