@@ -191,11 +191,12 @@ class DurableObject(Expiry, Durability, Transactions):
                     at=self._at,
                     reclaim=reclaim,
                 ).run()
+                if not self._read_only:
+                    catalog.note_writer(self._w)  # the catalog's row: a hint, never raises
             except BaseException:
                 self._abort_open()
                 raise
             self._state = _OPEN
-            row = None if self._read_only else catalog.row_of_writer(self._w)
             unclosed.track(self)
             if not self._read_only:
                 self._start_heartbeat()
@@ -211,7 +212,6 @@ class DurableObject(Expiry, Durability, Transactions):
                 len(head.manifest.wal) if head else 0,
                 time.monotonic() - started,
             )
-        catalog.put(self._w.store, row)  # the catalog, a hint: never raises
 
     def _abort_open(self) -> None:
         """Undo a partial open: release a lease we took, drop local state.
