@@ -118,17 +118,20 @@ def _chdb() -> Any:
     if loaded is not None:
         return loaded
     with _IMPORT_LOCK:
+        # The C environment only (putenv), never `os.environ`: another thread
+        # may be iterating that mapping (botocore reads proxies from it while
+        # the head is fetched), and a key deleted under it is a KeyError there.
         saved = os.environ.get("TZ")
-        os.environ["TZ"] = "UTC"
+        os.putenv("TZ", "UTC")
         try:
             return importlib.import_module("chdb._chdb")
         except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
             raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
         finally:
             if saved is None:
-                del os.environ["TZ"]
+                os.unsetenv("TZ")
             else:
-                os.environ["TZ"] = saved
+                os.putenv("TZ", saved)
             time.tzset()
 
 

@@ -459,10 +459,14 @@ def open(
         Namespace.list() and `durable-obj ls` (an existing head keeps its own).
     nondeterminism="pin": pin now(), rand(), ... to literals; "refuse": refuse.
     fetch_concurrency=32: parallel downloads of WAL segments during open.
-    fold_segments=64: after a flush, fold the WAL into a checkpoint at this
-        many segments (0: never).
-    fold_bytes=32 MiB: ... or at this many WAL bytes (0: never).
-    close_fold_segments=8: close() folds instead of flushing above this many.
+    fold_segments=64: after a flush, fold the WAL into a checkpoint at this many segments
+        (0: never); cheap_fold_segments=16 when it would be an increment; fold_bytes=32
+        MiB: ... or at this many WAL bytes (0: never); close_fold_segments=8: close()
+        folds instead of flushing above this many. incremental_checkpoints=True: a
+        checkpoint is an increment over the base before it while the chain has fewer
+        than chain_links=8 links and chain_ratio=0.5 of the full base's bytes (False:
+        every base full, as chdb.durable reads them; docs/concepts/checkpoint.md).
+    ttl_sweep_interval=60.0: seconds between a writer's TTL sweeps (0: none).
     auto_flush=False: flush without a flush() call when a limit below is hit.
     auto_flush_bytes=1 MiB: ... when the buffer holds this many bytes (on execute).
     auto_flush_age=None: ... when the oldest buffered statement is this many
@@ -472,11 +476,9 @@ def open(
         writer records it in the head, each checkpoint first archives the manifest it
         supersedes (history/), and gc keeps every base and segment a point inside the
         window needs. 0: no history (V1's gc).
-    max_units_in_flight=64: the object's writes in flight at once; more wait for
-        admission, first come first admitted (docs/guides/async.md, backpressure).
-    external_reads=(): what a read-only query() may reach outside the object:
-        "url" (url()), "s3" (s3()), absolute folders whose files file() may
-        read. Off by default; never a mutation (docs/security.md).
+    max_units_in_flight=64: the object's writes in flight at once; more wait, in order.
+    external_reads=(): what a read-only query() may reach outside: "url", "s3", absolute
+        folders for file(); off by default, never a mutation (docs/security.md).
     query_bounds=None, write_bounds=None: `durable_obj.Bounds` (seconds,
         result rows/bytes, memory) every read (unless it passes its own), and
         every statement of execute()/write()/batch(), runs under; a statement
@@ -486,8 +488,7 @@ def open(
         segment, base and history file is sealed (AES-256-GCM) under a data key this
         provider wraps; an encrypted object needs the key that wrapped it (`KeyRefused`
         names its id). chdb.durable refuses encrypted objects (docs/concepts/encryption.md).
-    compression=None: "zstd" compresses a new object's WAL segments (several times
-        smaller for SQL text); chdb.durable refuses such an object, so it is off by default.
+    compression=None: "zstd" compresses a new object's WAL segments; chdb.durable refuses it.
     follow=None, on_change=None: a follower (read_only=True only) refreshes
         every `follow` s, calls on_change(Update) (docs/guides/followers.md).
     """
