@@ -103,22 +103,16 @@ def stub(archive: str, into: str) -> str:
     what the engine writes, so an increment would store the rest as a tail,
     which the engine cannot pack ("Couldn't pack tar archive"). Left out, it
     is stored whole in each increment (and put in V1's shape there too)."""
+    listing_bytes = _DEFAULT_SQL.sub(b"", listing(archive))
     try:
-        with tarfile.open(archive, "r:") as tar:
-            member = next((m for m in tar if m.name == ".backup" and m.isfile()), None)
-            handle = None if member is None else tar.extractfile(member)
-            if member is None or handle is None:
-                raise Corrupt("the base archive holds no .backup listing")
-            with handle:
-                listing = _DEFAULT_SQL.sub(b"", handle.read())
-            with tarfile.open(into, "w", format=tarfile.GNU_FORMAT) as out:
-                info = tarfile.TarInfo(".backup")
-                info.size = len(listing)
-                out.addfile(info, io.BytesIO(listing))
-    except (OSError, tarfile.TarError, EOFError) as exc:
+        with tarfile.open(into, "w", format=tarfile.GNU_FORMAT) as out:
+            info = tarfile.TarInfo(".backup")
+            info.size = len(listing_bytes)
+            out.addfile(info, io.BytesIO(listing_bytes))
+    except OSError as exc:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(into)
-        raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
+        raise Corrupt(f"the base's listing could not be kept ({type(exc).__name__})") from None
     return into
 
 

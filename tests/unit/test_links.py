@@ -7,7 +7,6 @@ import io
 import os
 import tarfile
 import threading
-import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -102,8 +101,8 @@ def test_placed_puts_links_for_the_block_and_takes_turns_on_a_name(tmp_path: Pat
     with links.placed(engine, [("links/x.tar", str(a))]):
         thread = threading.Thread(target=other)
         thread.start()
-        time.sleep(0.05)  # the other block waits for this one: it has seen nothing
-        assert seen == []
+        thread.join(0.5)  # without the lock it would be done at once
+        assert thread.is_alive() and seen == []  # it waits for this block
         assert (tmp_path / "links" / "x.tar").read_bytes() == b"first"
     thread.join(5)
     assert seen == [b"second"]
