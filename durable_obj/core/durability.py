@@ -130,6 +130,7 @@ class Durability(Units):
                 self._w.head = saved
                 raise
             self._w.keys = keyring.Keys(self.oid, self.url, new)
+            note_writer(self._w)  # the row's encrypted_with (a hint: never raises)
             log.info("%s: %d data key(s) rewrapped under %s", self.url, count, new.key_id)
             return count
 

@@ -154,6 +154,10 @@ def check_sha256(value: str) -> str:
 MAX_OID_BYTES: Final = 255
 
 
+#: What no object id holds: '/', a backslash, a control character.
+_NOT_IN_OID: Final = re.compile(r"[/\\\x00-\x1f\x7f]")
+
+
 def valid_oid(oid: str) -> bool:
     """One flat path segment: no '/', no backslash, no control character,
     never '.' or '..', at most 255 bytes. One id's prefix can then never
@@ -161,9 +165,7 @@ def valid_oid(oid: str) -> bool:
     return (
         0 < len(oid.encode("utf-8", "surrogatepass")) <= MAX_OID_BYTES
         and oid not in (".", "..")
-        and "/" not in oid
-        and "\\" not in oid
-        and not any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in oid)
+        and _NOT_IN_OID.search(oid) is None
     )
 
 

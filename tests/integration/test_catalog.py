@@ -184,3 +184,19 @@ def test_an_encrypted_objects_row_holds_what_its_head_shows(
     assert replace(truth[0], head=None, stored_bytes=None, last_write=None) == replace(
         info, from_catalog=False, last_write=None
     )
+
+
+def test_a_key_rotation_updates_the_row(tmp_path: Path) -> None:
+    """rotate_key() writes the row at once: the catalog names the new key,
+    as the head does, before any checkpoint or close."""
+    old, new = StaticKey(bytes(range(32))), StaticKey(bytes(range(1, 33)))
+    ns = durable_obj.Namespace(str(tmp_path / "ns"), owner="w", encryption=old)
+    with ns.open("vault") as obj:
+        obj.execute(DDL)
+        obj.flush()
+        assert rows(ns.store)["vault"]["encrypted_with"] == old.key_id
+        obj.rotate_key(new)
+        assert rows(ns.store)["vault"]["encrypted_with"] == new.key_id
+        (info,) = ns.list()
+        (truth,) = ns.list(verify=True)
+        assert info.encrypted_with == truth.encrypted_with == new.key_id

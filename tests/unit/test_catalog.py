@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from durable_obj import errors
 from durable_obj.core import catalog
+from durable_obj.core.ops import ObjectInfo
 from durable_obj.service.addressing import check_oid
 from durable_obj.stores.base import Version
 from durable_obj.stores.memory import MemoryStore
@@ -73,12 +74,72 @@ def test_any_order_of_updates_keeps_the_newest_row_of_each_id(
         {**row("a"), "lease": {"expires_at": 1}},
         {**row("a"), "live_bytes": 1.5},
         {**row("a"), "description": 7},
+        {**row("a"), "last_write": float("nan")},
+        {**row("a"), "lease": {"owner": "w", "expires_at": -1}},
+        {**row("a"), "lease": "w"},
+        {**row("a"), "timezone": ["UTC"]},
+        {k: v for k, v in row("a").items() if k != "segments"},
+        {**row("a"), "id": ".."},
+        {**row("a"), "id": "a\x7fb"},
         "a",
     ],
 )
 def test_valid_row_refuses_what_a_reader_cannot_show(bad: object) -> None:
     assert catalog.valid_row(row("a"))
     assert not catalog.valid_row(bad)
+
+
+@given(
+    seq=st.integers(0, 2**63),
+    generation=st.integers(0, 9),
+    owner=st.none() | st.text(max_size=5),
+    expires_at=st.none() | st.floats(0, 1e10),
+    last_write=st.none() | st.floats(0, 1e10) | st.integers(0, 10**10),
+    extras=st.fixed_dictionaries(
+        {},
+        optional={
+            "description": st.text(max_size=5),
+            "db": st.sampled_from(["memory", ""]),
+            "timezone": st.sampled_from(["Europe/Berlin", ""]),
+            "encrypted_with": st.text(max_size=5),
+            "compressed": st.booleans(),
+        },
+    ),
+)
+def test_info_of_a_row_is_the_object_info_it_names(
+    seq: int,
+    generation: int,
+    owner: str | None,
+    expires_at: float | None,
+    last_write: float | None,
+    extras: dict[str, object],
+) -> None:
+    """The listing's fast build (`info_of`) is field for field the
+    `ObjectInfo` its constructor makes, and compares equal to it."""
+    lease = None if owner is None else {"owner": owner, "expires_at": expires_at}
+    r = {**row("o"), "seq": seq, "generation": generation, "lease": lease, **extras}
+    r["last_write"] = last_write
+    expected = ObjectInfo(
+        oid="o",
+        seq=seq,
+        generation=generation,
+        owner=owner,
+        expires_at=None if owner is None else expires_at,
+        segments=0,
+        live_bytes=10,
+        stored_bytes=None,
+        last_write=last_write,
+        db=str(extras.get("db") or "default"),
+        timezone=str(extras.get("timezone") or "UTC"),
+        head=None,
+        description=extras.get("description"),  # type: ignore[arg-type]
+        encrypted_with=extras.get("encrypted_with"),  # type: ignore[arg-type]
+        compressed=bool(extras.get("compressed")),
+        from_catalog=True,
+    )
+    got = catalog.info_of(r)
+    assert got == expected
+    assert got is not None and vars(got) == vars(expected) and repr(got) == repr(expected)
 
 
 def test_load_reads_its_own_format_only() -> None:

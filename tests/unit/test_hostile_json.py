@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import durable_obj
 from durable_obj.errors import Corrupt
@@ -129,3 +131,31 @@ def test_open_of_a_deep_head_in_a_folder_store_is_corrupt(tmp_path: Path, nested
         with pytest.raises(Corrupt, match=r"head\.json of file://.*/ns/o nests .*was not opened"):
             durable_obj.open(url, read_only=read_only)
     assert path.read_bytes() == before
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    return 0
+
+
+_TEXT = st.text(alphabet='[]{}"\\ab:,\n\u00e9', max_size=8)
+_JSON = st.recursive(
+    st.none() | st.integers() | _TEXT,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_TEXT, inner, max_size=4),
+    max_leaves=40,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=_JSON, ascii_only=st.booleans(), compact=st.booleans())
+def test_depth_is_the_nesting_whatever_the_strings_hold(
+    value: Any, ascii_only: bool, compact: bool
+) -> None:
+    """Strings full of brackets, quotes and backslashes (escaped as JSON
+    escapes them) never count as nesting, and every real level does."""
+    separators = (",", ":") if compact else (", ", ": ")
+    text = json.dumps(value, ensure_ascii=ascii_only, separators=separators)
+    assert json_depth(text.encode()) == _depth(value)
