@@ -92,6 +92,8 @@ BYTES_WRITTEN = "durable_obj.bytes.written"
 REFUSALS = "durable_obj.refusals"
 OBJECTS_OPEN = "durable_obj.objects.open"
 LEASES = "durable_obj.leases"
+BYTES_STORED = "durable_obj.bytes.stored"
+FOLLOWER_LAG = "durable_obj.follower.lag"
 
 #: Bucket bounds, in seconds, of every duration histogram (the SDK's default
 #: bounds are for milliseconds).
@@ -152,6 +154,7 @@ class Tracked(Protocol):
     def state(self) -> str: ...
     @property
     def read_only(self) -> bool: ...
+    def _gauges(self) -> tuple[int, float | None]: ...
 
 
 _LIVE: weakref.WeakSet[Tracked] = weakref.WeakSet()
@@ -182,6 +185,26 @@ def _leases(options: CallbackOptions) -> Iterable[Observation]:
         if not obj.read_only and state in ("open", "closing", "fenced"):
             states["fenced" if state == "fenced" else "held"] += 1
     return [Observation(n, {DB_SYSTEM: SYSTEM, LEASE_STATE: s}) for s, n in states.items()]
+
+
+def _bytes_stored(options: CallbackOptions) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    total = sum(
+        obj._gauges()[0]
+        for obj in list(_LIVE)
+        if not obj.read_only and obj.state in ("open", "closing")
+    )
+    return [Observation(total, {DB_SYSTEM: SYSTEM, MODE: "writer"})]
+
+
+def _follower_lag(options: CallbackOptions) -> Iterable[Observation]:
+    from opentelemetry.metrics import Observation
+
+    lags = [
+        lag for obj in list(_LIVE) if obj.state == "open" and (lag := obj._gauges()[1]) is not None
+    ]
+    return [Observation(max(lags), {DB_SYSTEM: SYSTEM})] if lags else []
 
 
 # -- where records go ----------------------------------------------------------------
@@ -221,6 +244,19 @@ class _Sink:
             callbacks=[_leases],
             unit="{lease}",
             description="Writers open in this process, by lease state",
+        )
+        meter.create_observable_gauge(
+            BYTES_STORED,
+            callbacks=[_bytes_stored],
+            unit="By",
+            description="Bytes the heads of this process's writers name in their stores",
+        )
+        meter.create_observable_gauge(
+            FOLLOWER_LAG,
+            callbacks=[_follower_lag],
+            unit="s",
+            description="The largest lag of this process's followers: seconds since "
+            "a view was last its store's newest head",
         )
         self._active = threading.local()
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -110,6 +111,7 @@ class _Poll:
             followers = list(self.followers)
             if not followers:
                 return self._retire()
+        read_at = time.monotonic()  # a view at what this read finds was current then
         try:
             got = self.store.get_if_changed(head_key(self.oid), self.latest.version)
             if got is not None and got is not UNCHANGED:
@@ -124,7 +126,7 @@ class _Poll:
             return self._fail_all(gone)
         busy = False
         for obj in followers:
-            busy = _step(obj, self.latest) == BUSY or busy
+            busy = _step(obj, self.latest, read_at) == BUSY or busy
             del obj
         return BUSY if busy else True
 
@@ -158,6 +160,7 @@ def join(obj: DurableObject) -> None:
             poll = _POLLS[key] = _Poll(key, obj, Stored(obj._w.head, obj._w.version))
         poll.followers.add(obj)
         obj._follow_poll = poll
+        obj._follow_current = time.monotonic()  # open() just read the head
     if start:
         poll.hb.start()
 
@@ -192,14 +195,17 @@ def _stop(obj: DurableObject, exc: BaseException) -> None:
     obj._follow_error = note
 
 
-def _step(obj: DurableObject, latest: Stored) -> bool | Literal["busy"]:
-    """Move one follower's view to `latest` (the head its poll read)."""
+def _step(obj: DurableObject, latest: Stored, read_at: float) -> bool | Literal["busy"]:
+    """Move one follower's view to `latest` (the head its poll read at
+    `read_at`, monotonic); a view found or moved there was current then."""
     if obj.closed or _there(obj, latest):
+        _current(obj, read_at)
         return True  # (read without the lock: checked again under it)
     if not obj._lock.acquire(blocking=False):
         return BUSY  # a long query of the caller's: again in a moment, never wait
     try:
         if obj.closed or obj.__dict__.get("_follow_poll") is None or _there(obj, latest):
+            _current(obj, read_at)
             return True
         previous, base = obj.seq, None if obj._w.head is None else obj._w.head.manifest.base
         try:
@@ -210,6 +216,7 @@ def _step(obj: DurableObject, latest: Stored) -> bool | Literal["busy"]:
         except Exception as exc:  # Corrupt, NotFound, ...: stop, and say so next call
             _stop(obj, exc)
             return True
+        _current(obj, read_at)
         head = obj._w.head
         rebased = head is not None and head.manifest.base != base
         update = Update(url=obj.url, seq=obj.seq, previous=previous, rebased=rebased)
@@ -222,6 +229,11 @@ def _step(obj: DurableObject, latest: Stored) -> bool | Literal["busy"]:
         except Exception:  # a callback's bug never stops the follower
             log.exception("%s: on_change raised (the follower goes on)", obj.url)
     return True
+
+
+def _current(obj: DurableObject, read_at: float) -> None:
+    """The view was the store's newest head at `read_at` (its lag, `Surface._gauges`)."""
+    obj._follow_current = max(read_at, obj.__dict__.get("_follow_current", read_at))
 
 
 def _there(obj: DurableObject, latest: Stored) -> bool:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import time
 from typing import TYPE_CHECKING
 
-from durable_obj.core import unclosed
+from durable_obj.core import observed, unclosed
 from durable_obj.errors import (
     ClassificationRefused,
     Closed,
@@ -78,6 +79,8 @@ class Surface:
     _warned: bool
     _follow_poll: object | None
     _follow_error: DurableError | None
+    #: When (monotonic) a follower's view was last the store's newest head.
+    _follow_current: float
     #: The transaction open on this object, if any (`transaction.py`).
     _txn: Transaction | None
 
@@ -139,6 +142,17 @@ class Surface:
         """new, open, fenced (open for reads only: this writer lost its
         lease), closing or closed."""
         return "fenced" if self._state == _OPEN and self._w.fenced else self._state
+
+    def _gauges(self) -> tuple[int, float | None]:
+        """What the telemetry gauges read (`durable_obj.telemetry`): the bytes
+        the head names in the store (base, its links, WAL segments), and a
+        follower's lag: seconds since its view was last the store's newest
+        head (None: not following). Read without the lock: a head is
+        replaced whole, and a gauge may be a moment old."""
+        head = self._w.head
+        current = self.__dict__.get("_follow_current")
+        lag = None if current is None or not self.following else time.monotonic() - current
+        return observed.stored_bytes(head), None if lag is None else max(0.0, lag)
 
     def __repr__(self) -> str:
         return (

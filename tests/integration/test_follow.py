@@ -17,6 +17,7 @@ import logging
 import os
 import random
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -393,7 +394,8 @@ def test_a_poll_behind_the_followers_own_refresh_never_moves_it_back() -> None:
     stale = poll.latest  # the head at seq 1, as this poll last read it
     _commit(ns, 2)
     assert reader.refresh() is True and reader.seq == 2  # the caller's own refresh
-    assert follow._step(reader, stale) is True  # a poll that read the head before that
+    # a poll that read the head before that
+    assert follow._step(reader, stale, time.monotonic()) is True
     assert reader.seq == 2 and reader.query(COUNT) == "2\n"
     assert poll._beat() is True and reader.seq == 2  # and the poll catches up with it
     reader.close()

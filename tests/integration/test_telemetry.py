@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,11 @@ METRICS: dict[str, tuple[str, set[str]]] = {
     "durable_obj.refusals": ("{refusal}", {"db.system", "error.type", "durable_obj.operation"}),
     "durable_obj.objects.open": ("{object}", {"db.system", "durable_obj.object.mode"}),
     "durable_obj.leases": ("{lease}", {"db.system", "durable_obj.lease.state"}),
+    "durable_obj.bytes.stored": ("By", {"db.system", "durable_obj.object.mode"}),
+    "durable_obj.follower.lag": ("s", {"db.system"}),
 }
+#: Metrics with a point only while a follower is open.
+FOLLOWING = {"durable_obj.follower.lag"}
 
 
 class Otel:
@@ -191,6 +196,10 @@ def test_every_metric_with_its_unit_and_attributes(otel: Otel, tmp_path: Path) -
     with obj.batch():
         obj.execute("INSERT INTO m VALUES (2, 'b')")
     obj.checkpoint()
+    assert obj.head is not None
+    stored = sum(r.size for r in [*obj.head.manifest.all_bases(), *obj.head.manifest.wal])
+    assert stored > 0
+    assert otel.points("durable_obj.bytes.stored") == {at(mode="writer"): stored}
     with pytest.raises(errors.ClassificationRefused):
         obj.execute("SELECT 1")
     with pytest.raises(errors.Nondeterministic):
@@ -215,8 +224,10 @@ def test_every_metric_with_its_unit_and_attributes(otel: Otel, tmp_path: Path) -
         assert reader.refresh() is False
     ns.gc("o", grace=0)
     found = otel.metrics()
-    assert set(found) == set(METRICS)
+    assert set(found) == set(METRICS) - FOLLOWING
     for name, (unit, keys) in METRICS.items():
+        if name in FOLLOWING:
+            continue
         assert found[name].unit == unit, name
         points = found[name].data.data_points
         assert points, name
@@ -224,6 +235,7 @@ def test_every_metric_with_its_unit_and_attributes(otel: Otel, tmp_path: Path) -
             assert set(point.attributes) - {"error.type"} == keys - {"error.type"}, name
     assert otel.points("durable_obj.objects.open") == {at(mode="writer"): 0, at(mode="reader"): 0}
     assert otel.points("durable_obj.leases") == {at(state="held"): 0, at(state="fenced"): 0}
+    assert otel.points("durable_obj.bytes.stored") == {at(mode="writer"): 0}
     writer = {"store": "file", "mode": "writer"}
     # write() and batch() acked; two write()s failed, each under its category
     assert otel.points("durable_obj.ack.duration") == {
@@ -255,6 +267,46 @@ def test_every_metric_with_its_unit_and_attributes(otel: Otel, tmp_path: Path) -
         at(operation="query", error_type="classification_refused"): 1,
         at(operation="query", error_type="closed"): 1,
     }
+
+
+def test_follower_lag_grows_while_its_polls_fail_and_falls_when_one_lands(
+    otel: Otel, tmp_path: Path
+) -> None:
+    """`durable_obj.follower.lag`: seconds since a follower's view was last
+    the store's newest head. Polls that fail leave it growing by the time
+    that passes (the monotonic clock, no timing judged); the first poll that
+    lands brings it back under what it had reached."""
+    url = str(tmp_path / "ns" / "o")
+    with durable_obj.open(url, owner="w") as writer:
+        writer.execute(DDL)
+        writer.flush()
+        follower = durable_obj.open(url, read_only=True, follow=0.05)
+        try:
+            (lag,) = otel.points("durable_obj.follower.lag").values()
+            assert lag >= 0
+            poll = follower._follow_poll
+            real = poll.store.get_if_changed  # type: ignore[attr-defined]
+
+            def down(*args: Any, **kwargs: Any) -> Any:
+                raise errors.BackendError("the store is unreachable (injected)")
+
+            poll.store.get_if_changed = down  # type: ignore[attr-defined]
+            first = otel.points("durable_obj.follower.lag")[at()]
+            time.sleep(0.3)
+            later = otel.points("durable_obj.follower.lag")[at()]
+            assert later - first >= 0.3
+            writer.write("INSERT INTO m VALUES (1, 'a')")
+            poll.store.get_if_changed = real  # type: ignore[attr-defined]
+            deadline = time.monotonic() + 30
+            while follower.seq != writer.seq and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert follower.seq == writer.seq
+            assert otel.points("durable_obj.follower.lag")[at()] < later
+        finally:
+            follower.close()
+    assert "durable_obj.follower.lag" not in otel.metrics() or not otel.points(
+        "durable_obj.follower.lag"
+    )
 
 
 def test_a_failed_operation_says_its_category(otel: Otel, tmp_path: Path) -> None:
