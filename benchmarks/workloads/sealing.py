@@ -1,13 +1,12 @@
 """Encryption and the zstd WAL (issue 29): what they cost against a plain object.
 
-    python benchmarks/bench_sealing.py                 # folder + SeaweedFS at +0 and +20 ms
-    python benchmarks/bench_sealing.py --quick         # 10k rows, fewer repeats
-    python benchmarks/bench_sealing.py --smoke         # tiny, 4 children at once: runs only
-    python benchmarks/bench_sealing.py --stores s3 --latency-ms 20   # one distant store
-    python benchmarks/bench_sealing.py --only flush,wal              # some figure groups
-    python benchmarks/run.py --only sealing --quick    # the same, from run.py
+    python benchmarks/run.py --only sealing            # folder + SeaweedFS at +0 and +20 ms
+    python benchmarks/run.py --only sealing --quick    # 10k rows, fewer repeats
+    python benchmarks/run.py --only sealing --smoke    # tiny, 4 children at once: runs only
+    python benchmarks/run.py --only sealing --stores s3 --latency-ms 20   # one distant store
+    python benchmarks/run.py --only sealing -- --only flush,wal          # some figure groups
 
-durable_obj in three variants, the same `_child.py` phases as run.py with
+durable_obj in three variants, the same `workloads.versus.child` phases as run.py with
 only the object's options changed: `plain`, `encrypted`
 (`encryption=durable_obj.StaticKey(<32 random bytes>)`) and
 `encrypted+zstd` (and `compression="zstd"`); for the WAL bytes also `zstd`
@@ -19,7 +18,7 @@ Figure groups (--only), each in fresh processes, the variants' order rotated
 every repetition so that noise from the machine spreads over all of them:
 
 * `flush`: flush latency of 1, 10 and 100 buffered agent-memory INSERTs
-  (`_workload.row_sql`: ~200 bytes of text, a 256-dim embedding); --repeat
+  (`harness.workload.row_sql`: ~200 bytes of text, a 256-dim embedding); --repeat
   processes, each with one object per variant, their flushes interleaved
   (3 x --flushes of 1 and of 10, --flushes of 100 per variant): on this
   machine one process's median folder flush differs from the next one's by
@@ -38,7 +37,7 @@ every repetition so that noise from the machine spreads over all of them:
   not depend on the latency). Goal: zstd / plain <= 0.4.
 
 durable_obj runs with folding off, as in run.py. With --latency-ms every S3
-request of every variant goes through benchmarks/s3proxy.py, which waits that
+request of every variant goes through benchmarks/harness/s3proxy.py, which waits that
 long first; by default the S3 figures are taken at +0 and at +20 ms on one
 SeaweedFS. Raw samples go to benchmarks/results/sealing-<time>.json.
 On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
@@ -47,25 +46,23 @@ On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness.procs import RESULTS, rotated
+from harness.report import Col, Report, Row, figure_col, fmt, goal_text, median, ratio_text
+from harness.servers import s3_env, s3_runs
 
-from _common import RESULTS, Report, Row, S3Server, fmt, median, s3_bench, s3_env, seaweed
-from _run_figures import Bench
+from workloads.versus.figures import Bench
 
 GROUPS = ("flush", "bases", "wal")
 BASELINE = "chdb.durable"
-#: The spec each variant adds to a `_child.py` spec (the key is filled in by main).
+#: The spec each variant adds to a `workloads.versus.child` spec (the key is filled in by main).
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
     "encrypted": {"key_hex": None},
@@ -91,28 +88,20 @@ class SealRow(Row):
 
 
 class SealReport(Report):
-    def table(self) -> str:
-        head = (
-            f"{'store':<9}{'metric':<30}{'unit':<6}{'variant':<16}{'figure':>10}{'plain':>10}"
-            f"{'ratio':>8}  {'goal':<8}{'':<9}{BASELINE:>12}"
-        )
-        lines = [head.rstrip(), "-" * len(head)]
-        for r in self.rows:
-            assert isinstance(r, SealRow)
-            goal = f"<={r.goal:g}" if r.goal is not None else ""
-            ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
-            lines.append(
-                f"{r.store:<9}{r.metric:<30}{r.unit:<6}{r.variant:<16}{fmt(r.ours):>10}"
-                f"{fmt(r.theirs):>10}{ratio:>8}  {goal:<8}{r.verdict:<9}{fmt(r.chdb):>12}"
-                f"  {r.note}".rstrip()
-            )
-        return "\n".join(lines)
-
-
-def rotated(names: Sequence[str], rep: int) -> list[str]:
-    """`names`, starting at a different one each repetition."""
-    k = rep % len(names)
-    return [*names[k:], *names[:k]]
+    def columns(self) -> list[Col]:
+        return [
+            Col("store", 9, lambda r: r.store, left=True),
+            Col("metric", 30, lambda r: r.metric, left=True),
+            Col("unit", 6, lambda r: r.unit, left=True),
+            Col("variant", 16, lambda r: r.variant, left=True),
+            figure_col("figure", 10, "ours"),
+            figure_col("plain", 10, "theirs"),
+            Col("ratio", 8, lambda r: ratio_text(r.ratio)),
+            Col("  goal", 10, lambda r: "  " + goal_text(r.goal), left=True),
+            Col("", 9, lambda r: r.verdict, left=True),
+            Col(BASELINE, 12, lambda r: fmt(r.chdb)),
+            Col("", 2, lambda r: ""),
+        ]
 
 
 class SealBench(Bench):
@@ -165,7 +154,7 @@ class SealBench(Bench):
         ours = {name: self.variants[name] for name in TIMED[:3]}
         for rep in range(self.args.repeat):
             # durable_obj's variants side by side in one process (see
-            # _child.phase_write_variants); chdb.durable in its own
+            # workloads.versus.child.phase_write_variants); chdb.durable in its own
             spec = {"variants": ours, **n}
             got = [
                 self.child("durable_obj", "write_variants", f"flush{rep}", **spec),
@@ -274,27 +263,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-@contextlib.contextmanager
-def s3_servers(args: argparse.Namespace) -> Iterator[Iterator[Any]]:
-    """One S3 server (--endpoint, or a SeaweedFS started here), behind a
-    latency proxy per --latency-ms in turn."""
-    with contextlib.ExitStack() as stack:
-        server = (
-            S3Server(args.endpoint, args.key, args.secret, args.bucket)
-            if args.endpoint
-            else stack.enter_context(seaweed())
-        )
-
-        def each() -> Iterator[Any]:
-            for ms in args.latency_ms:
-                with s3_bench(
-                    server.endpoint, server.key, server.secret, server.bucket, ms, "seal"
-                ) as s3:
-                    yield ms, s3
-
-        yield each()
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
@@ -325,7 +293,9 @@ def main(argv: list[str] | None = None) -> None:
             store = {"kind": "local", "root": root}
             SealBench("local", store, None, args, report, keys=keys).all()
     if "s3" in stores:
-        with s3_servers(args) as runs:
+        with s3_runs(
+            args.endpoint, args.key, args.secret, args.bucket, args.latency_ms, "seal"
+        ) as runs:
             for i, (ms, s3) in enumerate(runs):
                 report.notes.append(s3.note)
                 label = f"s3+{ms:g}ms" if ms else "s3"
@@ -333,11 +303,7 @@ def main(argv: list[str] | None = None) -> None:
                 # the WAL's bytes do not depend on the latency: once per server
                 bench = SealBench(label, s3.store, env, args, report, s3=s3.server, keys=keys)
                 bench.all(wal=i == 0)
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,11 @@
 """Incremental checkpoints (issue 38): increments and chains beside full bases, in one run.
 
-    python benchmarks/bench_chains.py                  # 1M rows; folder + SeaweedFS at +0, +20 ms
-    python benchmarks/bench_chains.py --quick          # 100k rows, 2 repetitions
-    python benchmarks/bench_chains.py --smoke          # tiny: runs, measures nothing
-    python benchmarks/bench_chains.py --stores s3 --latency-ms 20   # one distant store
-    python benchmarks/run.py --only chains --quick     # the same, from run.py
+    python benchmarks/run.py --only chains           # 1M rows; folder + SeaweedFS at +0, +20 ms
+    python benchmarks/run.py --only chains --quick   # 100k rows, 2 repetitions
+    python benchmarks/run.py --only chains --smoke   # tiny: runs, measures nothing
+    python benchmarks/run.py --only chains --stores s3 --latency-ms 20   # one distant store
 
-run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
+run.py's bulk rows (`harness.workload.BULK`, ~1 KB each, incompressible), --new-rows
 (1,000) more before each checkpoint. Each writer is a fresh process
 (`--child`), durable_obj with folding off as in run.py. Figure groups:
 
@@ -18,7 +17,7 @@ run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
   writer takes --increments (8) more increments (`chain_links` 9,
   `chain_ratio` 100: the chain has exactly that shape), then the object is
   forked (a fork is a full base of the same state). Each is cold-opened
-  read-only in a fresh process (`_child.py` phase `open`, as run.py), --reps
+  read-only in a fresh process (`workloads.versus.child` phase `open`, as run.py), --reps
   times, alternating. Goal: chain <= 1.2x full.
 * stored (folder): --rows rows, --checkpoints (100) checkpoints of new rows
   under the default policy (`chain_links` 8, `chain_ratio` 0.5), then
@@ -27,7 +26,7 @@ run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
   that state, and `incremental_checkpoints=False` (--full-checkpoints, fewer:
   each writes the whole base).
 
-`--chdb-durable` adds chdb.durable's checkpoint of one new row (`_child.py`
+`--chdb-durable` adds chdb.durable's checkpoint of one new row (`workloads.versus.child`
 phase `load`) as a reference row; --quick includes it, the full run not
 (minutes per checkpoint at 1M rows).
 """
@@ -36,20 +35,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import RESULTS, Report, Row, fmt, median, run_child, s3_bench, s3_env
-from _workload import BULK, DDL
+from harness.procs import RESULTS, run_child, run_json
+from harness.report import Col, Report, Row, figure_col, goal_text, median, ratio_text
+from harness.servers import s3_bench, s3_env
+from harness.workload import BULK, DDL
 
 GOAL_ROWS = 1_000_000
 MB = 1e6
@@ -57,20 +52,17 @@ Env = dict[str, str] | None  # a child's environment (None: this one's)
 
 
 class ChainReport(Report):
-    def table(self) -> str:
-        head = (
-            f"{'store':<9}{'metric':<48}{'unit':<5}{'measured':>11}{'against':>11}"
-            f"{'ratio':>8}  {'goal':<7}{'':<8}"
-        )
-        lines = [head.rstrip(), "-" * len(head)]
-        for r in self.rows:
-            goal = f"<={r.goal:g}" if r.goal is not None else ""
-            ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.4f}"
-            lines.append(
-                f"{r.store:<9}{r.metric:<48}{r.unit:<5}{fmt(r.ours):>11}{fmt(r.theirs):>11}"
-                f"{ratio:>8}  {goal:<7}{r.verdict:<8}{r.note}".rstrip()
-            )
-        return "\n".join(lines)
+    def columns(self) -> list[Col]:
+        return [
+            Col("store", 9, lambda r: r.store, left=True),
+            Col("metric", 48, lambda r: r.metric, left=True),
+            Col("unit", 5, lambda r: r.unit, left=True),
+            figure_col("measured", 11, "ours"),
+            figure_col("against", 11, "theirs"),
+            Col("ratio", 8, lambda r: ratio_text(r.ratio, 4)),
+            Col("  goal", 9, lambda r: "  " + goal_text(r.goal), left=True),
+            Col("", 8, lambda r: r.verdict, left=True),
+        ]
 
 
 # ---- the writers, each in a fresh process (`--child SPEC`) -----------------
@@ -186,12 +178,8 @@ def phase_stored(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child(spec: dict[str, Any], env: Env) -> dict[str, Any]:
-    argv = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['phase']} {spec['oid']} failed:\n{proc.stderr[-6000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    what = f"{spec['phase']} {spec['oid']}"
+    return run_json(__spec__.name, ["--child", json.dumps(spec)], env, what=what, tail=6000)
 
 
 def measure(label: str, store: dict[str, Any], env: Env, args: Any, report: Report) -> None:
@@ -318,11 +306,7 @@ def main(argv: list[str] | None = None) -> None:
             report.notes.append(s3.note)
             label = f"s3+{ms:g}ms" if ms else "s3"
             measure(label, s3.store, s3_env(s3.target), args, report)
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

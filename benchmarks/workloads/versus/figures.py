@@ -1,5 +1,5 @@
 """run.py's figure groups on one store (writes, bases, segments, wal, list):
-each figure in fresh `_child.py` processes, the two implementations
+each figure in fresh `workloads.versus.child` processes, the two implementations
 alternating, and the rows it adds to the report, with their goals and floors.
 """
 
@@ -11,17 +11,9 @@ import os
 import time
 from typing import Any
 
-from _common import (
-    IMPLS,
-    OwnRow,
-    Report,
-    Row,
-    S3Server,
-    alternating,
-    median,
-    p99,
-    run_child,
-)
+from harness.procs import IMPLS, alternating, run_child
+from harness.report import OwnRow, Report, Row, median, p99
+from harness.servers import S3Server
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
 MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio

@@ -1,4 +1,4 @@
-"""bench_multi.py's parent side: the figure groups on one store (each in
+"""The multi family's parent side: the figure groups on one store (each in
 fresh child processes), their goals, and the table with floor goals.
 """
 
@@ -6,18 +6,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import subprocess
-import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from _common import OwnRow, Report, Row, fmt, median, p99
+from harness.procs import run_json
+from harness.report import AtLeast, OwnRow, Report, Row, median, p99
 
-#: bench_multi.py is also the children's entry point (`--child SPEC`).
-SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench_multi.py")
 GROUPS = ("fleet", "many", "threads", "pool")
 GOAL_FLEET_RATIO = 0.1  # one process at least 10x faster in total than one per object
 GOAL_RSS_MIB = 1.0  # at most 1 MiB of RSS per small idle object
@@ -30,49 +24,8 @@ GOAL_MANY_OBJECTS = 1000
 
 def run_child(spec: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:
     """One child in a fresh interpreter; its result, plus `wall_s` (spawn to exit)."""
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, SCRIPT, "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=3600,
-        check=False,
-    )
-    wall = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['phase']} {spec.get('impl', '')} failed:\n{proc.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    result["wall_s"] = wall
-    return result
-
-
-# -- the table: durable_obj's figures with a floor for a goal ------------------------
-
-
-@dataclass
-class AtLeast(OwnRow):
-    """A durable_obj figure whose goal is a floor: at least `limit`."""
-
-    @property
-    def verdict(self) -> str:
-        if self.limit is None or math.isnan(self.ours):
-            return ""
-        return "met" if self.ours >= self.limit else "NOT met"
-
-
-class MultiReport(Report):
-    def own_table(self) -> str:
-        head = f"{'store':<8}{'metric':<44}{'unit':<7}{'durable_obj':>12}  {'goal':<9}{'':<8}"
-        lines = [head.rstrip(), "-" * len(head)]
-        for r in self.own:
-            sign = ">=" if isinstance(r, AtLeast) else "<="
-            goal = f"{sign}{r.limit:g}" if r.limit is not None else ""
-            lines.append(
-                f"{r.store:<8}{r.metric:<44}{r.unit:<7}{fmt(r.ours):>12}  {goal:<9}"
-                f"{r.verdict:<8}{r.note}".rstrip()
-            )
-        return "\n".join(lines)
+    what = f"{spec['phase']} {spec.get('impl', '')}"
+    return run_json("workloads.multi", ["--child", json.dumps(spec)], env, what=what, wall=True)
 
 
 class Bench:

@@ -1,10 +1,10 @@
 """Many durable objects in one process (issue 14), against one process per object.
 
-    python benchmarks/bench_multi.py                   # local folder + SeaweedFS it starts
-    python benchmarks/bench_multi.py --quick           # 30 / 200 objects, shorter runs
-    python benchmarks/bench_multi.py --smoke           # tiny: proves it runs, measures nothing
-    python benchmarks/bench_multi.py --stores s3 --latency-ms 20   # a distant store
-    python benchmarks/bench_multi.py --only threads,pool           # some figure groups
+    python benchmarks/run.py --only multi            # local folder + SeaweedFS it starts
+    python benchmarks/run.py --only multi --quick    # 30 / 200 objects, shorter runs
+    python benchmarks/run.py --only multi --smoke    # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only multi --stores s3 --latency-ms 20   # a distant store
+    python benchmarks/run.py --only multi -- --only threads,pool        # some figure groups
 
 Every object starts as a copy of one seed object of --rows rows (1,000: a
 `memories` table like run.py's, 256-dim embeddings and ~200 bytes of text,
@@ -42,7 +42,7 @@ Figure groups (--only), each in fresh processes:
 durable_obj runs with folding off (fold_segments=0, close_fold_segments=0),
 as in run.py, so a flush is a flush and never a checkpoint. With
 --latency-ms every S3 request of both implementations goes through
-benchmarks/s3proxy.py, which waits that long first. Raw samples go to
+benchmarks/harness/s3proxy.py, which waits that long first. Raw samples go to
 benchmarks/results/multi-<time>.json.
 """
 
@@ -52,18 +52,16 @@ T0 = time.perf_counter()  # a child's cold start counts from here
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 from typing import Any  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from harness.procs import RESULTS  # noqa: E402
+from harness.report import Report  # noqa: E402
+from harness.servers import s3_bench, s3_env  # noqa: E402
 
-from _common import RESULTS, s3_bench, s3_env  # noqa: E402
-from _multi_children import child_main  # noqa: E402
-from _multi_figures import GROUPS, Bench, MultiReport  # noqa: E402
+from workloads.multi.children import child_main  # noqa: E402
+from workloads.multi.figures import GROUPS, Bench  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -112,7 +110,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = MultiReport("multi", {k: v for k, v in vars(args).items() if k != "secret"})
+    report = Report("multi", {k: v for k, v in vars(args).items() if k != "secret"})
     report.notes += [
         "ratio = durable_obj / chdb.durable: below 1 is faster or smaller",
         f"every object a copy of one of {args.rows:,} rows (checkpointed base, empty WAL); "
@@ -135,11 +133,7 @@ def main(argv: list[str] | None = None) -> None:
             direct = {**s3.store, "endpoint": s3.server.endpoint}
             env, direct_env = s3_env(s3.target), s3_env(s3.server)
             Bench("s3", s3.store, direct, env, direct_env, args, report).all()
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

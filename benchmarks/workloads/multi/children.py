@@ -1,6 +1,6 @@
-"""bench_multi.py's children: one measurement each, in a fresh process.
+"""The multi family's children: one measurement each, in a fresh process.
 
-The parent starts `python benchmarks/bench_multi.py --child SPEC`, which runs
+The parent starts `python -m workloads.multi --child SPEC`, which runs
 child_main here: the spec names the phase (populate, one, fleet, many,
 threads, pool), the implementation and the store; the result is one JSON
 line on stdout. Also the workload these children write: the `memories`
@@ -20,16 +20,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _workload import WORDS, row_sql
+from harness.workload import DDL, WORDS, row_sql
 
 STATEMENTS = 256  # distinct single-row INSERTs, cycled by the write loops
 
-DDL = (
-    "CREATE TABLE IF NOT EXISTS memories (id String, version UInt32, "
-    "content String CODEC(ZSTD(3)), embedding Array(Float32), "
-    "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
-)
-#: Bulk rows from a hash: deterministic and incompressible (as run.py's).
+#: Bulk rows from a hash: deterministic and incompressible (as run.py's,
+#: but every row at version 1, numbered from 0).
 BULK = (
     "INSERT INTO memories SELECT concat('b', toString(number)), 1, "
     "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("

@@ -1,6 +1,6 @@
 """One measurement in a fresh process; prints one JSON line. Run by run.py.
 
-    python benchmarks/_child.py '{"impl": "durable_obj", "phase": "open", ...}'
+    python -m workloads.versus.child '{"impl": "durable_obj", "phase": "open", ...}'
 
 The spec names the implementation ("durable_obj", "chdb.durable" or "raw" for
 chdb with no durability; durable_obj optionally with "key_hex", a StaticKey,
@@ -19,7 +19,7 @@ import resource  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
-from _workload import BULK, DDL, row_sql  # noqa: E402
+from harness.workload import BULK, DDL, row_sql  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
@@ -42,7 +42,7 @@ def namespace(**extra: Any) -> Any:
             "client_kwargs": {"region_name": "us-east-1"},
         }
     storage.update(extra)
-    # bench_sealing.py's variants: a StaticKey (hex) and/or a zstd WAL
+    # the sealing family's variants: a StaticKey (hex) and/or a zstd WAL
     if SPEC.get("key_hex"):
         options["encryption"] = durable_obj.StaticKey(SPEC["key_hex"])
     if SPEC.get("compression"):
