@@ -78,8 +78,25 @@ def machine() -> str:
     )
 
 
+class Floored:
+    """durable_obj's figure over its floor (the same work with nothing of
+    durable_obj in the way), where one was measured, and its verdict."""
+
+    ours: float
+    floor: float
+    floor_goal: float | None
+
+    @property
+    def floor_ratio(self) -> float:
+        return self.ours / self.floor if self.floor else math.nan
+
+    @property
+    def floor_verdict(self) -> str:
+        return verdict(self.floor_ratio, self.floor_goal)
+
+
 @dataclass
-class Row:
+class Row(Floored):
     """One line of the table: a figure for each implementation and their
     ratio; `floor`, where measured, is the same work with nothing of
     durable_obj in the way, and `floor_goal` bounds durable_obj / floor."""
@@ -104,17 +121,9 @@ class Row:
     def verdict(self) -> str:
         return verdict(self.ratio, self.goal)
 
-    @property
-    def floor_ratio(self) -> float:
-        return self.ours / self.floor if self.floor else math.nan
-
-    @property
-    def floor_verdict(self) -> str:
-        return verdict(self.floor_ratio, self.floor_goal)
-
 
 @dataclass
-class OwnRow:
+class OwnRow(Floored):
     """A figure of durable_obj alone (chdb.durable has nothing to compare),
     with an absolute goal: at most `limit`; and its floor where measured."""
 
@@ -132,14 +141,6 @@ class OwnRow:
     @property
     def verdict(self) -> str:
         return verdict(self.ours, self.limit)
-
-    @property
-    def floor_ratio(self) -> float:
-        return self.ours / self.floor if self.floor else math.nan
-
-    @property
-    def floor_verdict(self) -> str:
-        return verdict(self.floor_ratio, self.floor_goal)
 
 
 @dataclass
@@ -196,15 +197,46 @@ def figure_col(title: str, width: int, attr: str) -> Col:
     return Col(title, width, lambda r: fmt(getattr(r, attr)))
 
 
-#: The leading columns of every table: where, what, in which unit.
-LEAD = (left("store", 8, "store"), left("metric", 44, "metric"), left("unit", 7, "unit"))
+def lead(store: int = 8, metric: int = 44, unit: int = 7) -> list[Col]:
+    """The leading columns of every table: where, what, in which unit."""
+    return [
+        left("store", store, "store"),
+        left("metric", metric, "metric"),
+        left("unit", unit, "unit"),
+    ]
+
+
+def judged(
+    title: str,
+    ratio: Callable[[Any], float],
+    goal: Callable[[Any], str],
+    verdict: Callable[[Any], str],
+    widths: tuple[int, int, int] = (8, 9, 8),
+    digits: int = 3,
+) -> list[Col]:
+    """A ratio, its goal and the verdict on it."""
+    return [
+        Col(
+            "ratio" if widths[0] < 10 else "obj/floor",
+            widths[0],
+            lambda r: ratio_text(ratio(r), digits),
+        ),
+        Col("  goal", widths[1], lambda r: "  " + goal(r), left=True),
+        Col("", widths[2], verdict, left=True),
+    ]
+
+
 #: The floor's columns: the figure, durable_obj over it, the goal on that.
-FLOOR = (
+FLOOR = [
     figure_col("floor", 10, "floor"),
-    Col("obj/floor", 10, lambda r: ratio_text(r.floor_ratio)),
-    Col("  goal", 9, lambda r: "  " + goal_text(r.floor_goal), left=True),
-    Col("", 8, lambda r: r.floor_verdict, left=True),
-)
+    *judged(
+        "obj/floor",
+        lambda r: r.floor_ratio,
+        lambda r: goal_text(r.floor_goal),
+        lambda r: r.floor_verdict,
+        (10, 9, 8),
+    ),
+]
 
 
 @dataclass
@@ -224,17 +256,15 @@ class Report:
     def columns(self) -> list[Col]:
         """The main table's columns (a family with other comparisons names its own)."""
         return [
-            *LEAD,
+            *lead(),
             figure_col("durable_obj", 12, "ours"),
             figure_col("chdb.durable", 13, "theirs"),
-            Col("ratio", 8, lambda r: ratio_text(r.ratio)),
-            Col("  goal", 9, lambda r: "  " + goal_text(r.goal), left=True),
-            Col("", 8, lambda r: r.verdict, left=True),
+            *judged("ratio", lambda r: r.ratio, lambda r: goal_text(r.goal), lambda r: r.verdict),
         ]
 
     def own_columns(self) -> list[Col]:
         return [
-            *LEAD,
+            *lead(),
             figure_col("durable_obj", 12, "ours"),
             Col("  goal", 11, lambda r: "  " + goal_text(r.limit, r.sign), left=True),
             Col("", 8, lambda r: r.verdict, left=True),
@@ -242,11 +272,11 @@ class Report:
 
     def table(self) -> str:
         floors = any(not math.isnan(r.floor) for r in self.rows)
-        return render([*self.columns(), *(FLOOR if floors else ())], self.rows)
+        return render([*self.columns(), *(FLOOR if floors else [])], self.rows)
 
     def own_table(self) -> str:
         floors = any(not math.isnan(r.floor) for r in self.own)
-        return render([*self.own_columns(), *(FLOOR if floors else ())], self.own)
+        return render([*self.own_columns(), *(FLOOR if floors else [])], self.own)
 
     def print(self) -> None:
         print(f"\n{machine()}")
@@ -262,7 +292,7 @@ class Report:
         os.makedirs(folder, exist_ok=True)
         path = os.path.join(folder, f"{self.name}-{int(time.time())}.json")
 
-        def judged(r: Row | OwnRow) -> dict[str, Any]:
+        def as_json(r: Row | OwnRow) -> dict[str, Any]:
             extra = {"floor_ratio": r.floor_ratio, "floor_verdict": r.floor_verdict}
             if isinstance(r, Row):
                 extra["ratio"] = r.ratio
@@ -272,8 +302,8 @@ class Report:
             "machine": machine(),
             "args": self.args,
             "notes": self.notes,
-            "rows": [judged(r) for r in self.rows],
-            "own_rows": [judged(r) for r in self.own],
+            "rows": [as_json(r) for r in self.rows],
+            "own_rows": [as_json(r) for r in self.own],
             "samples": self.samples,
         }
         with open(path, "w") as handle:

@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import Any
 
 from harness.procs import RESULTS, run_child, run_json
-from harness.report import Col, Report, Row, figure_col, goal_text, median, ratio_text
+from harness.report import Col, Report, Row, figure_col, goal_text, judged, lead, median
 from harness.servers import s3_bench, s3_env
 from harness.workload import BULK, DDL
 
@@ -54,14 +54,16 @@ Env = dict[str, str] | None  # a child's environment (None: this one's)
 class ChainReport(Report):
     def columns(self) -> list[Col]:
         return [
-            Col("store", 9, lambda r: r.store, left=True),
-            Col("metric", 48, lambda r: r.metric, left=True),
-            Col("unit", 5, lambda r: r.unit, left=True),
+            *lead(9, 48, 5),
             figure_col("measured", 11, "ours"),
             figure_col("against", 11, "theirs"),
-            Col("ratio", 8, lambda r: ratio_text(r.ratio, 4)),
-            Col("  goal", 9, lambda r: "  " + goal_text(r.goal), left=True),
-            Col("", 8, lambda r: r.verdict, left=True),
+            *judged(
+                "ratio",
+                lambda r: r.ratio,
+                lambda r: goal_text(r.goal),
+                lambda r: r.verdict,
+                digits=4,
+            ),
         ]
 
 

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harness.procs import RESULTS, rotated
-from harness.report import Col, Report, Row, figure_col, fmt, goal_text, median, ratio_text
+from harness.report import Col, Report, Row, figure_col, fmt, goal_text, judged, lead, median
 from harness.servers import s3_env, s3_runs
 
 from workloads.versus.figures import Bench
@@ -90,15 +90,17 @@ class SealRow(Row):
 class SealReport(Report):
     def columns(self) -> list[Col]:
         return [
-            Col("store", 9, lambda r: r.store, left=True),
-            Col("metric", 30, lambda r: r.metric, left=True),
-            Col("unit", 6, lambda r: r.unit, left=True),
+            *lead(9, 30, 6),
             Col("variant", 16, lambda r: r.variant, left=True),
             figure_col("figure", 10, "ours"),
             figure_col("plain", 10, "theirs"),
-            Col("ratio", 8, lambda r: ratio_text(r.ratio)),
-            Col("  goal", 10, lambda r: "  " + goal_text(r.goal), left=True),
-            Col("", 9, lambda r: r.verdict, left=True),
+            *judged(
+                "ratio",
+                lambda r: r.ratio,
+                lambda r: goal_text(r.goal),
+                lambda r: r.verdict,
+                (8, 10, 9),
+            ),
             Col(BASELINE, 12, lambda r: fmt(r.chdb)),
             Col("", 2, lambda r: ""),
         ]
