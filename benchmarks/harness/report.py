@@ -228,7 +228,7 @@ def judged(
 
 #: The floor's columns: the figure, durable_obj over it, the goal on that.
 FLOOR = [
-    figure_col("floor", 10, "floor"),
+    Col("floor", 10, lambda r: "" if math.isnan(r.floor) else fmt(r.floor)),
     *judged(
         "obj/floor",
         lambda r: r.floor_ratio,

@@ -61,6 +61,13 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     assert {("local", "over SHA-256 of its base"), ("s3", "over SHA-256 of its base")} <= floors
     assert ("s3", "over boto3 download") in floors
     assert ("local", "flush, 1 buffered, over the V1-layout floor") in floors
+    # issue 39: every row of its table beside its floor, and durable_obj / floor judged
+    floored = ("flush, 1 buffered", "flush, 100 buffered", "checkpoint, 200 rows")
+    for store in ("local", "s3"):
+        for metric in (*floored, "cold open, base of 200 rows"):
+            (row,) = [r for r in rows if (r["store"], r["metric"]) == (store, metric)]
+            assert math.isfinite(row["floor"]) and row["floor"] > 0, row
+            assert row["floor_goal"] in (1.2, 1.3) and row["floor_verdict"], row
     for row in rows:
         assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
     # The table was printed, and says it is no measurement.
@@ -96,6 +103,9 @@ def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
             assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
         for row in own:
             assert math.isfinite(row["ours"]), row
+        # the floor under an idle object's RSS: a RESTOREd database each
+        growth = [row for row in own if "RSS growth per object" in row["metric"]]
+        assert growth and all(math.isfinite(row["floor"]) for row in growth), growth
         # every pool miss opened an object of the seed's rows, every hit found it cached
         pool = doc["samples"][store]["pool"]
         assert len(pool["miss_ms"]) == 2 and len(pool["hit_ms"]) == 5

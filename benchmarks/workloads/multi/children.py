@@ -280,6 +280,47 @@ def child_pool(c: Child) -> dict[str, Any]:
     return {"miss_ms": miss, "hit_ms": hit, "first_ms": engine_ms, "rows": rows, "cached": cached}
 
 
+def child_rss_floor(c: Child) -> dict[str, Any]:
+    """The floor under an idle object's RSS, in plain chdb (no durable_obj):
+    a seed database of `rows` rows as child_populate writes it, backed up
+    once, then RESTOREd `count` times in this one process, a database each;
+    RSS before the first RESTORE, after it, after all."""
+    import tempfile
+
+    import chdb._chdb as engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-rss-floor-") as path:
+        backups = os.path.join(path, "backups")
+        os.makedirs(backups)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
+        archive = os.path.join(backups, "seed.tar")
+        conn.query("CREATE DATABASE seed")
+        conn.query("USE seed")
+        conn.query(DDL)
+        if c.spec["rows"]:
+            conn.query(BULK.format(count=c.spec["rows"]))
+        conn.query(f"BACKUP DATABASE seed TO File('{archive}')", "CSV")
+        conn.query("DROP DATABASE seed SYNC")
+        rss0 = rss_mib()
+        rss_first = math.nan
+        for k in range(c.spec["count"]):
+            conn.query(f"RESTORE DATABASE seed AS db{k} FROM File('{archive}')", "CSV")
+            if k == 0:
+                rss_first = rss_mib()
+        rss_all = rss_mib()
+        last = f"db{c.spec['count'] - 1}.memories"
+        rows = int(str(conn.query(f"SELECT count() FROM {last}", "CSV")).strip())
+        conn.close()
+    return {
+        "rss_before_mib": rss0,
+        "rss_first_mib": rss_first,
+        "rss_all_mib": rss_all,
+        "rows": rows,
+    }
+
+
 CHILDREN = {
     "populate": child_populate,
     "one": child_one,
@@ -287,6 +328,7 @@ CHILDREN = {
     "many": child_many,
     "threads": child_threads,
     "pool": child_pool,
+    "rss_floor": child_rss_floor,
 }
 
 

@@ -15,6 +15,7 @@ from harness.report import AtLeast, OwnRow, Report, Row, median, p99
 GROUPS = ("fleet", "many", "threads", "pool")
 GOAL_FLEET_RATIO = 0.1  # one process at least 10x faster in total than one per object
 GOAL_RSS_MIB = 1.0  # at most 1 MiB of RSS per small idle object
+GOAL_FLOOR = 1.2  # issue 39: RSS per idle object within 1.2x of a RESTOREd database's
 GOAL_SPEEDUP = 4.0  # 16 threads on 16 objects: at least 4x the statements/s of 1 on 1
 #: The goals are judged only at the issue's sizes: 100 objects in the fleet,
 #: 1,000 open at once (a smaller run prints its figures without a verdict).
@@ -57,6 +58,16 @@ class Bench:
     ) -> None:
         self.report.own.append(OwnRow(self.label, metric, unit, ours, limit, **kw))
 
+    def rss_floor(self, count: int) -> float:
+        """RSS growth per RESTOREd database after the first, `count` of the
+        seed's rows in one process of plain chdb: the floor under an idle
+        object's RSS."""
+        got = self.child("rss_floor", "floor", rows=self.args.rows, count=count)
+        self.samples.setdefault("rss_floor", {})[str(count)] = got
+        if got["rows"] != self.args.rows:
+            raise RuntimeError(f"the RSS floor restored {got['rows']} rows, not {self.args.rows}")
+        return float(got["rss_all_mib"] - got["rss_first_mib"]) / max(count - 1, 1)
+
     def populate(self, groups: set[str]) -> dict[str, list[str]]:
         a = self.args
         ids: dict[str, list[str]] = {}
@@ -93,6 +104,7 @@ class Bench:
         start = time.perf_counter()
         one = self.child("fleet", oids=ids["one"])
         self.samples["fleet_one"] = one
+        floor = self.rss_floor(n)
         self.progress(f"{n} objects in one process", start)
         per: dict[str, dict[str, list[float]]] = {}
         # one process per object, the two implementations alternating
@@ -157,7 +169,10 @@ class Bench:
                 "MiB",
                 growth,
                 GOAL_RSS_MIB if n >= GOAL_FLEET_OBJECTS else None,
-                note=f"engine + 1st object {one['rss_first_mib'] - one['rss_before_mib']:.0f} MiB",
+                note=f"engine + 1st object {one['rss_first_mib'] - one['rss_before_mib']:.0f} MiB"
+                "; floor: a RESTOREd database each, plain chdb",
+                floor=floor,
+                floor_goal=GOAL_FLOOR,
             )
         per_obj = one["per_object_s"]
         self.own(
@@ -173,6 +188,7 @@ class Bench:
         start = time.perf_counter()
         got = self.child("many", oids=ids["many"], threads=self.args.open_threads)
         self.samples["many"] = got
+        floor = self.rss_floor(n)
         self.progress(f"{n:,} objects open in one process", start)
         if got["rows"] != self.args.rows:
             raise RuntimeError(f"an object opened with {got['rows']} rows, not {self.args.rows}")
@@ -189,7 +205,10 @@ class Bench:
             "MiB",
             (got["rss_all_mib"] - got["rss_first_mib"]) / rest,
             GOAL_RSS_MIB if n >= GOAL_MANY_OBJECTS else None,
-            note=f"process RSS {got['rss_all_mib']:.0f} MiB with all open",
+            note=f"process RSS {got['rss_all_mib']:.0f} MiB with all open; "
+            "floor: a RESTOREd database each, plain chdb",
+            floor=floor,
+            floor_goal=GOAL_FLOOR,
         )
 
     def threads(self, ids: dict[str, list[str]]) -> None:
