@@ -78,13 +78,18 @@ def machine() -> str:
     )
 
 
-class Floored:
-    """durable_obj's figure over its floor (the same work with nothing of
-    durable_obj in the way), where one was measured, and its verdict."""
+@dataclass
+class Figure:
+    """durable_obj's figure on one line of a table: where, what, in which
+    unit; and, where one was measured, its floor (the same work with nothing
+    of durable_obj in the way) with the goal on durable_obj / floor."""
 
+    store: str
+    metric: str
+    unit: str
     ours: float
-    floor: float
-    floor_goal: float | None
+    floor: float = field(default=math.nan, kw_only=True)
+    floor_goal: float | None = field(default=None, kw_only=True)
 
     @property
     def floor_ratio(self) -> float:
@@ -96,22 +101,14 @@ class Floored:
 
 
 @dataclass
-class Row(Floored):
-    """One line of the table: a figure for each implementation and their
-    ratio; `floor`, where measured, is the same work with nothing of
-    durable_obj in the way, and `floor_goal` bounds durable_obj / floor."""
+class Row(Figure):
+    """A figure for each implementation and their ratio."""
 
-    store: str
-    metric: str
-    unit: str
-    ours: float
     theirs: float
     goal: float | None = None
     #: "lower" when a smaller figure is better (times, sizes, RSS), else "higher".
     better: str = "lower"
     note: str = ""
-    floor: float = math.nan
-    floor_goal: float | None = None
 
     @property
     def ratio(self) -> float:
@@ -123,18 +120,12 @@ class Row(Floored):
 
 
 @dataclass
-class OwnRow(Floored):
+class OwnRow(Figure):
     """A figure of durable_obj alone (chdb.durable has nothing to compare),
-    with an absolute goal: at most `limit`; and its floor where measured."""
+    with an absolute goal: at most `limit`."""
 
-    store: str
-    metric: str
-    unit: str
-    ours: float
     limit: float | None = None
     note: str = ""
-    floor: float = math.nan
-    floor_goal: float | None = None
 
     sign = "<="
 
@@ -226,6 +217,13 @@ def judged(
     ]
 
 
+def ratio_cols(widths: tuple[int, int, int] = (8, 9, 8), digits: int = 3) -> list[Col]:
+    """A Row's ratio (durable_obj over what it is set against), its goal, the verdict."""
+    return judged(
+        "ratio", lambda r: r.ratio, lambda r: goal_text(r.goal), lambda r: r.verdict, widths, digits
+    )
+
+
 #: The floor's columns: the figure, durable_obj over it, the goal on that.
 FLOOR = [
     Col("floor", 10, lambda r: "" if math.isnan(r.floor) else fmt(r.floor)),
@@ -259,7 +257,7 @@ class Report:
             *lead(),
             figure_col("durable_obj", 12, "ours"),
             figure_col("chdb.durable", 13, "theirs"),
-            *judged("ratio", lambda r: r.ratio, lambda r: goal_text(r.goal), lambda r: r.verdict),
+            *ratio_cols(),
         ]
 
     def own_columns(self) -> list[Col]:

@@ -41,8 +41,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from harness.procs import RESULTS, run_child, run_json
-from harness.report import Col, Report, Row, figure_col, goal_text, judged, lead, median
+from harness import flags
+from harness.procs import run_child, run_json
+from harness.report import Col, Report, Row, figure_col, lead, median, ratio_cols
 from harness.servers import s3_bench, s3_env
 from harness.workload import BULK, DDL
 
@@ -57,13 +58,7 @@ class ChainReport(Report):
             *lead(9, 48, 5),
             figure_col("measured", 11, "ours"),
             figure_col("against", 11, "theirs"),
-            *judged(
-                "ratio",
-                lambda r: r.ratio,
-                lambda r: goal_text(r.goal),
-                lambda r: r.verdict,
-                digits=4,
-            ),
+            *ratio_cols(digits=4),
         ]
 
 
@@ -245,10 +240,7 @@ def stored(store: dict[str, Any], args: Any, add: Callable[..., None], samples: 
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="100k rows, 2 repetitions")
-    p.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
-    p.add_argument("--stores", default="local,s3", help="comma list: local, s3")
+    p = flags.parser(__doc__, "100k rows, 2 repetitions")
     p.add_argument("--rows", type=int, help=f"rows before the new ones ({GOAL_ROWS:,})")
     p.add_argument("--new-rows", type=int, default=1000, help="rows before each checkpoint")
     p.add_argument("--reps", type=int, help="checkpoint pairs and cold opens of each (3)")
@@ -256,23 +248,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoints", type=int, help="before the gc (100; 0: no stored group)")
     p.add_argument("--full-checkpoints", type=int, help="the same, full only (5)")
     p.add_argument("--chdb-durable", action="store_true", help="chdb.durable's checkpoint too")
-    p.add_argument("--latency-ms", type=float, action="append", help="per S3 run (0 and 20)")
-    p.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
-    for name in ("--key", "--secret", "--bucket"):
-        p.add_argument(name, default="")
-    p.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    flags.store_flags(p, latencies=True)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name, smoke, quick, full in (
-        ("rows", 2000, 100_000, GOAL_ROWS),
-        ("reps", 1, 2, 3),
-        ("increments", 2, 8, 8),
-        ("checkpoints", 3, 100, 100),
-        ("full_checkpoints", 2, 5, 5),
-        ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
-    ):
-        if getattr(args, name) is None:
-            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
+    flags.sized(
+        args,
+        [
+            ("rows", 2000, 100_000, GOAL_ROWS),
+            ("reps", 1, 2, 3),
+            ("increments", 2, 8, 8),
+            ("checkpoints", 3, 100, 100),
+            ("full_checkpoints", 2, 5, 5),
+            ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
+        ],
+    )
     args.chdb_durable = args.chdb_durable or args.quick
     return args
 
@@ -284,8 +273,8 @@ def main(argv: list[str] | None = None) -> None:
         phase = phase_checkpoint if spec["phase"] == "checkpoint" else phase_stored
         print(json.dumps(phase(spec)))
         return
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = ChainReport("chains", {k: v for k, v in vars(args).items() if k != "secret"})
+    stores = flags.stores(args)
+    report = ChainReport("chains", flags.shown(args))
     report.notes += [
         "measured / against: the ratio; MB = 1e6 bytes; medians",
         f"checkpoint: {args.reps} pairs (incr, then full of the same rows) in one writer; "

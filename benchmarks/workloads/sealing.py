@@ -50,12 +50,14 @@ import math
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from harness.procs import RESULTS, rotated
-from harness.report import Col, Report, Row, figure_col, fmt, goal_text, judged, lead, median
+from harness import flags
+from harness.procs import rotated
+from harness.report import Col, Report, Row, figure_col, fmt, lead, median, ratio_cols
 from harness.servers import s3_env, s3_runs
 
 from workloads.versus.figures import Bench
@@ -94,13 +96,7 @@ class SealReport(Report):
             Col("variant", 16, lambda r: r.variant, left=True),
             figure_col("figure", 10, "ours"),
             figure_col("plain", 10, "theirs"),
-            *judged(
-                "ratio",
-                lambda r: r.ratio,
-                lambda r: goal_text(r.goal),
-                lambda r: r.verdict,
-                (8, 10, 9),
-            ),
+            *ratio_cols((8, 10, 9)),
             Col(BASELINE, 12, lambda r: fmt(r.chdb)),
             Col("", 2, lambda r: ""),
         ]
@@ -131,7 +127,7 @@ class SealBench(Bench):
         with ThreadPoolExecutor(self.args.jobs) as pool:
             return list(pool.map(lambda c: self.run(c[0], c[1], c[2], **c[3]), calls))
 
-    def add(self, metric: str, unit: str, key: str, goals: dict[str, float | None]) -> None:
+    def add(self, metric: str, unit: str, key: str, goals: Mapping[str, float | None]) -> None:
         """A row per variant in `goals` (its goal over plain), plain and chdb.durable beside."""
         figures = {name: median(self.samples[key].get(name, [])) for name in SIZED}
         for variant, goal in goals.items():
@@ -220,11 +216,7 @@ class SealBench(Bench):
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10k rows, fewer repeats")
-    parser.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
-    parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
-    parser.add_argument("--only", default=",".join(GROUPS), help=f"comma list of {GROUPS}")
+    parser = flags.parser(__doc__, "10k rows, fewer repeats", GROUPS)
     parser.add_argument("--repeat", type=int, help="flush processes per variant (6)")
     parser.add_argument("--flushes", type=int, help="flushes of 100 per process (3x of 1, 10)")
     parser.add_argument("--rows", type=int, help=f"rows of the checkpointed base ({GOAL_ROWS:,})")
@@ -232,43 +224,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--opens", type=int, help="cold opens per variant (3)")
     parser.add_argument("--statements", type=int, help="statements in the WAL figure (1,000)")
     parser.add_argument(
-        "--latency-ms",
-        type=float,
-        action="append",
-        help="added per S3 request; repeat for several S3 runs (default: 0 and 20)",
-    )
-    parser.add_argument(
         "--jobs", type=int, help="children at once (1; --smoke: 4, as it measures nothing)"
     )
-    parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
-    parser.add_argument("--key", default="")
-    parser.add_argument("--secret", default="")
-    parser.add_argument("--bucket", default="")
-    parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    flags.store_flags(parser, latencies=True)
     args = parser.parse_args(argv)
-    args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    if args.only - set(GROUPS):
-        parser.error(f"--only: unknown group(s) {', '.join(sorted(args.only - set(GROUPS)))}")
-
-    def pick(name: str, smoke: Any, quick: Any, full: Any) -> None:
-        if getattr(args, name) is None:
-            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
-
-    pick("repeat", 1, 4, 6)
-    pick("flushes", 1, 2, 3)
-    pick("rows", 200, 10_000, GOAL_ROWS)
-    pick("checkpoints", 1, 3, 3)
-    pick("opens", 1, 3, 3)
-    pick("statements", 2 * PER_FLUSH, 500, 1000)
-    pick("jobs", 4, 1, 1)
-    pick("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0])
+    flags.only(parser, args, GROUPS)
+    flags.sized(
+        args,
+        [
+            ("repeat", 1, 4, 6),
+            ("flushes", 1, 2, 3),
+            ("rows", 200, 10_000, GOAL_ROWS),
+            ("checkpoints", 1, 3, 3),
+            ("opens", 1, 3, 3),
+            ("statements", 2 * PER_FLUSH, 500, 1000),
+            ("jobs", 4, 1, 1),
+            ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
+        ],
+    )
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = SealReport("sealing", {k: v for k, v in vars(args).items() if k != "secret"})
+    stores = flags.stores(args)
+    report = SealReport("sealing", flags.shown(args))
     secret = os.urandom(32).hex()  # one StaticKey for the run, never written anywhere
     keys = {
         name: {k: secret if k == "key_hex" else v for k, v in extra.items()}

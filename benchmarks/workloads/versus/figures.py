@@ -62,6 +62,14 @@ class Bench:
         self.report.add(row)
         return row
 
+    def floored(self, metric: str, unit: str, key: str, floor: str, how: str, **kw: Any) -> Row:
+        """`row` with the floor sampled under `floor` beside it, judged
+        against issue 39's goal; `how` says what the floor did."""
+        under = median(self.samples[floor]["floor"])
+        return self.row(
+            metric, unit, key, floor=under, floor_goal=GOAL_FLOOR, note=f"floor: {how}", **kw
+        )
+
     def progress(self, what: str, start: float) -> None:
         print(f"  [{self.label}] {what}: {time.perf_counter() - start:.1f} s", flush=True)
 
@@ -206,27 +214,14 @@ class Bench:
             self.progress(f"{rows:,} rows: checkpoint + cold open + their floors", start)
             goal = rows == GOAL_ROWS
             local = self.s3 is None
-            self.row(
-                f"checkpoint, {rows:,} rows",
-                "ms",
-                f"checkpoint_{rows}",
-                goal=0.1 if goal else None,
-                floor=median(self.samples[f"ckpt_floor_{rows}"]["floor"]),
-                floor_goal=GOAL_FLOOR,
-                note="floor: BACKUP + fsync" if local else "floor: BACKUP + boto3 upload",
-            )
+            how = "BACKUP + " + ("fsync" if local else "boto3 upload")
+            metric, key = f"checkpoint, {rows:,} rows", f"checkpoint_{rows}"
+            self.floored(metric, "ms", key, f"ckpt_floor_{rows}", how, goal=0.1 if goal else None)
             self.checkpoint_floor_rows(rows)
             self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
-            self.row(
-                f"cold open, base of {rows:,} rows",
-                "s",
-                f"open_{rows}",
-                goal=0.05 if goal else None,
-                floor=median(self.samples[f"open_{rows}"]["floor"]),
-                floor_goal=GOAL_FLOOR,
-                note="floor: a fresh process: import chdb, "
-                + ("RESTORE" if local else "boto3 download, RESTORE"),
-            )
+            how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
+            metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
+            self.floored(metric, "s", key, key, how + "RESTORE", goal=0.05 if goal else None)
             for what, floor in self.open_floors.get(rows, []):
                 self.report.add(
                     Row(
