@@ -77,7 +77,8 @@ class Family:
     takes: dict[str, str] = field(default_factory=dict)
 
 
-def flags(*names: str, **renamed: str) -> dict[str, str]:
+def taking(*names: str, **renamed: str) -> dict[str, str]:
+    """The flags a family takes: each by its name, or run.py's name -> the family's."""
     return {**{name: name for name in names}, **renamed}
 
 
@@ -86,72 +87,72 @@ FAMILIES = {
     "async": Family(
         "workloads.aio",
         "the event loop's tick gap, agents on the async face",
-        flags("--quick", "--smoke", "--results"),
+        taking("--quick", "--smoke", "--results"),
     ),
     "multi": Family(
         "workloads.multi",
         "many objects in one process against one process each",
-        flags("--quick", "--smoke", "--results", *S3),
+        taking("--quick", "--smoke", "--results", *S3),
     ),
     "langgraph": Family(
         "workloads.langgraph",
         "the saver and store against SQLite and InMemoryStore",
-        flags("--smoke", "--results"),
+        taking("--smoke", "--results"),
     ),
     "sealing": Family(
         "workloads.sealing",
         "encrypted and zstd objects against plain",
-        flags("--quick", "--smoke", "--results", *S3),
+        taking("--quick", "--smoke", "--results", *S3),
     ),
     "chains": Family(
         "workloads.chains",
         "incremental checkpoints against full",
-        flags("--quick", "--smoke", "--results", *S3),
+        taking("--quick", "--smoke", "--results", *S3),
     ),
     "service": Family(
         "workloads.service",
         "a service under load: units of work, ack latency",
-        flags("--quick", "--smoke", "--stores", **{"--endpoint": "--s3-endpoint"}),
+        taking("--quick", "--smoke", "--stores", **{"--endpoint": "--s3-endpoint"}),
     ),
     "restart": Family(
         "workloads.restart",
         "a service, the MCP server and a pool restarted after kill -9",
-        flags("--smoke", "--stores"),
+        taking("--smoke", "--stores"),
     ),
     "cpu": Family(
         "workloads.cpu",
         "CPU per unit of work against chdb.durable",
-        flags("--quick", "--stores", **{"--endpoint": "--s3-endpoint"}),
+        taking("--quick", "--stores", **{"--endpoint": "--s3-endpoint"}),
     ),
     "ray": Family(
         "workloads.ray",
         "objects behind Ray actors against one process",
-        flags("--smoke", "--results"),
+        taking("--smoke", "--results"),
     ),
     "follow": Family(
         "workloads.follow",
         "a follower's lag and idle requests",
-        flags("--smoke", "--latency-ms", "--endpoint", "--key", "--secret", "--bucket"),
+        taking("--smoke", "--latency-ms", "--endpoint", "--key", "--secret", "--bucket"),
     ),
     "history": Family(
         "workloads.history",
         "opening a past point against opening the head",
-        flags("--smoke"),
+        taking("--smoke"),
     ),
     "telemetry": Family(
         "workloads.telemetry",
         "a flush with telemetry hooks against without",
-        flags("--smoke"),
+        taking("--smoke"),
     ),
     "obstore": Family(
         "workloads.obstore",
         "the S3 store's requests against bare obstore",
-        flags("--smoke", "--latency-ms"),
+        taking("--smoke", "--latency-ms"),
     ),
     "clouds": Family(
         "workloads.obstore_clouds",
         "the GCS and Azure stores against obstore",
-        flags("--smoke"),
+        taking("--smoke"),
     ),
 }
 
