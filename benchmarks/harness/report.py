@@ -39,8 +39,9 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, float, Any]:
-    """(wall s, this process's CPU s, result) of one call."""
+def timed(fn: Callable[..., Any]) -> tuple[float, float, Any]:
+    """(wall s, this process's CPU s, result) of one call of `fn` (its
+    arguments bound by default values: `lambda key=key: ...`)."""
     wall, cpu = time.perf_counter(), time.process_time()
     out = fn()
     return time.perf_counter() - wall, time.process_time() - cpu, out

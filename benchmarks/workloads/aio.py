@@ -90,17 +90,20 @@ class Face:
     def execute(self, sql: str) -> Awaitable[None]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.execute, sql)
-        return self.obj.aexecute(sql)
+        done: Awaitable[None] = self.obj.aexecute(sql)
+        return done
 
     def flush(self) -> Awaitable[str | None]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.flush)
-        return self.obj.aflush()
+        flushed: Awaitable[str | None] = self.obj.aflush()
+        return flushed
 
     def checkpoint(self) -> Awaitable[str]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.checkpoint)
-        return self.obj.acheckpoint()
+        made: Awaitable[str] = self.obj.acheckpoint()
+        return made
 
 
 async def ticker(stop: asyncio.Event, gaps: list[float]) -> None:

@@ -126,7 +126,7 @@ def measure(
         s = samples[variant]
 
         def med(key: str, s: list[dict[str, Any]] = s) -> float:
-            return statistics.median(x[key] for x in s)
+            return float(statistics.median(x[key] for x in s))
 
         print(
             f"{store:6} {variant:17} {med('cpu_ms'):8.2f} {med('user_ms'):7.2f} "

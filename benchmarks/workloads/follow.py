@@ -27,10 +27,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import operator
 import random
 import threading
 import time
 import uuid
+from functools import partial
 from typing import Any
 
 from harness.report import pct
@@ -95,8 +97,9 @@ def one_interval(
                 writer.execute(f"INSERT INTO m VALUES ({i})")
                 writer.flush()
                 flushed, seq = time.perf_counter(), writer.seq
+                reached = partial(operator.contains, arrived, seq)  # seq in arrived
                 with moved:
-                    if not moved.wait_for(lambda s=seq: s in arrived, timeout=60 + 10 * interval):
+                    if not moved.wait_for(reached, timeout=60 + 10 * interval):
                         raise RuntimeError(f"the follower never reached seq {seq}")
                     lags.append(arrived[seq] - flushed)
             assert int(follower.query("SELECT count() FROM m")) == samples

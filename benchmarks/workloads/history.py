@@ -92,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         target = segs[-1 - args.back].seq if len(segs) > args.back else segs[0].seq
         point = next(p for p in past.points if p.seq == target)
         chain_replay = point.index + 1
-        head_open, at_open, hist = [], [], []
+        head_open: list[float] = []
+        at_open: list[float] = []
+        hist: list[float] = []
 
         def open_head() -> None:
             with ns.open(oid, read_only=True) as obj:

@@ -92,7 +92,7 @@ def _time_admission() -> None:
             var.set(time.perf_counter())
 
     def acquire(self: Admission) -> bool:
-        taken = sync_acquire(self)
+        taken: bool = sync_acquire(self)
         note(self)
         return taken
 
@@ -100,7 +100,7 @@ def _time_admission() -> None:
         await async_acquire(self)
         note(self)
 
-    Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign]
+    Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign,unused-ignore]
 
 
 def _timed(acks: list[tuple[float, float, float]], start: float) -> None:

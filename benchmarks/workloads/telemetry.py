@@ -78,7 +78,7 @@ def main() -> int:
     text = "x" * 200
     with tempfile.TemporaryDirectory() as root:
         opts = {"fold_segments": 0, "close_fold_segments": 0}
-        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type]
+        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type,unused-ignore]
             obj.execute("CREATE TABLE m (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
             obj.flush()
             k = 0
