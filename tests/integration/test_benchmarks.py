@@ -29,10 +29,10 @@ GROUPS = {
 }
 
 
-def bench(script: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run benchmarks/<script> with `args` in a fresh interpreter; it must exit 0."""
+def bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run `benchmarks/run.py` with `args` in a fresh interpreter; it must exit 0."""
     proc = subprocess.run(
-        [sys.executable, str(REPO / "benchmarks" / script), *args],
+        [sys.executable, str(REPO / "benchmarks" / "run.py"), *args],
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -44,7 +44,7 @@ def bench(script: str, *args: str, timeout: float = 600) -> subprocess.Completed
 
 
 def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
-    proc = bench("run.py", "--smoke", "--results", str(tmp_path), timeout=900)
+    proc = bench("--smoke", "--results", str(tmp_path), timeout=900)
     (written,) = tmp_path.glob("run-*.json")
     doc = json.loads(written.read_text())
     rows = doc["rows"]
@@ -61,13 +61,20 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     assert {("local", "over SHA-256 of its base"), ("s3", "over SHA-256 of its base")} <= floors
     assert ("s3", "over boto3 download") in floors
     assert ("local", "flush, 1 buffered, over the V1-layout floor") in floors
+    # issue 39: every row of its table beside its floor, and durable_obj / floor judged
+    floored = ("flush, 1 buffered", "flush, 100 buffered", "checkpoint, 200 rows")
+    for store in ("local", "s3"):
+        for metric in (*floored, "cold open, base of 200 rows"):
+            (row,) = [r for r in rows if (r["store"], r["metric"]) == (store, metric)]
+            assert math.isfinite(row["floor"]) and row["floor"] > 0, row
+            assert row["floor_goal"] in (1.2, 1.3) and row["floor_verdict"], row
     for row in rows:
         assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
     # The table was printed, and says it is no measurement.
     assert "--smoke: a check that every figure group runs" in proc.stdout
 
 
-#: One metric of each figure group of bench_multi.py, per store (prefixes).
+#: One metric of each figure group of the multi family, per store (prefixes).
 MULTI_ROWS = ("3 objs open+write+flush+close: 1 proc vs 3", "RSS per object: 1 proc vs 3 procs")
 MULTI_OWN = (
     "RSS growth per object, 3 objs",
@@ -80,9 +87,9 @@ MULTI_OWN = (
 
 
 def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
-    """benchmarks/bench_multi.py --smoke (many objects in one process against
+    """`run.py --only multi --smoke` (many objects in one process against
     one process per object), both stores, S3 through the latency proxy."""
-    proc = bench("bench_multi.py", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
+    proc = bench("--only", "multi", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
     (written,) = tmp_path.glob("multi-*.json")
     doc = json.loads(written.read_text())
     for store in ("local", "s3"):
@@ -96,6 +103,9 @@ def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
             assert math.isfinite(row["ours"]) and math.isfinite(row["theirs"]), row
         for row in own:
             assert math.isfinite(row["ours"]), row
+        # the floor under an idle object's RSS: a RESTOREd database each
+        growth = [row for row in own if "RSS growth per object" in row["metric"]]
+        assert growth and all(math.isfinite(row["floor"]) for row in growth), growth
         # every pool miss opened an object of the seed's rows, every hit found it cached
         pool = doc["samples"][store]["pool"]
         assert len(pool["miss_ms"]) == 2 and len(pool["hit_ms"]) == 5
@@ -103,18 +113,10 @@ def test_bench_multi_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
 
 
 def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
-    """benchmarks/bench_langgraph.py --smoke: the saver on a folder and on
-    SeaweedFS at +0 and +1 ms, the store against InMemoryStore and SqliteStore."""
-    bench(
-        "bench_langgraph.py",
-        "--smoke",
-        "--latency-ms",
-        "0",
-        "--latency-ms",
-        "1",
-        "--results",
-        str(tmp_path),
-    )
+    """`run.py --only langgraph --smoke --latency-ms 1`: the saver on a folder
+    and on SeaweedFS at +0 and +1 ms, the store against InMemoryStore and
+    SqliteStore."""
+    bench("--only", "langgraph", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
     (written,) = tmp_path.glob("langgraph-*.json")
     res = json.loads(written.read_text())["results"]
     saver = res["saver"]
@@ -128,7 +130,7 @@ def test_bench_langgraph_smoke_run(loopback_only_env: None, tmp_path: Path) -> N
     assert len(set(hits.values())) == 1 and next(iter(hits.values())) > 0, hits
 
 
-#: bench_sealing.py's rows per store: (metric prefix, variants over plain).
+#: The sealing family's rows per store: (metric prefix, variants over plain).
 SEALING_ROWS = {
     "flush, 1 buffered": ("encrypted", "encrypted+zstd"),
     "flush, 10 buffered": ("encrypted", "encrypted+zstd"),
@@ -140,12 +142,10 @@ SEALING_ROWS = {
 
 
 def test_bench_sealing_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
-    """`run.py --only sealing --smoke` (benchmarks/bench_sealing.py): plain,
+    """`run.py --only sealing --smoke` (benchmarks/workloads/sealing.py): plain,
     encrypted and encrypted+zstd objects beside chdb.durable, on a folder
     and on SeaweedFS through the latency proxy."""
-    proc = bench(
-        "run.py", "--only", "sealing", "--smoke", "--latency-ms", "1", "--results", str(tmp_path)
-    )
+    proc = bench("--only", "sealing", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
     (written,) = tmp_path.glob("sealing-*.json")
     rows = json.loads(written.read_text())["rows"]
     assert {row["store"] for row in rows} == {"local", "s3+1ms"}
@@ -162,22 +162,22 @@ def test_bench_sealing_smoke_run(loopback_only_env: None, tmp_path: Path) -> Non
 
 
 def test_bench_history_smoke_run(tmp_path: Path) -> None:
-    """benchmarks/bench_history.py --smoke: opening a past point (that only a
+    """`run.py --only history --smoke`: opening a past point (that only a
     history archive names) beside opening the head, on a local folder."""
-    proc = bench("bench_history.py", "--smoke", "--json")
+    proc = bench("--only", "history", "--smoke", "--", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["smoke"] is True and doc["segments_back"] == 20
     assert doc["at_seq"] < doc["head_seq"] and doc["history_files"] >= 2
     for name in ("open_head_s", "open_at_s", "history_s", "ratio"):
         assert math.isfinite(doc[name]) and doc[name] > 0, name
-    proc = bench("bench_history.py", "--smoke")
+    proc = bench("--only", "history", "--smoke")
     assert "ratio at/head" in proc.stdout and "not a measurement" in proc.stdout
 
 
 def test_bench_follow_smoke_run(loopback_only_env: None) -> None:
-    """benchmarks/bench_follow.py --smoke: a follower's lag after a flush and
+    """`run.py --only follow --smoke`: a follower's lag after a flush and
     its idle requests, through the latency proxy on a SeaweedFS it starts."""
-    proc = bench("bench_follow.py", "--smoke", "--json")
+    proc = bench("--only", "follow", "--smoke", "--", "--json")
     (row,) = json.loads(proc.stdout[proc.stdout.index("[") :])
     assert row["samples"] == 3 and row["idle_listings"] == 0
     assert row["idle_kinds"] in ([], ["GET 304"]), row
@@ -186,24 +186,24 @@ def test_bench_follow_smoke_run(loopback_only_env: None) -> None:
 
 
 def test_bench_service_and_restart_smoke_run() -> None:
-    """benchmarks/bench_service.py --smoke (the three write patterns, a row
-    each) and benchmarks/bench_restart.py --smoke (a service and the MCP
+    """`run.py --only service --smoke` (the three write patterns, a row
+    each) and `run.py --only restart --smoke` (a service and the MCP
     server restarted with reclaim after SIGKILL), on a local folder."""
-    proc = bench("bench_service.py", "--smoke")
+    proc = bench("--only", "service", "--smoke")
     rows = [line.split() for line in proc.stdout.splitlines() if line.startswith("local ")]
     assert [row[1] for row in rows] == ["aexecute", "awrite", "threads"], proc.stdout
     for row in rows:
         assert float(row[2]) > 0 and math.isfinite(float(row[2])), row
-    proc = bench("bench_restart.py", "--smoke")
+    proc = bench("--only", "restart", "--smoke")
     assert "service, 2 objects: serves" in proc.stdout, proc.stdout
     assert "without reclaim: " in proc.stdout and "succeeds in" in proc.stdout
     assert "mcp server: answers" in proc.stdout
 
 
 def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
-    """benchmarks/bench_obstore.py --smoke: both S3 clients on one SeaweedFS,
+    """`run.py --only obstore --smoke`: both S3 clients on one SeaweedFS,
     and the semantics a transport must keep, checked on both."""
-    proc = bench("bench_obstore.py", "--smoke", "--json")
+    proc = bench("--only", "obstore", "--smoke", "--", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["smoke"] is True
     assert all(said.startswith("refused (") for said in doc["checks"].values()), doc["checks"]
@@ -218,10 +218,10 @@ def test_bench_obstore_smoke_run(loopback_only_env: None) -> None:
 
 @pytest.mark.xdist_group("ray")  # one Ray cluster at a time
 def test_bench_ray_smoke_run(tmp_path: Path) -> None:
-    """benchmarks/bench_ray.py --smoke: the same requests in one process and
+    """`run.py --only ray --smoke`: the same requests in one process and
     through Ray handles, and an actor SIGKILLed and serving again, on a local
     Ray node on 127.0.0.1 that the script starts and stops."""
-    proc = bench("bench_ray.py", "--smoke", "--results", str(tmp_path))
+    proc = bench("--only", "ray", "--smoke", "--results", str(tmp_path))
     (written,) = tmp_path.glob("ray-*.json")
     doc = json.loads(written.read_text())
     metrics = {row["metric"]: row["ours"] for row in doc["own_rows"]}
@@ -237,10 +237,10 @@ def test_bench_ray_smoke_run(tmp_path: Path) -> None:
 
 
 def test_bench_obstore_clouds_smoke_run(loopback_only_env: None) -> None:
-    """benchmarks/bench_obstore_clouds.py --smoke: the GCS and Azure stores
+    """`run.py --only clouds --smoke`: the GCS and Azure stores
     beside obstore on fake-gcs-server and Azurite, and the refusals a
     transport must keep, checked where each client can be measured."""
-    proc = bench("bench_obstore_clouds.py", "--smoke", "--json")
+    proc = bench("--only", "clouds", "--smoke", "--", "--json")
     doc = json.loads(proc.stdout.strip().splitlines()[-1])
     assert doc["smoke"] is True
     for cloud in ("gcs", "azure"):
@@ -261,7 +261,7 @@ def test_bench_obstore_clouds_smoke_run(loopback_only_env: None) -> None:
     }
 
 
-#: bench_chains.py's rows per store (prefixes of the table's metrics).
+#: The chains family's rows per store (prefixes of the table's metrics).
 CHAINS_ROWS = {
     "local": ("checkpoint bytes", "checkpoint time", "cold open: chain of", "stored, "),
     "s3+1ms": ("checkpoint bytes", "checkpoint time", "cold open: chain of"),
@@ -269,12 +269,10 @@ CHAINS_ROWS = {
 
 
 def test_bench_chains_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
-    """`run.py --only chains --smoke` (benchmarks/bench_chains.py): an
+    """`run.py --only chains --smoke` (benchmarks/workloads/chains.py): an
     increment beside a full checkpoint of the same rows, a chain's cold open
     beside a full base's, and what gc leaves, on a folder and on SeaweedFS."""
-    proc = bench(
-        "run.py", "--only", "chains", "--smoke", "--latency-ms", "1", "--results", str(tmp_path)
-    )
+    proc = bench("--only", "chains", "--smoke", "--latency-ms", "1", "--results", str(tmp_path))
     (written,) = tmp_path.glob("chains-*.json")
     rows = json.loads(written.read_text())["rows"]
     for store, metrics in CHAINS_ROWS.items():

@@ -3,7 +3,7 @@
 A follower polls `head.json` with `get_if_changed(key, version)`. While the
 head is unchanged that must be exactly one request to the server, answered
 304 with no body, and never a listing. The cloud stores are counted at the
-HTTP level, through benchmarks/s3proxy.py (a reverse proxy, here without
+HTTP level, through benchmarks/harness/s3proxy.py (a reverse proxy, here without
 latency, that logs every request it forwards); the folder and memory stores
 by counting the calls that would read a body or list.
 """
@@ -34,7 +34,7 @@ KEY = "o/head.json"
 
 def _s3proxy() -> ModuleType:
     spec = importlib.util.spec_from_file_location(
-        "bench_s3proxy", ROOT / "benchmarks" / "s3proxy.py"
+        "bench_s3proxy", ROOT / "benchmarks" / "harness" / "s3proxy.py"
     )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

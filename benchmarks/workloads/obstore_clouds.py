@@ -1,11 +1,11 @@
-"""The transport question of benchmarks/bench_obstore.py, asked for GCS and
+"""The transport question of benchmarks/workloads/obstore.py, asked for GCS and
 Azure: should durable_obj's GCS store (gcsfs's aiohttp session, JSON API) and
 Azure store (azure-storage-blob's aio client) send their conditional writes
 through obstore (the Rust `object_store` crate), as the S3 store does?
 
-    python benchmarks/bench_obstore_clouds.py            # 200 PUTs of each kind, each cloud
-    python benchmarks/bench_obstore_clouds.py --only azure
-    python benchmarks/bench_obstore_clouds.py --smoke    # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only clouds            # 200 PUTs of each kind, each cloud
+    python benchmarks/run.py --only clouds -- --only azure
+    python benchmarks/run.py --only clouds --smoke    # tiny: proves it runs, measures nothing
 
 Servers, started and stopped here on free 127.0.0.1 ports by
 tests/serverprocs.py (as the tests start them): fake-gcs-server for GCS,
@@ -45,21 +45,16 @@ import json
 import os
 import re
 import statistics
-import sys
 import tempfile
 import urllib.parse
 import uuid
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from harness.report import pct, timed
 
-from _common import pct, timed  # noqa: E402
-
-from durable_obj.stores import open_store  # noqa: E402
-from durable_obj.stores.base import Version  # noqa: E402
-from tests import serverprocs  # noqa: E402
+from durable_obj.stores import open_store
+from durable_obj.stores.base import Version
+from tests import serverprocs
 
 _STATUS = re.compile(r"status code: (\d{3})")
 _CODE = re.compile(r"<Code>(\w+)</Code>|\"reason\":\"(\w+)\"")

@@ -1,6 +1,6 @@
 """One measurement in a fresh process; prints one JSON line. Run by run.py.
 
-    python benchmarks/_child.py '{"impl": "durable_obj", "phase": "open", ...}'
+    python -m workloads.versus.child '{"impl": "durable_obj", "phase": "open", ...}'
 
 The spec names the implementation ("durable_obj", "chdb.durable" or "raw" for
 chdb with no durability; durable_obj optionally with "key_hex", a StaticKey,
@@ -19,7 +19,7 @@ import resource  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
-from _workload import BULK, DDL, row_sql  # noqa: E402
+from harness.workload import BULK, DDL, row_sql  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
@@ -42,7 +42,7 @@ def namespace(**extra: Any) -> Any:
             "client_kwargs": {"region_name": "us-east-1"},
         }
     storage.update(extra)
-    # bench_sealing.py's variants: a StaticKey (hex) and/or a zstd WAL
+    # the sealing family's variants: a StaticKey (hex) and/or a zstd WAL
     if SPEC.get("key_hex"):
         options["encryption"] = durable_obj.StaticKey(SPEC["key_hex"])
     if SPEC.get("compression"):
@@ -238,12 +238,34 @@ def phase_list() -> dict[str, Any]:
     return {"list_s": elapsed, "objects": len(infos), "described": described}
 
 
-def phase_floor() -> dict[str, Any]:
-    """The floor of a durable publish on this disk, as phase_write's flushes
-    publish: per flush, write and fsync a file of that flush's segment bytes
-    (the same statements, one JSON line each) and a file of `head_bytes`,
-    rename the second over a fixed name, and fsync the directory. Plain
-    Python, no library."""
+def fsync_dir(path: str) -> None:
+    import os
+
+    dirfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+def s3_client() -> Any:
+    """A bare boto3 client on the spec's S3 store (through the latency proxy
+    when the run has one): the floors' uploads and downloads."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=STORE["endpoint"],
+        aws_access_key_id=STORE["key"],
+        aws_secret_access_key=STORE["secret"],
+        region_name="us-east-1",
+    )
+
+
+def folder_publisher() -> Any:
+    """The floor of a durable publish on this disk: write and fsync a file
+    of the segment's bytes and a file of the head's, rename the second over
+    a fixed name, and fsync the directory. Plain Python, no library."""
     import os
 
     folder = os.path.join(STORE["root"], SPEC["oid"])
@@ -251,16 +273,8 @@ def phase_floor() -> dict[str, Any]:
     # two directories are fsync'd (the segment's before the head names it)
     segments = os.path.join(folder, "wal") if SPEC.get("layout") == "wal" else folder
     os.makedirs(segments)
-    head = b"h" * SPEC["head_bytes"]
 
-    def fsync_dir(path: str) -> None:
-        dirfd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(dirfd)
-        finally:
-            os.close(dirfd)
-
-    def publish(segment: bytes, k: int) -> None:
+    def publish(segment: bytes, head: bytes, k: int) -> None:
         for path, data in (
             (os.path.join(segments, f"seg-{k}"), segment),
             (os.path.join(folder, "head.tmp"), head),
@@ -276,6 +290,42 @@ def phase_floor() -> dict[str, Any]:
         os.replace(os.path.join(folder, "head.tmp"), os.path.join(folder, "head.json"))
         fsync_dir(folder)
 
+    return publish
+
+
+def s3_publisher() -> Any:
+    """The floor of a publish on S3: two bare conditional PUTs through
+    obstore, the segment created if absent, the head replaced if its ETag
+    still matches (the head's bytes change every time, as a head's must)."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(
+        STORE["bucket"],
+        prefix=f"{STORE['prefix']}/{SPEC['oid']}",
+        endpoint=STORE["endpoint"],
+        access_key_id=STORE["key"],
+        secret_access_key=STORE["secret"],
+        region="us-east-1",
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+    )
+    etag = obstore.put(store, "head.json", b"{}", mode="create")["e_tag"]
+
+    def publish(segment: bytes, head: bytes, k: int) -> None:
+        nonlocal etag
+        obstore.put(store, f"wal/seg-{k}.jsonl", segment, mode="create")
+        etag = obstore.put(store, "head.json", head, mode={"e_tag": etag})["e_tag"]
+
+    return publish
+
+
+def phase_floor() -> dict[str, Any]:
+    """The floor under phase_write's flushes: per flush, the same statements
+    (one JSON line each) published as a segment and a head of `head_bytes`,
+    with nothing of durable_obj: fsync'd files on a folder, two bare
+    conditional PUTs on S3."""
+    publish = folder_publisher() if STORE["kind"] == "local" else s3_publisher()
     out: dict[str, Any] = {}
     n, k = 100_000, 0
     for size in (1, 10, 100):
@@ -287,40 +337,67 @@ def phase_floor() -> dict[str, Any]:
                 lines.append(json.dumps({"sql": row_sql(n)}) + "\n")
             segment = "".join(lines).encode()
             k += 1
-            times.append(timed(lambda s=segment, k=k: publish(s, k)))
+            head = str(k).encode().ljust(SPEC["head_bytes"], b"h")
+            times.append(timed(lambda s=segment, h=head, k=k: publish(s, h, k)))
         out[f"flush_{size}_ms"] = times
     return out
 
 
+def floor_archive(i: int) -> str:
+    """Where the checkpoint floor leaves its i-th archive: beside the
+    objects on a folder, below the run's prefix on S3 (a key)."""
+    import os
+
+    if STORE["kind"] == "local":
+        return os.path.join(STORE["root"], "floor", SPEC["oid"], f"b{i}.tar")
+    return f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar"
+
+
 def phase_ckpt_floor() -> dict[str, Any]:
     """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
-    the engine's BACKUP of the same rows to a .tar alone, and (on S3) a bare
-    boto3 upload_file of that archive (its default multipart transfer); and
-    under a cold open of it: hashlib's SHA-256 of that archive, which an
-    open verifies before it shows anything restored from it, and (on S3) a
-    bare boto3 download_file of it."""
+    the engine's BACKUP of the same rows to a .tar (on a folder: into the
+    store's folder, then the archive and its directory fsync'd), and (on S3)
+    a bare boto3 upload_file of that archive (its default multipart
+    transfer); and under a cold open of it: hashlib's SHA-256 of that
+    archive, which an open verifies before it shows anything restored from
+    it, and (on S3) a bare boto3 download_file of it. The archives stay for
+    phase_open_floor."""
     import hashlib
     import os
     import tempfile
 
     import chdb._chdb as engine
 
+    local = STORE["kind"] == "local"
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-floor-") as path:
-        backups = os.path.join(path, "backups")
+        backups = os.path.dirname(floor_archive(0)) if local else os.path.join(path, "backups")
         os.makedirs(backups)
-        conn = engine.connect(os.path.join(path, "data") + "?backups.allowed_path=" + backups)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
         conn.query("CREATE DATABASE bench")
         conn.query("USE bench")
         conn.query(DDL)
         rows = SPEC["rows"]
         for start in range(0, rows, 10_000):
             conn.query(BULK.format(start=start, count=min(10_000, rows - start)))
-        out: dict[str, Any] = {"backup_ms": []}
+        out: dict[str, Any] = {"backup_ms": [], "fsync_ms": []}
         archive = ""
         for i in range(SPEC["repeat"]):
             archive = os.path.join(backups, f"b{i}.tar")
             sql = f"BACKUP DATABASE bench TO File('{archive}')"
             out["backup_ms"].append(timed(lambda sql=sql: conn.query(sql, "CSV")))
+            if local:
+
+                def sync(archive: str = archive) -> None:
+                    fd = os.open(archive, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    fsync_dir(backups)
+
+                out["fsync_ms"].append(timed(sync))
         conn.close()
 
         def digest() -> None:
@@ -331,20 +408,12 @@ def phase_ckpt_floor() -> dict[str, Any]:
 
         # what an open must do before it may show the base: verify its SHA-256
         out["sha256_ms"] = [timed(digest) for _ in range(SPEC["repeat"])]
-        if STORE.get("kind") == "s3":
-            import boto3
-
-            client = boto3.client(
-                "s3",
-                endpoint_url=STORE["endpoint"],
-                aws_access_key_id=STORE["key"],
-                aws_secret_access_key=STORE["secret"],
-                region_name="us-east-1",
-            )
+        if not local:
+            client = s3_client()
             out["upload_ms"] = [
                 timed(
                     lambda i=i: client.upload_file(
-                        archive, STORE["bucket"], f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar"
+                        os.path.join(backups, f"b{i}.tar"), STORE["bucket"], floor_archive(i)
                     )
                 )
                 for i in range(SPEC["repeat"])
@@ -352,14 +421,38 @@ def phase_ckpt_floor() -> dict[str, Any]:
             # under an S3 cold open: the base's bytes coming back
             fetched = os.path.join(path, "fetched.tar")
             out["download_ms"] = [
-                timed(
-                    lambda i=i: client.download_file(
-                        STORE["bucket"], f"{STORE['prefix']}/floor/{SPEC['oid']}-{i}.tar", fetched
-                    )
-                )
+                timed(lambda i=i: client.download_file(STORE["bucket"], floor_archive(i), fetched))
                 for i in range(SPEC["repeat"])
             ]
             client.close()
+    return out
+
+
+def phase_open_floor() -> dict[str, Any]:
+    """The floor under a cold open, timed like phase_open from before any
+    import: a fresh process that imports chdb, (on S3) downloads the
+    checkpoint floor's archive with bare boto3, and RESTOREs it."""
+    import os
+    import tempfile
+
+    import chdb._chdb as engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-open-floor-") as path:
+        if STORE["kind"] == "local":
+            archive = floor_archive(0)
+        else:
+            archive = os.path.join(path, "base.tar")
+            client = s3_client()
+            client.download_file(STORE["bucket"], floor_archive(0), archive)
+            client.close()
+        backups = os.path.dirname(archive)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
+        conn.query(f"RESTORE DATABASE bench FROM File('{archive}')", "CSV")
+        out: dict[str, Any] = {"open_ms": ms_since(T0)}
+        out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
+        conn.close()
     return out
 
 
@@ -368,6 +461,7 @@ PHASES = {
     "write_variants": phase_write_variants,
     "floor": phase_floor,
     "ckpt_floor": phase_ckpt_floor,
+    "open_floor": phase_open_floor,
     "raw": phase_raw,
     "load": phase_load,
     "append": phase_append,

@@ -2,9 +2,9 @@
 Ray handles, against the same work in one process without Ray; and the time
 from an actor's death (SIGKILL) to its object serving again.
 
-    python benchmarks/bench_ray.py                 # 20 objects, 10 s per figure
-    python benchmarks/bench_ray.py --smoke         # tiny: proves it runs, measures nothing
-    python benchmarks/bench_ray.py --shards 4,20 --threads 4 --seconds 10 --kills 5
+    python benchmarks/run.py --only ray                 # 20 objects, 10 s per figure
+    python benchmarks/run.py --only ray --smoke         # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only ray -- --shards 4,20 --threads 4 --seconds 10 --kills 5
 
 A request is one single-row INSERT and a flush (execute + flush: two calls,
 and one WAL segment committed). --threads driver threads each loop over their
@@ -39,16 +39,14 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 import argparse
 import signal
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import RESULTS, OwnRow, Report, median
+from harness.procs import RESULTS
+from harness.report import OwnRow, Report, median
 
 import durable_obj
 

@@ -1,9 +1,9 @@
 """A service under load: N agents x M concurrent writes, each a 2-statement unit.
 
-    python benchmarks/bench_service.py                  # 50 x 20, folder + S3 (+0 / +20 ms)
-    python benchmarks/bench_service.py --quick          # 10 x 5
-    python benchmarks/bench_service.py --smoke          # tiny: proves it runs
-    python benchmarks/bench_service.py --stores s3-20   # one store
+    python benchmarks/run.py --only service                  # 50 x 20, folder + S3 (+0 / +20 ms)
+    python benchmarks/run.py --only service --quick          # 10 x 5
+    python benchmarks/run.py --only service --smoke          # tiny: proves it runs
+    python benchmarks/run.py --only service --stores s3-20   # one store
 
 The workload of issue 27's trial: one process, `--objects` durable objects
 (one per agent), `--tasks` concurrent tasks per object, each writing
@@ -43,18 +43,15 @@ import asyncio
 import contextvars
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 import uuid
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _common import pct, s3_bench
+from harness.procs import run_json
+from harness.report import pct
+from harness.servers import s3_bench
 
 DDL = (
     "CREATE TABLE IF NOT EXISTS memories (id String, content String) "
@@ -95,7 +92,7 @@ def _time_admission() -> None:
             var.set(time.perf_counter())
 
     def acquire(self: Admission) -> bool:
-        taken = sync_acquire(self)
+        taken: bool = sync_acquire(self)
         note(self)
         return taken
 
@@ -103,7 +100,7 @@ def _time_admission() -> None:
         await async_acquire(self)
         note(self)
 
-    Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign]
+    Admission.acquire, Admission.aacquire = acquire, aacquire  # type: ignore[method-assign,unused-ignore]
 
 
 def _timed(acks: list[tuple[float, float, float]], start: float) -> None:
@@ -283,17 +280,8 @@ def _result(
 
 # -- the parent -----------------------------------------------------------------------
 def run_one(spec: dict[str, Any], env: dict[str, str] | None) -> dict[str, Any]:
-    out = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-    )
-    if out.returncode:
-        raise SystemExit(f"child failed ({spec['pattern']}):\n{out.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--child", json.dumps(spec)]
+    return run_json(__spec__.name, args, env, what=spec["pattern"], timeout=1800, tail=3000)
 
 
 def main() -> None:

@@ -1,13 +1,12 @@
 """Encryption and the zstd WAL (issue 29): what they cost against a plain object.
 
-    python benchmarks/bench_sealing.py                 # folder + SeaweedFS at +0 and +20 ms
-    python benchmarks/bench_sealing.py --quick         # 10k rows, fewer repeats
-    python benchmarks/bench_sealing.py --smoke         # tiny, 4 children at once: runs only
-    python benchmarks/bench_sealing.py --stores s3 --latency-ms 20   # one distant store
-    python benchmarks/bench_sealing.py --only flush,wal              # some figure groups
-    python benchmarks/run.py --only sealing --quick    # the same, from run.py
+    python benchmarks/run.py --only sealing            # folder + SeaweedFS at +0 and +20 ms
+    python benchmarks/run.py --only sealing --quick    # 10k rows, fewer repeats
+    python benchmarks/run.py --only sealing --smoke    # tiny, 4 children at once: runs only
+    python benchmarks/run.py --only sealing --stores s3 --latency-ms 20   # one distant store
+    python benchmarks/run.py --only sealing -- --only flush,wal          # some figure groups
 
-durable_obj in three variants, the same `_child.py` phases as run.py with
+durable_obj in three variants, the same `workloads.versus.child` phases as run.py with
 only the object's options changed: `plain`, `encrypted`
 (`encryption=durable_obj.StaticKey(<32 random bytes>)`) and
 `encrypted+zstd` (and `compression="zstd"`); for the WAL bytes also `zstd`
@@ -19,7 +18,7 @@ Figure groups (--only), each in fresh processes, the variants' order rotated
 every repetition so that noise from the machine spreads over all of them:
 
 * `flush`: flush latency of 1, 10 and 100 buffered agent-memory INSERTs
-  (`_workload.row_sql`: ~200 bytes of text, a 256-dim embedding); --repeat
+  (`harness.workload.row_sql`: ~200 bytes of text, a 256-dim embedding); --repeat
   processes, each with one object per variant, their flushes interleaved
   (3 x --flushes of 1 and of 10, --flushes of 100 per variant): on this
   machine one process's median folder flush differs from the next one's by
@@ -38,7 +37,7 @@ every repetition so that noise from the machine spreads over all of them:
   not depend on the latency). Goal: zstd / plain <= 0.4.
 
 durable_obj runs with folding off, as in run.py. With --latency-ms every S3
-request of every variant goes through benchmarks/s3proxy.py, which waits that
+request of every variant goes through benchmarks/harness/s3proxy.py, which waits that
 long first; by default the S3 figures are taken at +0 and at +20 ms on one
 SeaweedFS. Raw samples go to benchmarks/results/sealing-<time>.json.
 On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
@@ -47,25 +46,25 @@ On a shared 2-core machine the full run took 13-14 min, --quick 6-11 min.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import math
 import os
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import flags
+from harness.procs import rotated
+from harness.report import Col, Report, Row, figure_col, fmt, lead, median, ratio_cols
+from harness.servers import s3_env, s3_runs
 
-from _common import RESULTS, Report, Row, S3Server, fmt, median, s3_bench, s3_env, seaweed
-from _run_figures import Bench
+from workloads.versus.figures import Bench
 
 GROUPS = ("flush", "bases", "wal")
 BASELINE = "chdb.durable"
-#: The spec each variant adds to a `_child.py` spec (the key is filled in by main).
+#: The spec each variant adds to a `workloads.versus.child` spec (the key is filled in by main).
 VARIANTS: dict[str, dict[str, Any]] = {
     "plain": {},
     "encrypted": {"key_hex": None},
@@ -91,28 +90,16 @@ class SealRow(Row):
 
 
 class SealReport(Report):
-    def table(self) -> str:
-        head = (
-            f"{'store':<9}{'metric':<30}{'unit':<6}{'variant':<16}{'figure':>10}{'plain':>10}"
-            f"{'ratio':>8}  {'goal':<8}{'':<9}{BASELINE:>12}"
-        )
-        lines = [head.rstrip(), "-" * len(head)]
-        for r in self.rows:
-            assert isinstance(r, SealRow)
-            goal = f"<={r.goal:g}" if r.goal is not None else ""
-            ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.3f}"
-            lines.append(
-                f"{r.store:<9}{r.metric:<30}{r.unit:<6}{r.variant:<16}{fmt(r.ours):>10}"
-                f"{fmt(r.theirs):>10}{ratio:>8}  {goal:<8}{r.verdict:<9}{fmt(r.chdb):>12}"
-                f"  {r.note}".rstrip()
-            )
-        return "\n".join(lines)
-
-
-def rotated(names: Sequence[str], rep: int) -> list[str]:
-    """`names`, starting at a different one each repetition."""
-    k = rep % len(names)
-    return [*names[k:], *names[:k]]
+    def columns(self) -> list[Col]:
+        return [
+            *lead(9, 30, 6),
+            Col("variant", 16, lambda r: r.variant, left=True),
+            figure_col("figure", 10, "ours"),
+            figure_col("plain", 10, "theirs"),
+            *ratio_cols((8, 10, 9)),
+            Col(BASELINE, 12, lambda r: fmt(r.chdb)),
+            Col("", 2, lambda r: ""),
+        ]
 
 
 class SealBench(Bench):
@@ -140,7 +127,7 @@ class SealBench(Bench):
         with ThreadPoolExecutor(self.args.jobs) as pool:
             return list(pool.map(lambda c: self.run(c[0], c[1], c[2], **c[3]), calls))
 
-    def add(self, metric: str, unit: str, key: str, goals: dict[str, float | None]) -> None:
+    def add(self, metric: str, unit: str, key: str, goals: Mapping[str, float | None]) -> None:
         """A row per variant in `goals` (its goal over plain), plain and chdb.durable beside."""
         figures = {name: median(self.samples[key].get(name, [])) for name in SIZED}
         for variant, goal in goals.items():
@@ -165,7 +152,7 @@ class SealBench(Bench):
         ours = {name: self.variants[name] for name in TIMED[:3]}
         for rep in range(self.args.repeat):
             # durable_obj's variants side by side in one process (see
-            # _child.phase_write_variants); chdb.durable in its own
+            # workloads.versus.child.phase_write_variants); chdb.durable in its own
             spec = {"variants": ours, **n}
             got = [
                 self.child("durable_obj", "write_variants", f"flush{rep}", **spec),
@@ -229,11 +216,7 @@ class SealBench(Bench):
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="10k rows, fewer repeats")
-    parser.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
-    parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
-    parser.add_argument("--only", default=",".join(GROUPS), help=f"comma list of {GROUPS}")
+    parser = flags.parser(__doc__, "10k rows, fewer repeats", GROUPS)
     parser.add_argument("--repeat", type=int, help="flush processes per variant (6)")
     parser.add_argument("--flushes", type=int, help="flushes of 100 per process (3x of 1, 10)")
     parser.add_argument("--rows", type=int, help=f"rows of the checkpointed base ({GOAL_ROWS:,})")
@@ -241,64 +224,31 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--opens", type=int, help="cold opens per variant (3)")
     parser.add_argument("--statements", type=int, help="statements in the WAL figure (1,000)")
     parser.add_argument(
-        "--latency-ms",
-        type=float,
-        action="append",
-        help="added per S3 request; repeat for several S3 runs (default: 0 and 20)",
-    )
-    parser.add_argument(
         "--jobs", type=int, help="children at once (1; --smoke: 4, as it measures nothing)"
     )
-    parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
-    parser.add_argument("--key", default="")
-    parser.add_argument("--secret", default="")
-    parser.add_argument("--bucket", default="")
-    parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    flags.store_flags(parser, latencies=True)
     args = parser.parse_args(argv)
-    args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    if args.only - set(GROUPS):
-        parser.error(f"--only: unknown group(s) {', '.join(sorted(args.only - set(GROUPS)))}")
-
-    def pick(name: str, smoke: Any, quick: Any, full: Any) -> None:
-        if getattr(args, name) is None:
-            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
-
-    pick("repeat", 1, 4, 6)
-    pick("flushes", 1, 2, 3)
-    pick("rows", 200, 10_000, GOAL_ROWS)
-    pick("checkpoints", 1, 3, 3)
-    pick("opens", 1, 3, 3)
-    pick("statements", 2 * PER_FLUSH, 500, 1000)
-    pick("jobs", 4, 1, 1)
-    pick("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0])
+    flags.only(parser, args, GROUPS)
+    flags.sized(
+        args,
+        [
+            ("repeat", 1, 4, 6),
+            ("flushes", 1, 2, 3),
+            ("rows", 200, 10_000, GOAL_ROWS),
+            ("checkpoints", 1, 3, 3),
+            ("opens", 1, 3, 3),
+            ("statements", 2 * PER_FLUSH, 500, 1000),
+            ("jobs", 4, 1, 1),
+            ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
+        ],
+    )
     return args
-
-
-@contextlib.contextmanager
-def s3_servers(args: argparse.Namespace) -> Iterator[Iterator[Any]]:
-    """One S3 server (--endpoint, or a SeaweedFS started here), behind a
-    latency proxy per --latency-ms in turn."""
-    with contextlib.ExitStack() as stack:
-        server = (
-            S3Server(args.endpoint, args.key, args.secret, args.bucket)
-            if args.endpoint
-            else stack.enter_context(seaweed())
-        )
-
-        def each() -> Iterator[Any]:
-            for ms in args.latency_ms:
-                with s3_bench(
-                    server.endpoint, server.key, server.secret, server.bucket, ms, "seal"
-                ) as s3:
-                    yield ms, s3
-
-        yield each()
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = SealReport("sealing", {k: v for k, v in vars(args).items() if k != "secret"})
+    stores = flags.stores(args)
+    report = SealReport("sealing", flags.shown(args))
     secret = os.urandom(32).hex()  # one StaticKey for the run, never written anywhere
     keys = {
         name: {k: secret if k == "key_hex" else v for k, v in extra.items()}
@@ -325,7 +275,9 @@ def main(argv: list[str] | None = None) -> None:
             store = {"kind": "local", "root": root}
             SealBench("local", store, None, args, report, keys=keys).all()
     if "s3" in stores:
-        with s3_servers(args) as runs:
+        with s3_runs(
+            args.endpoint, args.key, args.secret, args.bucket, args.latency_ms, "seal"
+        ) as runs:
             for i, (ms, s3) in enumerate(runs):
                 report.notes.append(s3.note)
                 label = f"s3+{ms:g}ms" if ms else "s3"
@@ -333,11 +285,7 @@ def main(argv: list[str] | None = None) -> None:
                 # the WAL's bytes do not depend on the latency: once per server
                 bench = SealBench(label, s3.store, env, args, report, s3=s3.server, keys=keys)
                 bench.all(wal=i == 0)
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

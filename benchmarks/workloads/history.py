@@ -1,8 +1,8 @@
 """Time travel: opening at a point 500 segments back, beside opening the head.
 
-    python benchmarks/bench_history.py                 # local folder, 500 back
-    python benchmarks/bench_history.py --url memory://bench-history
-    python benchmarks/bench_history.py --smoke         # a check that it runs
+    python benchmarks/run.py --only history                 # local folder, 500 back
+    python benchmarks/run.py --only history -- --url memory://bench-history
+    python benchmarks/run.py --only history --smoke         # a check that it runs
 
 One writer makes `back + 2 * fold + 20` flushes of `rows` rows each with the default
 growth policy (fold the WAL into a checkpoint every `fold` segments), so the
@@ -22,17 +22,13 @@ import json
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
-
-import durable_obj  # noqa: E402
-from durable_obj.core import ops  # noqa: E402
+import durable_obj
+from durable_obj.core import ops
 
 DDL = "CREATE TABLE m (id UInt64, v String) ENGINE = MergeTree ORDER BY id"
 
@@ -96,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         target = segs[-1 - args.back].seq if len(segs) > args.back else segs[0].seq
         point = next(p for p in past.points if p.seq == target)
         chain_replay = point.index + 1
-        head_open, at_open, hist = [], [], []
+        head_open: list[float] = []
+        at_open: list[float] = []
+        hist: list[float] = []
 
         def open_head() -> None:
             with ns.open(oid, read_only=True) as obj:

@@ -1,11 +1,11 @@
 """A restart after kill -9: how long until the same service serves again.
 
-    python benchmarks/bench_restart.py                 # 50 objects, folder + SeaweedFS (+20 ms)
-    python benchmarks/bench_restart.py --smoke         # 2 objects, folder only
-    python benchmarks/bench_restart.py --only pool --stores s3-20 --reps 5
+    python benchmarks/run.py --only restart          # 50 objects, folder + SeaweedFS (+20 ms)
+    python benchmarks/run.py --only restart --smoke  # 2 objects, folder only
+    python benchmarks/run.py --only restart -- --only pool --stores s3-20 --reps 5
 
 Stores: `local` (a folder), `s3` (SeaweedFS on 127.0.0.1), `s3-20` (the
-same through benchmarks/s3proxy.py adding 20 ms to every request).
+same through benchmarks/harness/s3proxy.py adding 20 ms to every request).
 Three services, each killed with SIGKILL while holding live leases (TTL
 60 s) and started again under the same owner name:
 
@@ -48,11 +48,8 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import s3_bench
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from harness.procs import REPO, command, environ
+from harness.servers import s3_bench
 
 TTL = "60"
 
@@ -185,10 +182,11 @@ def _hold_and_kill(spec: dict[str, Any]) -> None:
 
 def _child(spec: dict[str, Any]) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, __file__, "--child", json.dumps(spec)],
+        command(__spec__.name, "--child", json.dumps(spec)),
         stdout=subprocess.PIPE,
         text=True,
         cwd=REPO,
+        env=environ(),
     )
 
 

@@ -1,8 +1,8 @@
 """The event loop's tick gap while agents write through the async face.
 
-    python benchmarks/bench_async.py                 # 50 agents, 100k-row checkpoint
-    python benchmarks/bench_async.py --quick         # 10k rows, fewer rounds
-    python benchmarks/bench_async.py --smoke         # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only async                 # 50 agents, 100k-row checkpoint
+    python benchmarks/run.py --only async --quick         # 10k rows, fewer rounds
+    python benchmarks/run.py --only async --smoke         # tiny: proves it runs, measures nothing
     python benchmarks/run.py --only async            # the same, from the benchmark runner
 
 Workload, in one process on a local folder: `--agents` objects (one per
@@ -30,13 +30,12 @@ import json
 import math
 import os
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness.procs import RESULTS
 
 import durable_obj
 
@@ -91,17 +90,20 @@ class Face:
     def execute(self, sql: str) -> Awaitable[None]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.execute, sql)
-        return self.obj.aexecute(sql)
+        done: Awaitable[None] = self.obj.aexecute(sql)
+        return done
 
     def flush(self) -> Awaitable[str | None]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.flush)
-        return self.obj.aflush()
+        flushed: Awaitable[str | None] = self.obj.aflush()
+        return flushed
 
     def checkpoint(self) -> Awaitable[str]:
         if self.naive:
             return asyncio.to_thread(self.obj.sync.checkpoint)
-        return self.obj.acheckpoint()
+        made: Awaitable[str] = self.obj.acheckpoint()
+        return made
 
 
 async def ticker(stop: asyncio.Event, gaps: list[float]) -> None:
@@ -223,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="10k rows, 5 rounds, 2 repeats")
     parser.add_argument("--smoke", action="store_true", help="tiny sizes: runs, measures nothing")
     parser.add_argument("--root", help="folder for the objects (default: a temporary one)")
-    parser.add_argument("--results", default=os.path.join(os.path.dirname(__file__), "results"))
+    parser.add_argument("--results", default=RESULTS)
     args = parser.parse_args(argv)
     if args.smoke:
         args.agents = min(args.agents, 3)

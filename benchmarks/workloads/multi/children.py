@@ -1,6 +1,6 @@
-"""bench_multi.py's children: one measurement each, in a fresh process.
+"""The multi family's children: one measurement each, in a fresh process.
 
-The parent starts `python benchmarks/bench_multi.py --child SPEC`, which runs
+The parent starts `python -m workloads.multi --child SPEC`, which runs
 child_main here: the spec names the phase (populate, one, fleet, many,
 threads, pool), the implementation and the store; the result is one JSON
 line on stdout. Also the workload these children write: the `memories`
@@ -20,16 +20,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _workload import WORDS, row_sql
+from harness.workload import DDL, WORDS, row_sql
 
 STATEMENTS = 256  # distinct single-row INSERTs, cycled by the write loops
 
-DDL = (
-    "CREATE TABLE IF NOT EXISTS memories (id String, version UInt32, "
-    "content String CODEC(ZSTD(3)), embedding Array(Float32), "
-    "edited_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY (id, version)"
-)
-#: Bulk rows from a hash: deterministic and incompressible (as run.py's).
+#: Bulk rows from a hash: deterministic and incompressible (as run.py's,
+#: but every row at version 1, numbered from 0).
 BULK = (
     "INSERT INTO memories SELECT concat('b', toString(number)), 1, "
     "concat(hex(cityHash64(number, 'c')), ' ', arrayStringConcat(arrayMap("
@@ -284,6 +280,47 @@ def child_pool(c: Child) -> dict[str, Any]:
     return {"miss_ms": miss, "hit_ms": hit, "first_ms": engine_ms, "rows": rows, "cached": cached}
 
 
+def child_rss_floor(c: Child) -> dict[str, Any]:
+    """The floor under an idle object's RSS, in plain chdb (no durable_obj):
+    a seed database of `rows` rows as child_populate writes it, backed up
+    once, then RESTOREd `count` times in this one process, a database each;
+    RSS before the first RESTORE, after it, after all."""
+    import tempfile
+
+    import chdb._chdb as engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-rss-floor-") as path:
+        backups = os.path.join(path, "backups")
+        os.makedirs(backups)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
+        archive = os.path.join(backups, "seed.tar")
+        conn.query("CREATE DATABASE seed")
+        conn.query("USE seed")
+        conn.query(DDL)
+        if c.spec["rows"]:
+            conn.query(BULK.format(count=c.spec["rows"]))
+        conn.query(f"BACKUP DATABASE seed TO File('{archive}')", "CSV")
+        conn.query("DROP DATABASE seed SYNC")
+        rss0 = rss_mib()
+        rss_first = math.nan
+        for k in range(c.spec["count"]):
+            conn.query(f"RESTORE DATABASE seed AS db{k} FROM File('{archive}')", "CSV")
+            if k == 0:
+                rss_first = rss_mib()
+        rss_all = rss_mib()
+        last = f"db{c.spec['count'] - 1}.memories"
+        rows = int(str(conn.query(f"SELECT count() FROM {last}", "CSV")).strip())
+        conn.close()
+    return {
+        "rss_before_mib": rss0,
+        "rss_first_mib": rss_first,
+        "rss_all_mib": rss_all,
+        "rows": rows,
+    }
+
+
 CHILDREN = {
     "populate": child_populate,
     "one": child_one,
@@ -291,6 +328,7 @@ CHILDREN = {
     "many": child_many,
     "threads": child_threads,
     "pool": child_pool,
+    "rss_floor": child_rss_floor,
 }
 
 

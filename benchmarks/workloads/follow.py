@@ -1,12 +1,13 @@
 """Followers: how far behind a writer a follower runs, and what it costs idle.
 
-    python benchmarks/bench_follow.py                  # SeaweedFS it starts, +20 ms per request
-    python benchmarks/bench_follow.py --latency-ms 0
-    python benchmarks/bench_follow.py --endpoint http://127.0.0.1:9000 --key K --secret S --bucket B
-    python benchmarks/bench_follow.py --smoke          # a check that it runs
+    python benchmarks/run.py --only follow           # SeaweedFS it starts, +20 ms per request
+    python benchmarks/run.py --only follow --latency-ms 0
+    python benchmarks/run.py --only follow --endpoint http://127.0.0.1:9000 \
+        --key K --secret S --bucket B
+    python benchmarks/run.py --only follow --smoke   # a check that it runs
 
 One writer (straight to the server) and one follower (`follow=interval`,
-through benchmarks/s3proxy.py, which delays each of its requests by
+through benchmarks/harness/s3proxy.py, which delays each of its requests by
 --latency-ms) of one object, for each interval (0.1 s and 1 s):
 
 * lag: the writer flushes one row; the time from flush() returning to the
@@ -26,23 +27,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
+import operator
 import random
-import sys
 import threading
 import time
 import uuid
+from functools import partial
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from harness.report import pct
+from harness.s3proxy import LatencyProxy
+from harness.servers import S3Server, seaweed
 
-from _common import S3Server, pct, seaweed  # noqa: E402
-from s3proxy import LatencyProxy  # noqa: E402
-
-import durable_obj  # noqa: E402
-from durable_obj.core.follow import Update  # noqa: E402
+import durable_obj
+from durable_obj.core.follow import Update
 
 DDL = "CREATE TABLE m (k UInt64) ENGINE = MergeTree ORDER BY k"
 
@@ -99,8 +97,9 @@ def one_interval(
                 writer.execute(f"INSERT INTO m VALUES ({i})")
                 writer.flush()
                 flushed, seq = time.perf_counter(), writer.seq
+                reached = partial(operator.contains, arrived, seq)  # seq in arrived
                 with moved:
-                    if not moved.wait_for(lambda s=seq: s in arrived, timeout=60 + 10 * interval):
+                    if not moved.wait_for(reached, timeout=60 + 10 * interval):
                         raise RuntimeError(f"the follower never reached seq {seq}")
                     lags.append(arrived[seq] - flushed)
             assert int(follower.query("SELECT count() FROM m")) == samples

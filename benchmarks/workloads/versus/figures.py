@@ -1,5 +1,5 @@
 """run.py's figure groups on one store (writes, bases, segments, wal, list):
-each figure in fresh `_child.py` processes, the two implementations
+each figure in fresh `workloads.versus.child` processes, the two implementations
 alternating, and the rows it adds to the report, with their goals and floors.
 """
 
@@ -11,19 +11,13 @@ import os
 import time
 from typing import Any
 
-from _common import (
-    IMPLS,
-    OwnRow,
-    Report,
-    Row,
-    S3Server,
-    alternating,
-    median,
-    p99,
-    run_child,
-)
+from harness.procs import IMPLS, alternating, rotated, run_child
+from harness.report import OwnRow, Report, Row, median, p99
+from harness.servers import S3Server
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
+GOAL_FLOOR = 1.2  # issue 39: every row within 1.2x of its floor ...
+GOAL_FOLDER_FLUSH = 1.3  # ... the folder flush within 1.3x
 MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
 GOAL_MILLION_OPEN_S = {"local": 0.5, "s3": 1.5}
 GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
@@ -68,6 +62,14 @@ class Bench:
         self.report.add(row)
         return row
 
+    def floored(self, metric: str, unit: str, key: str, floor: str, how: str, **kw: Any) -> Row:
+        """`row` with the floor sampled under `floor` beside it, judged
+        against issue 39's goal; `how` says what the floor did."""
+        under = median(self.samples[floor]["floor"])
+        return self.row(
+            metric, unit, key, floor=under, floor_goal=GOAL_FLOOR, note=f"floor: {how}", **kw
+        )
+
     def progress(self, what: str, start: float) -> None:
         print(f"  [{self.label}] {what}: {time.perf_counter() - start:.1f} s", flush=True)
 
@@ -93,9 +95,20 @@ class Bench:
         client.close()
         return head
 
-    def opens(self, name: str, key: str, rows: int, repeat: int | None = None) -> None:
+    def opens(
+        self, name: str, key: str, rows: int, repeat: int | None = None, floor: int = 0
+    ) -> None:
+        """Cold opens of `name` by both implementations, alternating; with
+        `floor` (its rows), the open floor of the checkpoint floor's archive
+        of that many rows between them, its place turned every repetition."""
         for rep in range(repeat or self.args.repeat):
-            for impl in alternating(rep):
+            for impl in rotated([*alternating(rep), *(["floor"] if floor else [])], rep // 2):
+                if impl == "floor":
+                    got = self.child("floor", "open_floor", f"floor{floor}")
+                    if got["rows"] != floor:
+                        raise RuntimeError(f"the open floor restored {got['rows']}, not {floor}")
+                    self.keep(key, "floor", [got["open_ms"] / 1e3])
+                    continue
                 got = self.child(impl, "open", self.oid(name, impl))
                 if got["rows"] != rows:
                     raise RuntimeError(f"{impl} opened {got['rows']} rows of {name}, not {rows}")
@@ -126,21 +139,24 @@ class Bench:
             if raw:
                 got = run_child({"impl": "raw", "phase": "raw", **n})
                 self.keep("execute_ms", "raw", got["execute_ms"])
-            if lean:  # the floor: the same publishes in plain Python, fsync'd
-                head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
-                spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
-                for layout, prefix in (("flat", "floor"), ("wal", "floor_v1")):
-                    got = run_child(
-                        {
-                            **spec,
-                            "oid": f"{prefix}{rep}",
-                            "store": self.store,
-                            "head_bytes": head_bytes,
-                            "layout": layout,
-                        }
-                    )
-                    for size in (1, 10, 100):
-                        self.keep(f"{prefix}_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
+            # the floor: the same publishes with nothing of durable_obj (on a
+            # folder fsync'd in plain Python, also in the V1 layout; on S3 two
+            # bare conditional PUTs through obstore)
+            head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
+            spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
+            layouts = (("flat", "floor"), ("wal", "floor_v1")) if lean else (("flat", "floor"),)
+            for layout, prefix in layouts:
+                got = run_child(
+                    {
+                        **spec,
+                        "oid": f"{prefix}{rep}",
+                        "store": self.store,
+                        "head_bytes": head_bytes,
+                        "layout": layout,
+                    }
+                )
+                for size in (1, 10, 100):
+                    self.keep(f"{prefix}_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
         self.progress("execute + flush", start)
         note = ""
         if raw:
@@ -148,27 +164,31 @@ class Bench:
             note = f"raw chdb {median(lat):.2f} / {p99(lat):.2f}"
         self.row("execute p50, single-row INSERT", "ms", "execute_ms", goal=1.05, note=note)
         self.row("execute p99, single-row INSERT", "ms", "execute_ms", stat=p99)
+        how = "2 files fsync'd, rename, dir fsync" if lean else "2 bare conditional PUTs"
         for size in (1, 10, 100):
             key = f"flush_{size}_ms"
-            self.row(f"flush, {size} buffered", "ms", key, goal=1.0)
-        if lean:
-            floors = (
-                ("floor", "its fsync floor", 1.3, "2 files fsync'd, rename, dir fsync"),
-                ("floor_v1", "the V1-layout floor", None, "the same, the segment in wal/ too"),
+            floor = median(self.samples[f"floor_flush_{size}_ms"]["floor"])
+            self.row(
+                f"flush, {size} buffered",
+                "ms",
+                key,
+                goal=1.0,
+                floor=floor,
+                floor_goal=GOAL_FOLDER_FLUSH if lean else GOAL_FLOOR,
+                note=f"floor: {how}" if size == 1 else "",
             )
-            for prefix, what, goal, how in floors:
-                for size in (1, 10, 100):
-                    self.report.add(
-                        Row(
-                            self.label,
-                            f"flush, {size} buffered, over {what}",
-                            "ms",
-                            median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
-                            median(self.samples[f"{prefix}_flush_{size}_ms"]["floor"]),
-                            goal=goal,
-                            note=f"right: the floor ({how})",
-                        )
+        if lean:
+            for size in (1, 10, 100):
+                self.report.add(
+                    Row(
+                        self.label,
+                        f"flush, {size} buffered, over the V1-layout floor",
+                        "ms",
+                        median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
+                        median(self.samples[f"floor_v1_flush_{size}_ms"]["floor"]),
+                        note="right: the floor (the same, the segment in wal/ too)",
                     )
+                )
             for size in (1, 10, 100):
                 key = f"lean_flush_{size}_ms"
                 self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
@@ -178,7 +198,11 @@ class Bench:
             start = time.perf_counter()
             # chdb.durable takes ~40 s to open 100k rows: one sample each there
             repeat = self.args.large_repeat if rows >= LARGE else self.args.repeat
-            for impl in alternating(i):
+            # the two implementations and the checkpoint floor, in turn
+            for impl in rotated([*alternating(i), "floor"], i // 2):
+                if impl == "floor":
+                    self.checkpoint_floor(rows, repeat)
+                    continue
                 oid = self.oid(f"base{rows}", impl)
                 got = self.child(impl, "load", oid, rows=rows, checkpoints=repeat)
                 self.keep(f"checkpoint_{rows}", impl, got["checkpoint_ms"])
@@ -186,21 +210,18 @@ class Bench:
                 self.keep(f"size_{rows}", impl, [size / 2**20])
             # each checkpoint after the first adds one row first
             self.extra[rows] = repeat - 1
-            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat)
-            self.progress(f"{rows:,} rows: checkpoint + cold open", start)
+            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat, floor=rows)
+            self.progress(f"{rows:,} rows: checkpoint + cold open + their floors", start)
             goal = rows == GOAL_ROWS
-            self.row(
-                f"checkpoint, {rows:,} rows", "ms", f"checkpoint_{rows}", goal=0.1 if goal else None
-            )
-            if rows >= GOAL_ROWS or rows == max(self.args.rows):  # the smoke run's too
-                self.checkpoint_floors(rows, repeat)
+            local = self.s3 is None
+            how = "BACKUP + " + ("fsync" if local else "boto3 upload")
+            metric, key = f"checkpoint, {rows:,} rows", f"checkpoint_{rows}"
+            self.floored(metric, "ms", key, f"ckpt_floor_{rows}", how, goal=0.1 if goal else None)
+            self.checkpoint_floor_rows(rows)
             self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
-            self.row(
-                f"cold open, base of {rows:,} rows",
-                "s",
-                f"open_{rows}",
-                goal=0.05 if goal else None,
-            )
+            how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
+            metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
+            self.floored(metric, "s", key, key, how + "RESTORE", goal=0.05 if goal else None)
             for what, floor in self.open_floors.get(rows, []):
                 self.report.add(
                     Row(
@@ -231,21 +252,33 @@ class Bench:
                     )
                 )
 
-    def checkpoint_floors(self, rows: int, repeat: int) -> None:
-        """Our checkpoint beside what bounds it: the engine's BACKUP of the
-        same rows alone, and on S3 a bare boto3 upload of that archive."""
-        start = time.perf_counter()
+    def checkpoint_floor(self, rows: int, repeat: int) -> None:
+        """What bounds a checkpoint of `rows` rows, `repeat` times, in plain
+        chdb and boto3: the engine's BACKUP of the same rows, then on a
+        folder an fsync of the archive and its directory, on S3 a bare
+        boto3 upload of it. Its archive is the open floor's."""
         got = self.child("raw", "ckpt_floor", f"floor{rows}", rows=rows, repeat=repeat)
-        self.progress(f"{rows:,} rows: checkpoint floors", start)
+        self.samples.setdefault(f"ckpt_floor_{rows}", {})["floor"] = [
+            backup + rest
+            for backup, rest in zip(
+                got["backup_ms"], got.get("upload_ms") or got["fsync_ms"], strict=True
+            )
+        ]
+        for part in ("backup_ms", "fsync_ms", "upload_ms", "sha256_ms", "download_ms"):
+            self.samples.setdefault(f"ckpt_floor_{rows}", {})[part] = got.get(part, [])
+
+    def checkpoint_floor_rows(self, rows: int) -> None:
+        """The checkpoint's floor in its parts, and what bounds a cold open
+        besides the RESTORE: the SHA-256 of its base and its download."""
+        parts = self.samples[f"ckpt_floor_{rows}"]
         ours = median(self.samples[f"checkpoint_{rows}"][IMPLS[0]])
-        self.open_floors[rows] = [("SHA-256 of its base", median(got["sha256_ms"]) / 1000)]
-        if "download_ms" in got:
-            self.open_floors[rows].append(("boto3 download", median(got["download_ms"]) / 1000))
-        floors = [("BACKUP alone", median(got["backup_ms"]), None)]
-        if "upload_ms" in got:
-            upload = median(got["upload_ms"])
+        floors: list[tuple[str, float, float | None]] = [
+            ("BACKUP alone", median(parts["backup_ms"]), None)
+        ]
+        if parts["upload_ms"]:
+            upload = median(parts["upload_ms"])
             floors.append(("boto3 upload", upload, 1.2))
-            floors.append(("BACKUP+upload", median(got["backup_ms"]) + upload, None))
+            floors.append(("BACKUP+upload", median(parts["backup_ms"]) + upload, None))
         for what, floor, goal in floors:
             self.report.add(
                 Row(
@@ -258,6 +291,9 @@ class Bench:
                     note="right: the floor (plain chdb; boto3 upload_file of its archive)",
                 )
             )
+        self.open_floors[rows] = [("SHA-256 of its base", median(parts["sha256_ms"]) / 1000)]
+        if parts["download_ms"]:
+            self.open_floors[rows].append(("boto3 download", median(parts["download_ms"]) / 1000))
 
     def segments(self) -> None:
         """--segments segments x 10 statements on top of the middle base."""
@@ -307,7 +343,12 @@ class Bench:
             store = {**self.store, "prefix": f"{self.store['prefix']}-listing"}
         # Written straight to the server: the latency proxy is for what is timed.
         direct = store if self.s3 is None else {**store, "endpoint": self.s3.endpoint}
-        spec = {"impl": IMPLS[0], "phase": "populate", "oid": "agent", "store": direct}
+        spec: dict[str, Any] = {
+            "impl": IMPLS[0],
+            "phase": "populate",
+            "oid": "agent",
+            "store": direct,
+        }
         got = run_child({**spec, "objects": n, "segments": LIST_SEGMENTS}, self.env)
         keys = got["keys_per_object"]
         self.progress(f"{n:,} objects of {keys} keys written", start)

@@ -1,10 +1,10 @@
 """Many durable objects in one process (issue 14), against one process per object.
 
-    python benchmarks/bench_multi.py                   # local folder + SeaweedFS it starts
-    python benchmarks/bench_multi.py --quick           # 30 / 200 objects, shorter runs
-    python benchmarks/bench_multi.py --smoke           # tiny: proves it runs, measures nothing
-    python benchmarks/bench_multi.py --stores s3 --latency-ms 20   # a distant store
-    python benchmarks/bench_multi.py --only threads,pool           # some figure groups
+    python benchmarks/run.py --only multi            # local folder + SeaweedFS it starts
+    python benchmarks/run.py --only multi --quick    # 30 / 200 objects, shorter runs
+    python benchmarks/run.py --only multi --smoke    # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only multi --stores s3 --latency-ms 20   # a distant store
+    python benchmarks/run.py --only multi -- --only threads,pool        # some figure groups
 
 Every object starts as a copy of one seed object of --rows rows (1,000: a
 `memories` table like run.py's, 256-dim embeddings and ~200 bytes of text,
@@ -42,7 +42,7 @@ Figure groups (--only), each in fresh processes:
 durable_obj runs with folding off (fold_segments=0, close_fold_segments=0),
 as in run.py, so a flush is a flush and never a checkpoint. With
 --latency-ms every S3 request of both implementations goes through
-benchmarks/s3proxy.py, which waits that long first. Raw samples go to
+benchmarks/harness/s3proxy.py, which waits that long first. Raw samples go to
 benchmarks/results/multi-<time>.json.
 """
 
@@ -52,26 +52,19 @@ T0 = time.perf_counter()  # a child's cold start counts from here
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import os  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
-from typing import Any  # noqa: E402
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from harness import flags  # noqa: E402
+from harness.report import Report  # noqa: E402
+from harness.servers import s3_bench, s3_env  # noqa: E402
 
-from _common import RESULTS, s3_bench, s3_env  # noqa: E402
-from _multi_children import child_main  # noqa: E402
-from _multi_figures import GROUPS, Bench, MultiReport  # noqa: E402
+from workloads.multi.children import child_main  # noqa: E402
+from workloads.multi.figures import GROUPS, Bench  # noqa: E402
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="30 / 200 objects, 4 s loops")
-    parser.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
-    parser.add_argument("--stores", default="local,s3", help="comma list: local, s3")
-    parser.add_argument("--only", default=",".join(GROUPS), help=f"comma list of {GROUPS}")
+    parser = flags.parser(__doc__, "30 / 200 objects, 4 s loops", GROUPS)
     parser.add_argument("--objects", type=int, help="the fleet figure's objects (100)")
     parser.add_argument("--many", type=int, help="objects open at once in one process (1,000)")
     parser.add_argument("--open-threads", type=int, default=8, help="threads opening --many")
@@ -83,36 +76,29 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--pool-misses", type=int, help="pool misses, one object each, the first apart (101)"
     )
     parser.add_argument("--pool-hits", type=int, help="pool hits (5,000)")
-    parser.add_argument("--latency-ms", type=float, default=0.0, help="added per S3 request")
-    parser.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
-    parser.add_argument("--key", default="")
-    parser.add_argument("--secret", default="")
-    parser.add_argument("--bucket", default="")
-    parser.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    flags.store_flags(parser)
     args = parser.parse_args(argv)
-    args.only = {g.strip() for g in args.only.split(",") if g.strip()}
-    if args.only - set(GROUPS):
-        parser.error(f"--only: unknown group(s) {', '.join(sorted(args.only - set(GROUPS)))}")
-
-    def pick(name: str, smoke: Any, quick: Any, full: Any) -> None:
-        if getattr(args, name) is None:
-            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
-
-    pick("objects", 3, 30, 100)
-    pick("many", 5, 200, 1000)
-    pick("rows", 50, 1000, 1000)
-    pick("threads", 2, 16, 16)
-    pick("per_thread", 2, 16, 16)
-    pick("seconds", 0.5, 4.0, 10.0)
-    pick("pool_misses", 3, 31, 101)
-    pick("pool_hits", 5, 1000, 5000)
+    flags.only(parser, args, GROUPS)
+    flags.sized(
+        args,
+        [
+            ("objects", 3, 30, 100),
+            ("many", 5, 200, 1000),
+            ("rows", 50, 1000, 1000),
+            ("threads", 2, 16, 16),
+            ("per_thread", 2, 16, 16),
+            ("seconds", 0.5, 4.0, 10.0),
+            ("pool_misses", 3, 31, 101),
+            ("pool_hits", 5, 1000, 5000),
+        ],
+    )
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     args = parse(argv)
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = MultiReport("multi", {k: v for k, v in vars(args).items() if k != "secret"})
+    stores = flags.stores(args)
+    report = Report("multi", flags.shown(args))
     report.notes += [
         "ratio = durable_obj / chdb.durable: below 1 is faster or smaller",
         f"every object a copy of one of {args.rows:,} rows (checkpointed base, empty WAL); "
@@ -135,11 +121,7 @@ def main(argv: list[str] | None = None) -> None:
             direct = {**s3.store, "endpoint": s3.server.endpoint}
             env, direct_env = s3_env(s3.target), s3_env(s3.server)
             Bench("s3", s3.store, direct, env, direct_env, args, report).all()
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

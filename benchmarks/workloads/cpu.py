@@ -1,8 +1,8 @@
 """CPU per acknowledged 2-statement unit, durable_obj beside chdb.durable.
 
-    python benchmarks/bench_cpu.py                 # folder + S3 server, 300 units, 3 rounds
-    python benchmarks/bench_cpu.py --quick         # 100 units, 2 rounds
-    python benchmarks/bench_cpu.py --stores local  # one store
+    python benchmarks/run.py --only cpu                 # folder + S3 server, 300 units, 3 rounds
+    python benchmarks/run.py --only cpu --quick         # 100 units, 2 rounds
+    python benchmarks/run.py --only cpu --stores local  # one store
 
 Each variant runs in a fresh process, the variants alternating round by
 round, on the same store:
@@ -28,17 +28,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from _common import s3_bench, s3_env
+from harness.procs import run_json
+from harness.servers import s3_bench, s3_env
 
 DDL = (
     "CREATE TABLE memories (id String, content String, at DateTime) ENGINE = MergeTree ORDER BY id",
@@ -99,18 +95,8 @@ def child(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(spec: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.run(
-        [sys.executable, __file__, "--child", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=1800,
-        check=False,
-    )
-    if proc.returncode:
-        raise SystemExit(f"{spec['variant']} failed:\n{proc.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    args = ["--child", json.dumps(spec)]
+    return run_json(__spec__.name, args, env, what=spec["variant"], timeout=1800, tail=3000)
 
 
 def measure(
@@ -140,7 +126,7 @@ def measure(
         s = samples[variant]
 
         def med(key: str, s: list[dict[str, Any]] = s) -> float:
-            return statistics.median(x[key] for x in s)
+            return float(statistics.median(x[key] for x in s))
 
         print(
             f"{store:6} {variant:17} {med('cpu_ms'):8.2f} {med('user_ms'):7.2f} "

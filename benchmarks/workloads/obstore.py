@@ -5,9 +5,9 @@ client (`DURABLE_OBJ_S3_WRITES=client`, the path before issue 16 §1 and the
 fallback today), and obstore (the Rust `object_store` crate) called bare, on
 the same SeaweedFS.
 
-    python benchmarks/bench_obstore.py              # 200 PUTs of each kind, 1,001 GETs
-    python benchmarks/bench_obstore.py --latency-ms 20
-    python benchmarks/bench_obstore.py --smoke      # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only obstore              # 200 PUTs of each kind, 1,001 GETs
+    python benchmarks/run.py --only obstore --latency-ms 20
+    python benchmarks/run.py --only obstore --smoke      # tiny: proves it runs, measures nothing
 
 Figures, each the same requests through both clients, alternating blocks:
 
@@ -31,18 +31,14 @@ import asyncio
 import json
 import os
 import statistics
-import sys
 import uuid
 from typing import Any
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.dirname(HERE))
+from harness.report import pct, timed
+from harness.s3proxy import LatencyProxy
+from harness.servers import S3Server, seaweed
 
-from _common import S3Server, pct, seaweed, timed  # noqa: E402
-from s3proxy import LatencyProxy  # noqa: E402
-
-from durable_obj.stores import open_store  # noqa: E402
+from durable_obj.stores import open_store
 
 
 def ours(server: S3Server, prefix: str, writes: str = "obstore") -> Any:

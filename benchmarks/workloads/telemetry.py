@@ -1,9 +1,9 @@
 """What telemetry costs a flush (issue 40): no hooks, hooks with nothing
 configured, hooks recording into the OpenTelemetry SDK.
 
-    python benchmarks/bench_telemetry.py               # 600 flushes per build
-    python benchmarks/bench_telemetry.py --flushes 300 --rows 10
-    python benchmarks/bench_telemetry.py --smoke       # a few: runs only
+    python benchmarks/run.py --only telemetry               # 600 flushes per build
+    python benchmarks/run.py --only telemetry -- --flushes 300 --rows 10
+    python benchmarks/run.py --only telemetry --smoke       # a few: runs only
 
 One process, one object on the folder store (folding off), three builds of
 the flush path interleaved flush by flush, their order rotated each round so
@@ -26,12 +26,8 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -82,7 +78,7 @@ def main() -> int:
     text = "x" * 200
     with tempfile.TemporaryDirectory() as root:
         opts = {"fold_segments": 0, "close_fold_segments": 0}
-        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type]
+        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type,unused-ignore]
             obj.execute("CREATE TABLE m (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
             obj.flush()
             k = 0

@@ -1,12 +1,11 @@
 """Incremental checkpoints (issue 38): increments and chains beside full bases, in one run.
 
-    python benchmarks/bench_chains.py                  # 1M rows; folder + SeaweedFS at +0, +20 ms
-    python benchmarks/bench_chains.py --quick          # 100k rows, 2 repetitions
-    python benchmarks/bench_chains.py --smoke          # tiny: runs, measures nothing
-    python benchmarks/bench_chains.py --stores s3 --latency-ms 20   # one distant store
-    python benchmarks/run.py --only chains --quick     # the same, from run.py
+    python benchmarks/run.py --only chains           # 1M rows; folder + SeaweedFS at +0, +20 ms
+    python benchmarks/run.py --only chains --quick   # 100k rows, 2 repetitions
+    python benchmarks/run.py --only chains --smoke   # tiny: runs, measures nothing
+    python benchmarks/run.py --only chains --stores s3 --latency-ms 20   # one distant store
 
-run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
+run.py's bulk rows (`harness.workload.BULK`, ~1 KB each, incompressible), --new-rows
 (1,000) more before each checkpoint. Each writer is a fresh process
 (`--child`), durable_obj with folding off as in run.py. Figure groups:
 
@@ -18,7 +17,7 @@ run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
   writer takes --increments (8) more increments (`chain_links` 9,
   `chain_ratio` 100: the chain has exactly that shape), then the object is
   forked (a fork is a full base of the same state). Each is cold-opened
-  read-only in a fresh process (`_child.py` phase `open`, as run.py), --reps
+  read-only in a fresh process (`workloads.versus.child` phase `open`, as run.py), --reps
   times, alternating. Goal: chain <= 1.2x full.
 * stored (folder): --rows rows, --checkpoints (100) checkpoints of new rows
   under the default policy (`chain_links` 8, `chain_ratio` 0.5), then
@@ -27,7 +26,7 @@ run.py's bulk rows (`_workload.BULK`, ~1 KB each, incompressible), --new-rows
   that state, and `incremental_checkpoints=False` (--full-checkpoints, fewer:
   each writes the whole base).
 
-`--chdb-durable` adds chdb.durable's checkpoint of one new row (`_child.py`
+`--chdb-durable` adds chdb.durable's checkpoint of one new row (`workloads.versus.child`
 phase `load`) as a reference row; --quick includes it, the full run not
 (minutes per checkpoint at 1M rows).
 """
@@ -36,20 +35,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
-import os
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Callable
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from _common import RESULTS, Report, Row, fmt, median, run_child, s3_bench, s3_env
-from _workload import BULK, DDL
+from harness import flags
+from harness.procs import run_child, run_json
+from harness.report import Col, Report, Row, figure_col, lead, median, ratio_cols
+from harness.servers import s3_bench, s3_env
+from harness.workload import BULK, DDL
 
 GOAL_ROWS = 1_000_000
 MB = 1e6
@@ -57,20 +53,13 @@ Env = dict[str, str] | None  # a child's environment (None: this one's)
 
 
 class ChainReport(Report):
-    def table(self) -> str:
-        head = (
-            f"{'store':<9}{'metric':<48}{'unit':<5}{'measured':>11}{'against':>11}"
-            f"{'ratio':>8}  {'goal':<7}{'':<8}"
-        )
-        lines = [head.rstrip(), "-" * len(head)]
-        for r in self.rows:
-            goal = f"<={r.goal:g}" if r.goal is not None else ""
-            ratio = "" if math.isnan(r.ratio) else f"{r.ratio:.4f}"
-            lines.append(
-                f"{r.store:<9}{r.metric:<48}{r.unit:<5}{fmt(r.ours):>11}{fmt(r.theirs):>11}"
-                f"{ratio:>8}  {goal:<7}{r.verdict:<8}{r.note}".rstrip()
-            )
-        return "\n".join(lines)
+    def columns(self) -> list[Col]:
+        return [
+            *lead(9, 48, 5),
+            figure_col("measured", 11, "ours"),
+            figure_col("against", 11, "theirs"),
+            *ratio_cols(digits=4),
+        ]
 
 
 # ---- the writers, each in a fresh process (`--child SPEC`) -----------------
@@ -186,12 +175,8 @@ def phase_stored(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def child(spec: dict[str, Any], env: Env) -> dict[str, Any]:
-    argv = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)]
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=3600, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{spec['phase']} {spec['oid']} failed:\n{proc.stderr[-6000:]}")
-    result: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return result
+    what = f"{spec['phase']} {spec['oid']}"
+    return run_json(__spec__.name, ["--child", json.dumps(spec)], env, what=what, tail=6000)
 
 
 def measure(label: str, store: dict[str, Any], env: Env, args: Any, report: Report) -> None:
@@ -255,10 +240,7 @@ def stored(store: dict[str, Any], args: Any, add: Callable[..., None], samples: 
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="100k rows, 2 repetitions")
-    p.add_argument("--smoke", action="store_true", help="tiny: runs, measures nothing")
-    p.add_argument("--stores", default="local,s3", help="comma list: local, s3")
+    p = flags.parser(__doc__, "100k rows, 2 repetitions")
     p.add_argument("--rows", type=int, help=f"rows before the new ones ({GOAL_ROWS:,})")
     p.add_argument("--new-rows", type=int, default=1000, help="rows before each checkpoint")
     p.add_argument("--reps", type=int, help="checkpoint pairs and cold opens of each (3)")
@@ -266,23 +248,20 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--checkpoints", type=int, help="before the gc (100; 0: no stored group)")
     p.add_argument("--full-checkpoints", type=int, help="the same, full only (5)")
     p.add_argument("--chdb-durable", action="store_true", help="chdb.durable's checkpoint too")
-    p.add_argument("--latency-ms", type=float, action="append", help="per S3 run (0 and 20)")
-    p.add_argument("--endpoint", help="an S3-compatible server; default: start SeaweedFS")
-    for name in ("--key", "--secret", "--bucket"):
-        p.add_argument(name, default="")
-    p.add_argument("--results", default=RESULTS, help=f"folder for the JSON ({RESULTS})")
+    flags.store_flags(p, latencies=True)
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    for name, smoke, quick, full in (
-        ("rows", 2000, 100_000, GOAL_ROWS),
-        ("reps", 1, 2, 3),
-        ("increments", 2, 8, 8),
-        ("checkpoints", 3, 100, 100),
-        ("full_checkpoints", 2, 5, 5),
-        ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
-    ):
-        if getattr(args, name) is None:
-            setattr(args, name, smoke if args.smoke else quick if args.quick else full)
+    flags.sized(
+        args,
+        [
+            ("rows", 2000, 100_000, GOAL_ROWS),
+            ("reps", 1, 2, 3),
+            ("increments", 2, 8, 8),
+            ("checkpoints", 3, 100, 100),
+            ("full_checkpoints", 2, 5, 5),
+            ("latency_ms", [0.0], [0.0, 20.0], [0.0, 20.0]),
+        ],
+    )
     args.chdb_durable = args.chdb_durable or args.quick
     return args
 
@@ -294,8 +273,8 @@ def main(argv: list[str] | None = None) -> None:
         phase = phase_checkpoint if spec["phase"] == "checkpoint" else phase_stored
         print(json.dumps(phase(spec)))
         return
-    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
-    report = ChainReport("chains", {k: v for k, v in vars(args).items() if k != "secret"})
+    stores = flags.stores(args)
+    report = ChainReport("chains", flags.shown(args))
     report.notes += [
         "measured / against: the ratio; MB = 1e6 bytes; medians",
         f"checkpoint: {args.reps} pairs (incr, then full of the same rows) in one writer; "
@@ -318,11 +297,7 @@ def main(argv: list[str] | None = None) -> None:
             report.notes.append(s3.note)
             label = f"s3+{ms:g}ms" if ms else "s3"
             measure(label, s3.store, s3_env(s3.target), args, report)
-    report.notes.append(f"total wall time {time.perf_counter() - started:.0f} s")
-    if args.smoke:
-        report.notes.append("--smoke: a check that every figure group runs; not a measurement")
-    report.print()
-    print(f"\nwrote {report.write(args.results)}")
+    report.finish(started, smoke=args.smoke, folder=args.results)
 
 
 if __name__ == "__main__":

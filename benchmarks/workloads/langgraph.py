@@ -3,16 +3,16 @@
 DurableStore against InMemoryStore and SqliteStore on 10,000 items (put,
 then search by filter, by namespace and by vector: p50 / p99).
 
-    python benchmarks/bench_langgraph.py            # 50 steps, 10k items, a local folder
-    python benchmarks/bench_langgraph.py --steps 200 --doc-kb 64
-    python benchmarks/bench_langgraph.py --s3      # + the saver on S3 at +0 and +20 ms
-    python benchmarks/bench_langgraph.py --only saver --latency-ms 20   # the saver on S3, +20 ms
-    python benchmarks/bench_langgraph.py --smoke   # tiny: proves it runs, measures nothing
-    python benchmarks/bench_langgraph.py --only store --items 10000
+    python benchmarks/run.py --only langgraph            # 50 steps, 10k items, a local folder
+    python benchmarks/run.py --only langgraph -- --steps 200 --doc-kb 64
+    python benchmarks/run.py --only langgraph -- --s3      # + the saver on S3 at +0 and +20 ms
+    python benchmarks/run.py --only langgraph -- --only saver --latency-ms 20  # S3, +20 ms
+    python benchmarks/run.py --only langgraph --smoke   # tiny: proves it runs, measures nothing
+    python benchmarks/run.py --only langgraph -- --only store --items 10000
 
 With --s3 or --latency-ms the saver also runs on SeaweedFS on 127.0.0.1
 (started as benchmarks/run.py does), once per latency (--s3: with no added
-latency, then through benchmarks/s3proxy.py adding 20 ms to every request),
+latency, then through benchmarks/harness/s3proxy.py adding 20 ms to every request),
 with the default per-put flush and with flush="batch" (every 10 puts);
 SqliteSaver stays on a local file.
 
@@ -44,7 +44,6 @@ import math
 import operator
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 import uuid
@@ -174,9 +173,8 @@ def run(steps: int, doc_kb: int, root: Path) -> dict[str, Any]:
 def run_s3(steps: int, doc_kb: int, latencies_ms: list[float]) -> dict[str, Any]:
     """The saver on one SeaweedFS, at each added latency in turn (through the
     latency proxy when > 0), flushed per put and batched."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import seaweed
-    from s3proxy import LatencyProxy
+    from harness.s3proxy import LatencyProxy
+    from harness.servers import seaweed
 
     out: dict[str, Any] = {}
     with seaweed() as server:
