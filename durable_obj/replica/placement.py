@@ -8,7 +8,7 @@ this project's machine (ext4 mounted with `discard`, 2 cores), CPU per
 single-row INSERT into a MergeTree table on a raw connection: 5.0 ms with
 the files on disk, 2.1 ms in a RAM-backed folder (`/dev/shm`). Table
 settings (marks, sparse serialization, merge cadence) moved it by less than
-the noise (`python benchmarks/run.py --only service -- --cpu` shows the whole unit).
+the noise (`python benchmarks/run.py --only cpu` shows the whole unit).
 
 The choice (`configure`, or the environment before the first open):
 
