@@ -3,9 +3,11 @@ configured, hooks recording into the OpenTelemetry SDK.
 
     python benchmarks/run.py --only telemetry               # 600 flushes per build
     python benchmarks/run.py --only telemetry -- --flushes 300 --rows 10
+    python benchmarks/run.py --only telemetry -- --stores local,s3   # + SeaweedFS
     python benchmarks/run.py --only telemetry --smoke       # a few: runs only
 
-One process, one object on the folder store (folding off), three builds of
+One process, one object on each store (folding off; `local`: a folder,
+`s3`: a SeaweedFS started on 127.0.0.1), three builds of
 the flush path interleaved flush by flush, their order rotated each round so
 that the machine's drift spreads over all of them:
 
@@ -18,17 +20,25 @@ that the machine's drift spreads over all of them:
   through `telemetry.configure`.
 
 Each sample is one `flush()` of --rows buffered agent-memory-sized INSERTs
-(executed before the clock starts). Median per build. Goals: unconfigured
-within 1% of bare, sdk within 2%.
+(executed before the clock starts): its wall time and the process's CPU
+time. Per build: the median, and the median of the round-by-round ratios to
+`bare` (each round runs the three builds back to back, so a ratio compares
+flushes a few milliseconds apart and the machine's drift cancels out).
+Goals: unconfigured within 1% of bare, sdk within 2%.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
 
+from harness.servers import seaweed
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -50,6 +60,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--flushes", type=int, default=600, help="flushes per build")
     ap.add_argument("--rows", type=int, default=1, help="INSERTs buffered per flush")
+    ap.add_argument("--stores", default="local", help="comma list: local, s3")
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
     flushes = 5 if args.smoke else args.flushes
@@ -74,35 +85,77 @@ def main() -> int:
             (sink, sdk, not sdk) if sdk else (None, False, True)
         )
 
-    samples: dict[str, list[float]] = {b: [] for b in BUILDS}
-    text = "x" * 200
-    with tempfile.TemporaryDirectory() as root:
-        opts = {"fold_segments": 0, "close_fold_segments": 0}
-        with durable_obj.open(f"{root}/o", owner="bench", **opts) as obj:  # type: ignore[arg-type,unused-ignore]
-            obj.execute("CREATE TABLE m (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
-            obj.flush()
-            k = 0
-            for i in range(flushes + 20):  # 20 rounds of warm-up
-                order = BUILDS[i % 3 :] + BUILDS[: i % 3]
-                for build in order:
-                    use(build)
-                    for _ in range(args.rows):
-                        k += 1
-                        obj.execute(f"INSERT INTO m VALUES ({k}, '{text}')")
-                    started = time.perf_counter()
-                    obj.flush()
-                    elapsed = time.perf_counter() - started
-                    if i >= 20:
-                        samples[build].append(elapsed)
-                    if len(exporter.get_finished_spans()) > 1000:
-                        exporter.clear()
-            use("unconfigured")
-    p50 = {b: statistics.median(s) for b, s in samples.items()}
-    print(f"flush of {args.rows} INSERT(s), folder store, {flushes} flushes per build, interleaved")
-    for build in BUILDS:
-        ratio = p50[build] / p50["bare"]
-        print(f"  {build:<13} p50 {p50[build] * 1e3:8.3f} ms   x{ratio:.4f} of bare")
+    for store in args.stores.split(","):
+        with where(store) as (url, options):
+            samples, cpu = measure(url, options, flushes, args.rows, use, exporter)
+        use("unconfigured")
+        print(f"flush of {args.rows} INSERT(s), {store}, {flushes} flushes per build, interleaved")
+        for what, values in (("wall", samples), ("cpu", cpu)):
+            p50 = {b: statistics.median(v) for b, v in values.items()}
+            for build in BUILDS:
+                paired = statistics.median(
+                    a / b if b else 1.0 for a, b in zip(values[build], values["bare"], strict=True)
+                )
+                print(
+                    f"  {what:<4} {build:<13} p50 {p50[build] * 1e3:8.3f} ms   "
+                    f"x{p50[build] / p50['bare']:.4f} of bare's p50   "
+                    f"x{paired:.4f} paired (median of round ratios)"
+                )
     return 0
+
+
+@contextlib.contextmanager
+def where(store: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The object's URL and storage options on `store` (local or s3)."""
+    if store == "local":
+        with tempfile.TemporaryDirectory() as root:
+            yield f"{root}/o", {}
+        return
+    if store != "s3":
+        raise SystemExit(f"unknown store {store!r}: local or s3")
+    with seaweed() as server:
+        options = {
+            "key": server.key,
+            "secret": server.secret,
+            "endpoint_url": server.endpoint,
+            "client_kwargs": {"region_name": "us-east-1"},
+        }
+        yield f"s3://{server.bucket}/telemetry-{uuid.uuid4().hex[:8]}/o", options
+
+
+def measure(
+    url: str,
+    options: dict[str, Any],
+    flushes: int,
+    rows: int,
+    use: Any,
+    exporter: InMemorySpanExporter,
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per build: each flush's wall and CPU seconds, the builds interleaved."""
+    samples: dict[str, list[float]] = {b: [] for b in BUILDS}
+    cpu: dict[str, list[float]] = {b: [] for b in BUILDS}
+    text = "x" * 200
+    opts: dict[str, Any] = {"fold_segments": 0, "close_fold_segments": 0}
+    with durable_obj.open(url, owner="bench", storage_options=options, **opts) as obj:
+        obj.execute("CREATE TABLE m (k UInt64, v String) ENGINE = MergeTree ORDER BY k")
+        obj.flush()
+        k = 0
+        for i in range(flushes + 20):  # 20 rounds of warm-up
+            order = BUILDS[i % 3 :] + BUILDS[: i % 3]
+            for build in order:
+                use(build)
+                for _ in range(rows):
+                    k += 1
+                    obj.execute(f"INSERT INTO m VALUES ({k}, '{text}')")
+                started, used = time.perf_counter(), time.process_time()
+                obj.flush()
+                elapsed = time.perf_counter() - started
+                if i >= 20:
+                    samples[build].append(elapsed)
+                    cpu[build].append(time.process_time() - used)
+                if len(exporter.get_finished_spans()) > 1000:
+                    exporter.clear()
+    return samples, cpu
 
 
 if __name__ == "__main__":
