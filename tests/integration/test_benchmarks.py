@@ -61,6 +61,12 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     assert {("local", "over SHA-256 of its base"), ("s3", "over SHA-256 of its base")} <= floors
     assert ("s3", "over boto3 download") in floors
     assert ("local", "flush, 1 buffered, over the V1-layout floor") in floors
+    # issue 40: the listing from the catalog (first call, warm) and verified
+    own = doc["own_rows"]
+    for store in ("local", "s3"):
+        for call in ("list() catalog, 1st call", "list() catalog, warm"):
+            assert any(r["metric"].startswith(call) for r in own if r["store"] == store), call
+        assert any(r["metric"].startswith("list(verify=True)") for r in own if r["store"] == store)
     # issue 39: every row of its table beside its floor, and durable_obj / floor judged
     floored = ("flush, 1 buffered", "flush, 100 buffered", "checkpoint, 200 rows")
     for store in ("local", "s3"):

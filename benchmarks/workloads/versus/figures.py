@@ -21,7 +21,9 @@ GOAL_FOLDER_FLUSH = 1.3  # ... the folder flush within 1.3x
 MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
 GOAL_MILLION_OPEN_S = {"local": 0.5, "s3": 1.5}
 GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
-GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request
+GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request (verify=True)
+GOAL_CATALOG_OBJECTS = 10_000  # Namespace.list() from the catalog of this many objects ...
+GOAL_CATALOG_S = 0.1  # ... in at most this many seconds at 20 ms per request (issue 40)
 LIST_SEGMENTS = 9  # WAL segments per listed object: 11 keys with its head and base
 LARGE = 100_000  # from this size on, --large-repeat samples per figure
 
@@ -352,27 +354,46 @@ class Bench:
         got = run_child({**spec, "objects": n, "segments": LIST_SEGMENTS}, self.env)
         keys = got["keys_per_object"]
         self.progress(f"{n:,} objects of {keys} keys written", start)
+        variants = ("catalog", "verify", "verify_heads")
         for rep in range(self.args.repeat):
-            for stored in (True, False) if rep % 2 == 0 else (False, True):
-                spec = {"impl": IMPLS[0], "phase": "list", "store": store, "stored": stored}
+            for variant in variants[rep % 3 :] + variants[: rep % 3]:
+                spec = {
+                    "impl": IMPLS[0],
+                    "phase": "list",
+                    "store": store,
+                    "verify": variant != "catalog",
+                    "stored": variant != "verify_heads",
+                }
                 got = run_child(spec, self.env)
                 if got["objects"] != n or got["described"] != n:
                     raise RuntimeError(f"list() found {got['objects']} objects, not {n}")
-                self.keep(f"list_{stored}_s", IMPLS[0], [got["list_s"]])
+                if variant == "catalog":
+                    first, warm = got["list_s"]
+                    self.keep("list_catalog_first_s", IMPLS[0], [first])
+                    self.keep("list_catalog_s", IMPLS[0], [warm])
+                else:
+                    self.keep(f"list_{variant}_s", IMPLS[0], got["list_s"])
         self.progress(f"Namespace.list() of {n:,} objects", start)
-        goal = None
-        if n == GOAL_LIST_OBJECTS and (self.s3 is None or self.args.latency_ms == 20):
-            goal = GOAL_LIST_S
-        for stored, call in ((True, "list()"), (False, "list(stored=False)")):
-            samples = self.samples[f"list_{stored}_s"][IMPLS[0]]
+        at20 = self.s3 is None or self.args.latency_ms == 20
+        goals = {
+            "list_catalog_s": GOAL_CATALOG_S if n == GOAL_CATALOG_OBJECTS and at20 else None,
+            "list_verify_s": GOAL_LIST_S if n == GOAL_LIST_OBJECTS and at20 else None,
+        }
+        for key, call in (
+            ("list_catalog_first_s", "list() catalog, 1st call"),
+            ("list_catalog_s", "list() catalog, warm"),
+            ("list_verify_s", "list(verify=True)"),
+            ("list_verify_heads_s", "list(verify, heads only)"),
+        ):
+            samples = self.samples[key][IMPLS[0]]
             self.report.own.append(
                 OwnRow(
                     self.label,
-                    f"{call}, {n:,} objs of {keys} keys",
+                    f"{call}, {n:,} objs",
                     "s",
                     median(samples),
-                    goal,
-                    note=f"best {min(samples):.3f}",
+                    goals.get(key),
+                    note=f"best {min(samples):.3f}; {keys} keys per object",
                 )
             )
 
