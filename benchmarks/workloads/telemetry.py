@@ -25,6 +25,12 @@ time. Per build: the median, and the median of the round-by-round ratios to
 `bare` (each round runs the three builds back to back, so a ratio compares
 flushes a few milliseconds apart and the machine's drift cancels out).
 Goals: unconfigured within 1% of bare, sdk within 2%.
+
+Then the floor under the `sdk` build's cost: what the SDK's own calls for one
+flush cost with nothing of durable_obj around them (start a span, make it
+current and not, a histogram point, a counter add, the span's attributes and
+end, on the same providers) against one hooked call of an empty function
+with the same attributes: what the hook adds beyond the SDK, per flush.
 """
 
 from __future__ import annotations
@@ -85,6 +91,7 @@ def main() -> int:
             (sink, sdk, not sdk) if sdk else (None, False, True)
         )
 
+    print(sdk_floor(tracer_provider, meter_provider, exporter, 500 if args.smoke else 20_000))
     for store in args.stores.split(","):
         with where(store) as (url, options):
             samples, cpu = measure(url, options, flushes, args.rows, use, exporter)
@@ -102,6 +109,67 @@ def main() -> int:
                     f"x{paired:.4f} paired (median of round ratios)"
                 )
     return 0
+
+
+def sdk_floor(
+    tracer_provider: TracerProvider,
+    meter_provider: MeterProvider,
+    exporter: InMemorySpanExporter,
+    count: int,
+) -> str:
+    """Microseconds per flush: the SDK's calls alone, and the hook around an
+    empty function recording the same (`telemetry.configure`d on the same
+    providers). Best of 5 batches of `count` (a multiple of 500)."""
+    from opentelemetry import context, trace
+
+    tracer = tracer_provider.get_tracer("floor")
+    meter = meter_provider.get_meter("floor")
+    histogram = meter.create_histogram("floor.duration", unit="s")
+    counter = meter.create_counter("floor.bytes", unit="By")
+    attrs = {
+        telemetry.OBJECT_ID: "o",
+        telemetry.STORE: "file",
+        telemetry.SEQ: 5,
+        telemetry.MODE: "writer",
+        telemetry.STATEMENTS: 1,
+        telemetry.BYTES: 300,
+    }
+    metric = {telemetry.DB_SYSTEM: telemetry.SYSTEM, telemetry.STORE: "file"}
+
+    def floor() -> None:
+        span = tracer.start_span("durable_obj.flush", attributes=metric)
+        token = context.attach(trace.set_span_in_context(span))
+        context.detach(token)
+        histogram.record(0.001, {**metric, telemetry.MODE: "writer"})
+        counter.add(300, {**metric, telemetry.KIND: "wal"})
+        span.set_attributes({**attrs, telemetry.DB_SYSTEM: telemetry.SYSTEM})
+        span.end()
+
+    @telemetry.operation("flush", lambda args, kwargs, result: dict(attrs))
+    def hooked() -> None:
+        pass
+
+    telemetry.configure(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    best = {}
+    try:
+        for name, fn in (("sdk", floor), ("hook", hooked)):
+            runs = []
+            for _ in range(5):
+                took = 0.0
+                for _ in range(0, count, 500):  # the exporter emptied as an exporter would
+                    started = time.perf_counter()
+                    for _ in range(500):
+                        fn()
+                    took += time.perf_counter() - started
+                    exporter.clear()
+                runs.append(took / count)
+            best[name] = min(runs) * 1e6
+    finally:
+        telemetry.configure()
+    return (
+        f"per flush, best of 5 x {count:,}: the SDK's own calls {best['sdk']:.1f} us, "
+        f"the hook recording the same {best['hook']:.1f} us (x{best['hook'] / best['sdk']:.2f})"
+    )
 
 
 @contextlib.contextmanager
