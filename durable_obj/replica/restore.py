@@ -33,7 +33,7 @@ from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
 from durable_obj.replica import archive, links
 from durable_obj.wire import unsealing
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -44,7 +44,6 @@ from durable_obj.wire.protocol import (
     object_key,
     version_lt,
 )
-from durable_obj.wire.unsealing import Digest
 from durable_obj.wire.wal import parse_segment
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO
 
-from durable_obj.wire.digest import CHUNK, BackgroundDigest
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest
 from durable_obj.wire.sealing import HEADER_SIZE, TAG, SealedBlob
 
 if TYPE_CHECKING:
@@ -48,12 +48,6 @@ WORKERS = max(1, min(4, os.cpu_count() or 1))
 RUN = 4
 #: Chunks of a stream held at once (read, or being opened): its memory.
 IN_FLIGHT = 16
-
-
-class Digest(Protocol):
-    """Size and SHA-256 of a blob's stored bytes, perhaps still being taken."""
-
-    def result(self) -> tuple[int, str]: ...
 
 
 def _write_at(fd: int, data: bytes, offset: int) -> None:
@@ -134,7 +128,7 @@ def _each(run: Callable[[int], None], starts: range) -> None:
         raise failed
 
 
-class _Hashing:
+class Hashing:
     """SHA-256 and size of pieces fed in order, taken on a thread of its own."""
 
     def __init__(self) -> None:
@@ -183,7 +177,7 @@ class StreamOpener:
         self._buffers = 0
         self._cur: bytearray | None = None
         self._fill = 0
-        self._hash = _Hashing()
+        self._hash = Hashing()
 
     def restart(self) -> None:
         """A new attempt at the whole blob: what came before is dropped."""
