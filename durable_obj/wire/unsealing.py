@@ -7,8 +7,9 @@ chunk's plaintext written at its own offset, in one of two ways:
 
 * `open_file`: from a local file (a folder store links the stored file): the
   file's size tells which chunk is the last, and the workers read, open and
-  write disjoint runs of chunks. The SHA-256 of the sealed file is taken on
-  a thread of its own meanwhile.
+  write disjoint runs of chunks. The SHA-256 of the sealed file is taken
+  after, on a thread of its own beside RESTORE (as a plain base's is), so
+  that the chunks have every core.
 * `StreamOpener`: from bytes arriving in order (an S3 body as it downloads):
   a chunk is handed to the pool as soon as a byte past it arrives (so it is
   not the last) or the stream ends (so it is), hashed as it arrives. The
@@ -28,6 +29,7 @@ plain base's, before anything made of the base is seen.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import queue
 import threading
@@ -71,10 +73,8 @@ def open_file(
 ) -> BackgroundDigest:
     """Write the plaintext of the sealed file `src` to `dst`; on return
     every chunk's tag held (else `Corrupt`, and `dst` is removed). The size
-    and SHA-256 of `src`, taken meanwhile, are returned pending: `src` may
-    be removed as soon as this returns."""
-    handle = open(src, "rb")  # noqa: SIM115  # closed by the digest's thread
-    digest = BackgroundDigest(_read_all(handle))
+    and SHA-256 of `src` are returned pending, taken from then on (on a
+    thread of its own, beside RESTORE): `src` may be removed at once."""
     fd = os.open(src, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     try:
         blob = opener.begin(oid, name, os.pread(fd, HEADER_SIZE, 0), what=what)
@@ -96,12 +96,14 @@ def open_file(
             _each(run, range(0, count, RUN))
         finally:
             os.close(out)
+        # Hashed once every core is free of the chunks: beside RESTORE, as
+        # a plain base is. Its own handle: `src` may be removed on return.
+        return BackgroundDigest(_read_all(os.fdopen(os.dup(fd), "rb")))
     except BaseException:
         remove(dst)
         raise
     finally:
         os.close(fd)
-    return digest
 
 
 def _read_all(handle: BinaryIO) -> Iterator[bytes]:
@@ -129,21 +131,36 @@ def _each(run: Callable[[int], None], starts: range) -> None:
 
 
 class Hashing:
-    """SHA-256 and size of pieces fed in order, taken on a thread of its own."""
+    """SHA-256 and size of pieces fed in order, taken on a thread of its
+    own, a batch of about `CHUNK` bytes at a time (a stream's pieces may be
+    small: one hand-over each would cost more than the hashing)."""
 
     def __init__(self) -> None:
-        import hashlib
-
         self._sha = hashlib.sha256()
         self.size = 0
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="durable_obj-digest")
+        self._batch: list[bytes] = []
+        self._held = 0
         self._last: Future[None] | None = None
 
     def feed(self, piece: bytes) -> None:
         self.size += len(piece)
-        self._last = self._pool.submit(self._sha.update, piece)  # in order: one worker
+        self._batch.append(piece)
+        self._held += len(piece)
+        if self._held >= CHUNK:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        batch, self._batch, self._held = self._batch, [], 0
+        if batch:  # in order: one worker
+            self._last = self._pool.submit(self._update, batch)
+
+    def _update(self, batch: list[bytes]) -> None:
+        for piece in batch:
+            self._sha.update(piece)
 
     def result(self) -> tuple[int, str]:
+        self._hand_over()
         self._pool.shutdown(wait=True)
         if self._last is not None:
             self._last.result()
