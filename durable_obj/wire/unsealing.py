@@ -33,6 +33,7 @@ import hashlib
 import os
 import queue
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING, BinaryIO
@@ -133,7 +134,11 @@ def _each(run: Callable[[int], None], starts: range) -> None:
 class Hashing:
     """SHA-256 and size of pieces fed in order, taken on a thread of its
     own, a batch of about `CHUNK` bytes at a time (a stream's pieces may be
-    small: one hand-over each would cost more than the hashing)."""
+    small: one hand-over each would cost more than the hashing). At most
+    `HELD` batches wait for it: then `feed` waits, so memory stays bounded
+    when the bytes arrive faster than they are hashed."""
+
+    HELD = 4
 
     def __init__(self) -> None:
         self._sha = hashlib.sha256()
@@ -141,7 +146,7 @@ class Hashing:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="durable_obj-digest")
         self._batch: list[bytes] = []
         self._held = 0
-        self._last: Future[None] | None = None
+        self._queued: deque[Future[None]] = deque()
 
     def feed(self, piece: bytes) -> None:
         self.size += len(piece)
@@ -153,7 +158,9 @@ class Hashing:
     def _hand_over(self) -> None:
         batch, self._batch, self._held = self._batch, [], 0
         if batch:  # in order: one worker
-            self._last = self._pool.submit(self._update, batch)
+            self._queued.append(self._pool.submit(self._update, batch))
+        while len(self._queued) > self.HELD or (self._queued and self._queued[0].done()):
+            self._queued.popleft().result()
 
     def _update(self, batch: list[bytes]) -> None:
         for piece in batch:
@@ -162,8 +169,8 @@ class Hashing:
     def result(self) -> tuple[int, str]:
         self._hand_over()
         self._pool.shutdown(wait=True)
-        if self._last is not None:
-            self._last.result()
+        while self._queued:
+            self._queued.popleft().result()
         return self.size, self._sha.hexdigest()
 
 

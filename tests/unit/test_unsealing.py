@@ -217,3 +217,12 @@ def test_a_stream_closed_before_its_end_keeps_no_file_open(tmp_path: Path) -> No
     sink.close()
     unsealing.remove(str(tmp_path / "p"))
     assert not (tmp_path / "p").exists()
+
+
+def test_hashing_in_batches_holds_a_bounded_backlog_and_hashes_everything() -> None:
+    data = os.urandom(20 * 1024 * 1024 + 3)
+    hashing = unsealing.Hashing()
+    for at in range(0, len(data), 65536):
+        hashing.feed(data[at : at + 65536])
+        assert len(hashing._queued) <= unsealing.Hashing.HELD
+    assert hashing.result() == (len(data), hashlib.sha256(data).hexdigest())
