@@ -20,6 +20,10 @@ the cipher is pyca `cryptography`'s.
 
 Flags: bit 0, the plaintext is a zstd frame (a compressed WAL segment).
 
+A chunk opens on its own given its index and whether it is the last
+(`SealedBlob`), so a base is sealed (`sealer.py`) and opened
+(`unsealing.py`) on every core, in this same format.
+
 A compressed segment of an object that is not encrypted is a bare zstd frame
 (its magic `28 b5 2f fd` cannot begin a JSONL line). Decompression is
 bounded by the V1 segment limit, so a crafted frame cannot exhaust memory.
