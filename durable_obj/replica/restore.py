@@ -237,7 +237,7 @@ class Fetches:
         if not self._store.fetch_file(key, part, progress):
             raise missing
         if opener is not None:
-            # Opened chunk by chunk on every core, hashed as stored meanwhile.
+            # Opened chunk by chunk on every core; hashed after, beside RESTORE.
             try:
                 return path, unsealing.open_file(opener, self._oid, ref.key, part, path, what=what)
             finally:
