@@ -27,7 +27,7 @@ from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced
 from durable_obj.replica import links
 from durable_obj.replica.archives import NotIncremental
 from durable_obj.stores.growing import GrowingFile, SourceFailed
-from durable_obj.wire import keyring
+from durable_obj.wire import keyring, sealer
 from durable_obj.wire.protocol import mint_checkpoint_key, object_key
 from durable_obj.wire.v1base import DefaultBase
 
@@ -35,17 +35,33 @@ if TYPE_CHECKING:
     from durable_obj.wire.head import Head
     from durable_obj.wire.keys import KeyProvider
     from durable_obj.wire.sealing import Codec
+    from durable_obj.wire.unsealing import Hashing
 
 log = logging.getLogger("durable_obj")
 
 
-def _sealer(codec: Codec, key: str, archive: GrowingFile, path: str) -> Callable[[], None]:
-    """The producer of the sealed base `key` at `path`, read from `archive`
-    while BACKUP still writes it."""
+class _Sealed:
+    """The size and SHA-256 of a sealed base, taken by its sealer as it
+    writes it (`sealer.py`): `result()` waits for the sealing to end."""
+
+    def __init__(self, stored: GrowingFile) -> None:
+        self.stored = stored
+        self.taken: Hashing | None = None
+
+    def result(self) -> tuple[int, str]:
+        self.stored.wait()  # SourceFailed if the sealing (or BACKUP) failed
+        assert self.taken is not None
+        return self.taken.result()
+
+
+def _sealer(codec: Codec, key: str, archive: GrowingFile, sealed: _Sealed) -> Callable[[], None]:
+    """The producer of the sealed base `key` at `sealed`'s file, read from
+    `archive` while BACKUP still writes it, chunks sealed in parallel."""
 
     def seal() -> None:
-        with open(path, "wb") as out:
-            codec.seal_file(key, archive.chunks(), out)
+        assert codec.key is not None
+        with open(sealed.stored.path, "wb") as out:
+            sealed.taken = sealer.seal_read(codec.key, codec.oid, key, archive.read, out)
 
     return seal
 
@@ -171,7 +187,7 @@ class Durability(Units):
         backup = archive.produce(lambda: engine.backup(self.db, local, over))
         # An encrypted object's base is sealed as BACKUP writes it, under a
         # new data key (one per checkpoint), and the sealed file is stored.
-        stored, sealing, section = archive, None, None
+        stored, sealing, section, digest = archive, None, None, None
         provider = self._w.keys.provider
         if provider is not None and keyring.is_encrypted(head):
             # A full base starts a new data key; an increment is sealed under
@@ -189,9 +205,8 @@ class Durability(Units):
                 )
                 section = rotated.extension()[keyring.ENCRYPTION]
             stored = GrowingFile(local + ".sealed")
-            sealing = stored.produce(
-                _sealer(self._w.codec(rotated), key, archive, local + ".sealed")
-            )
+            digest = _Sealed(stored)
+            sealing = stored.produce(_sealer(self._w.codec(rotated), key, archive, digest))
         try:
             ref = publishing.commit_base(
                 self._w,
@@ -202,6 +217,7 @@ class Durability(Units):
                 progress=self._progress,
                 encryption=section,
                 chain=None if increment is None else increment.chain,
+                digest=digest,
             )
         except SourceFailed as exc:
             cause: BaseException = exc

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.core.history import archive_of
 from durable_obj.errors import BackendError, CommitAmbiguous, DurableError, StoreAmbiguous
-from durable_obj.wire.digest import BackgroundDigest, bytes_digest, file_digest, verify
+from durable_obj.wire.digest import BackgroundDigest, Digest, bytes_digest, file_digest, verify
 from durable_obj.wire.head import ObjectRef, stamp
 from durable_obj.wire.keyring import ENCRYPTION
 from durable_obj.wire.protocol import BACKUP_FORMAT, mint_wal_key, object_key
@@ -80,6 +80,7 @@ def commit_base(
     progress: Callback | None = None,
     encryption: dict[str, Any] | None = None,
     chain: list[ObjectRef] | None = None,
+    digest: Digest | None = None,
 ) -> ObjectRef:
     """Publish `archive` (BACKUP by `engine_version`, which may still be
     writing it; sealed under the next data key when the object is
@@ -88,25 +89,35 @@ def commit_base(
     WAL. The file is given away: a store on its filesystem moves it into
     place once complete. On failure the head is as it was;
     a failed BACKUP is `SourceFailed` and nothing was created. `chain`:
-    the links an increment is over (`Head.set_chain`; None: a full base)."""
+    the links an increment is over (`Head.set_chain`; None: a full base).
+    `digest`: the archive's size and SHA-256, taken by whoever writes it
+    (a sealer hashes what it writes); else it is hashed as it grows."""
     head = writer.head
     assert head is not None and writer.holder is not None
     again = " The statements stay buffered; retry checkpoint()."
     # Hashed while BACKUP writes it and the store takes it (fsync,
     # upload): the ref exists once all three are done (growing.py).
-    digest = BackgroundDigest(archive.chunks())
+    taken: BackgroundDigest | None = None
+    pending: Digest
+    if digest is None:
+        pending = taken = BackgroundDigest(archive.chunks())
+    else:
+        pending = digest
     try:
         _create(
             writer,
             key,
-            lambda key: writer.store.adopt_growing(key, archive, digest.sha256, progress),
-            lambda: _stamped(writer, key, *digest.result()),
+            lambda key: writer.store.adopt_growing(
+                key, archive, lambda: pending.result()[1], progress
+            ),
+            lambda: _stamped(writer, key, *pending.result()),
             scratch=scratch,
             unsettled=again,
         )
     finally:
-        digest.join()  # before the archive's descriptor closes, whatever the store did
-    ref = _stamped(writer, key, *digest.result())
+        if taken is not None:
+            taken.join()  # before the archive's descriptor closes, whatever the store did
+    ref = _stamped(writer, key, *pending.result())
     # Archive the manifest a new base supersedes (proven committed, so an
     # orphan of a failed commit is harmless: history.py); retention > 0.
     archived = archive_of(

@@ -32,7 +32,8 @@ from durable_obj.errors import (
 from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
 from durable_obj.replica import archive, links
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
+from durable_obj.wire import unsealing
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -112,16 +113,6 @@ def check_compatible(*, name: str, backup_format: int, min_reader: str, running:
         )
 
 
-class Digested:
-    """A digest already taken (a sealed base is hashed before it is opened)."""
-
-    def __init__(self, digest: tuple[int, str]) -> None:
-        self._digest = digest
-
-    def result(self) -> tuple[int, str]:
-        return self._digest
-
-
 class Fetches:
     """The base and every segment a head names, fetched on `pool` at once,
     each verified before it is handed out."""
@@ -144,7 +135,7 @@ class Fetches:
         self._oid = oid
         self._url = f"{store.url.rstrip('/')}/{oid}"
         self._work = work
-        self._base: Future[tuple[str, BackgroundDigest | Digested]] | None = None
+        self._base: Future[tuple[str, Digest]] | None = None
         self._segments: Future[list[list[str]]] | None = None
         self._links: Future[list[tuple[str, str]]] | None = None
         base = self._base_ref = head.manifest.base
@@ -215,30 +206,42 @@ class Fetches:
 
     def _fetch_base(
         self, ref: ObjectRef, progress: Callback | None, what: str = "base checkpoint"
-    ) -> tuple[str, BackgroundDigest | Digested]:
+    ) -> tuple[str, Digest]:
         path = os.path.join(self._work, os.path.basename(ref.key))
         part = path + ".incoming"
-        # only read (by RESTORE), then removed: a folder store may link it
-        if not self._store.fetch_file(object_key(self._oid, ref.key), part, progress):
-            raise Corrupt(
-                f"{self._url}: missing {what} {ref.key}: the base the head names is "
-                "gone; "
-                "the object cannot be restored without it and was not opened. Nothing was "
-                "changed."
-            )
-        if self._codec.encrypted:
-            # Opened chunk by chunk while hashed as stored, in one pass: every
-            # tag, the size and the SHA-256 hold before RESTORE sees a byte.
+        key = object_key(self._oid, ref.key)
+        missing = Corrupt(
+            f"{self._url}: missing {what} {ref.key}: the base the head names is "
+            "gone; "
+            "the object cannot be restored without it and was not opened. Nothing was "
+            "changed."
+        )
+        opener = self._codec.opener
+        if opener is not None and self._store.streams_reads:
+            # Opened as it downloads, chunks in parallel (`unsealing.py`): every
+            # tag holds before RESTORE sees a byte; the SHA-256 of what was
+            # stored is judged as a plain base's is.
+            sink = unsealing.StreamOpener(opener, self._oid, ref.key, path, what=what)
             try:
-                done = Digested(self._codec.open_file(ref.key, part, path))  # one pass
-                verify(*done.result(), ref, what)
+                found = self._store.read_into(key, sink, progress)
             except BaseException:
-                if os.path.exists(path):
-                    os.unlink(path)  # what verified before a bad chunk is never used
+                sink.close()
+                unsealing.remove(path)
                 raise
+            if not found:
+                sink.close()
+                unsealing.remove(path)
+                raise missing
+            return path, sink.finish()
+        # only read (by RESTORE), then removed: a folder store may link it
+        if not self._store.fetch_file(key, part, progress):
+            raise missing
+        if opener is not None:
+            # Opened chunk by chunk on every core; hashed after, beside RESTORE.
+            try:
+                return path, unsealing.open_file(opener, self._oid, ref.key, part, path, what=what)
             finally:
-                os.unlink(part)
-            return path, done
+                os.unlink(part)  # the digest reads its own open handle
         os.replace(part, path)
         handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
 

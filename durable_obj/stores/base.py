@@ -29,7 +29,7 @@ import enum
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final, TypeVar
+from typing import TYPE_CHECKING, Final, Protocol, TypeVar
 
 from durable_obj.errors import BackendError
 
@@ -81,11 +81,25 @@ class Entry:
     modified: float | None
 
 
+class Sink(Protocol):
+    """What a streamed read (`Store.read_into`) hands a key's bytes to."""
+
+    def restart(self) -> None:
+        """A new attempt at the whole key begins: drop what came before."""
+
+    def write(self, piece: bytes) -> None:
+        """The next bytes, in order. Called on the store's IO thread: it
+        must hand the work on and return, never do it there."""
+
+
 class Store(abc.ABC):
     """A key/value store rooted at a namespace, with atomic conditional writes."""
 
     #: The URL protocol this store serves ("file", "memory", "s3", ...).
     protocol: str = ""
+    #: `read_into` streams a key as it arrives; False: it would read the
+    #: whole key first (a reader that can, reads a local file instead).
+    streams_reads: bool = False
 
     @property
     @abc.abstractmethod
@@ -175,6 +189,21 @@ class Store(abc.ABC):
         the stored file there instead of copying it, so `path` must never be
         written to. By default: a copy, as download."""
         return self.download(key, path, callback)
+
+    def read_into(self, key: str, sink: Sink, callback: Callback | None = None) -> bool:
+        """Stream `key` front to back into `sink`, in bounded memory: each
+        attempt calls `sink.restart()` and then `sink.write` of every piece.
+        False if the key does not exist. By default: the whole key read by
+        `get`, one piece (a store that streams says so in `streams_reads`)."""
+        blob = self.get(key)
+        if blob is None:
+            return False
+        sink.restart()
+        sink.write(blob.data)
+        if callback is not None:
+            callback.set_size(len(blob.data))
+            callback.relative_update(len(blob.data))
+        return True
 
     @abc.abstractmethod
     def list_keys(self, prefix: str = "") -> list[Entry]:

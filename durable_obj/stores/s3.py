@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError
 from durable_obj.stores import s3reads
-from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version
+from durable_obj.stores.base import UNCHANGED, Blob, Entry, Sink, Unchanged, Version
 from durable_obj.stores.cloud import entity_tag, same_etag
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.s3client import S3Base
@@ -68,6 +68,8 @@ class S3Store(S3Base):
     """A namespace `bucket/prefix` in an S3-compatible object store."""
 
     protocol = "s3"
+    #: A base is opened as it downloads (`read_into`).
+    streams_reads = True
 
     # -- reads ----------------------------------------------------------
     async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
@@ -138,24 +140,39 @@ class S3Store(S3Base):
                 got[index] = entries
         return [entries or [] for entries in got]
 
-    async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+    async def _body(
+        self, key: str, write: Callable[[bytes], object], callback: Callback | None
+    ) -> None:
+        """One GET of `key`, every piece of its body handed to `write`."""
         s3 = await self._s3()
-        full = self._key(key)
-
-        async def write(dst: BinaryIO) -> None:
-            resp = await s3.get_object(Bucket=self._bucket, Key=full)
-            body = resp["Body"]
-            try:
+        resp = await s3.get_object(Bucket=self._bucket, Key=self._key(key))
+        body = resp["Body"]
+        try:
+            if callback is not None:
+                callback.set_size(int(resp.get("ContentLength") or 0))
+            while chunk := await body.read(READ_CHUNK):
+                write(chunk)
                 if callback is not None:
-                    callback.set_size(int(resp.get("ContentLength") or 0))
-                while chunk := await body.read(READ_CHUNK):
-                    dst.write(chunk)
-                    if callback is not None:
-                        callback.relative_update(len(chunk))
-            finally:
-                body.close()
+                    callback.relative_update(len(chunk))
+        finally:
+            body.close()
+
+    async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+        async def write(dst: BinaryIO) -> None:
+            await self._body(key, dst.write, callback)
 
         return await self._download_to(key, path, write)
+
+    def read_into(self, key: str, sink: Sink, callback: Callback | None = None) -> bool:
+        return self._run(self._read_into, key, sink, callback)
+
+    async def _read_into(self, key: str, sink: Sink, callback: Callback | None) -> bool:
+        async def once() -> bool:
+            sink.restart()
+            await self._body(key, sink.write, callback)
+            return True
+
+        return await self._read(key, once) is not None
 
     async def _list(self, prefix: str) -> list[Entry]:
         s3 = await self._s3()

@@ -287,6 +287,26 @@ class StoreContract:
         assert store.download("missing", dst) is False
         assert not os.path.exists(dst)
 
+    def test_read_into_streams_a_key_in_order(self, store: Store) -> None:
+        # A streamed read (a sealed base opened as it downloads) hands over
+        # every byte in order after a restart(); a missing key is False.
+        data = os.urandom(2 * 1024 * 1024 + 5)
+        assert store.create("ckpt/streamed.tar", data) is not None
+        got: list[bytes] = []
+        restarts: list[int] = []
+
+        class Sink:
+            def restart(self) -> None:
+                restarts.append(len(got))
+                got.clear()
+
+            def write(self, piece: bytes) -> None:
+                got.append(bytes(piece))
+
+        assert store.read_into("ckpt/streamed.tar", Sink()) is True
+        assert b"".join(got) == data and restarts and restarts[0] == 0
+        assert store.read_into("ckpt/missing.tar", Sink()) is False
+
     # -- listing and delete ---------------------------------------------
     def test_list_and_delete(self, store: Store) -> None:
         for key in ("o1/head.json", "o1/wal/1.jsonl", "o2/head.json", "o10/head.json"):

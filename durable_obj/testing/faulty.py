@@ -31,7 +31,7 @@ import time
 from typing import TYPE_CHECKING, TypeVar
 
 from durable_obj.errors import BackendError, StoreAmbiguous
-from durable_obj.stores.base import Blob, Entry, Store, Unchanged, Version
+from durable_obj.stores.base import Blob, Entry, Sink, Store, Unchanged, Version
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
@@ -80,6 +80,7 @@ class FaultyStore(Store):
     ) -> None:
         self.inner = inner
         self.protocol = inner.protocol
+        self.streams_reads = inner.streams_reads
         self.rate = rate
         self.faults = tuple(faults)
         self.latency = latency
@@ -204,6 +205,9 @@ class FaultyStore(Store):
 
     def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
         return self._call("download", key, lambda: self.inner.fetch_file(key, path, callback))
+
+    def read_into(self, key: str, sink: Sink, callback: Callback | None = None) -> bool:
+        return self._call("download", key, lambda: self.inner.read_into(key, sink, callback))
 
     def list_keys(self, prefix: str = "") -> list[Entry]:
         return self._call("list_keys", prefix, lambda: self.inner.list_keys(prefix))

@@ -7,6 +7,8 @@
     lease     the single-writer lease inside the head, and its fencing
     v1base    a base of the `default` database shaped as chdb.durable writes it
     sealing   sealed (AES-256-GCM, streamed) and zstd blobs; an object's codec
+    sealer    a base sealed as BACKUP writes it, chunks encrypted in parallel
+    unsealing a sealed base opened into a local file, chunks in parallel
     keyring   an object's encryption and compression as its head records them
     keys      key providers: StaticKey, EnvKey, KeyFile, AwsKms
     untrusted JSON read from a store, its depth bounded before parsing

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from durable_obj.errors import Corrupt
 from durable_obj.wire.head import ObjectRef
@@ -39,6 +39,13 @@ def chunks_digest(chunks: Iterable[bytes]) -> tuple[int, str]:
         size += len(chunk)
         digest.update(chunk)
     return size, digest.hexdigest()
+
+
+class Digest(Protocol):
+    """Size and SHA-256 of a blob's bytes, perhaps still being taken:
+    `result()` waits for them (and raises what failed while taking them)."""
+
+    def result(self) -> tuple[int, str]: ...
 
 
 class BackgroundDigest:

@@ -20,6 +20,10 @@ the cipher is pyca `cryptography`'s.
 
 Flags: bit 0, the plaintext is a zstd frame (a compressed WAL segment).
 
+A chunk opens on its own given its index and whether it is the last
+(`SealedBlob`), so a base is sealed (`sealer.py`) and opened
+(`unsealing.py`) on every core, in this same format.
+
 A compressed segment of an object that is not encrypted is a bare zstd frame
 (its magic `28 b5 2f fd` cannot begin a JSONL line). Decompression is
 bounded by the V1 segment limit, so a crafted frame cannot exhaust memory.
@@ -213,6 +217,37 @@ def is_sealed(data: bytes) -> bool:
     return data[:4] == MAGIC
 
 
+class SealedBlob:
+    """One sealed blob's cipher state, from its authenticated header: each
+    chunk is opened on its own (in any order, on any thread: the cipher
+    releases the GIL), given its index and whether it is the last."""
+
+    __slots__ = ("_aad", "_aead", "_prefix", "_where", "size")
+
+    def __init__(self, aead: AESGCM, aad: bytes, prefix: bytes, size: int, where: str) -> None:
+        self._aead, self._aad, self._prefix, self._where = aead, aad, prefix, where
+        #: Plaintext bytes per chunk (the last may hold fewer).
+        self.size = size
+
+    @property
+    def step(self) -> int:
+        """Stored bytes per chunk: its plaintext and its tag."""
+        return self.size + TAG
+
+    def open(self, index: int, last: bool, sealed: bytes | memoryview | bytearray) -> bytes:
+        """Chunk `index`'s plaintext once its tag holds; else `Corrupt`."""
+        if len(sealed) < TAG:
+            raise self.bad("it ends inside a chunk")
+        try:
+            plain: bytes = self._aead.decrypt(_nonce(self._prefix, index, last), sealed, self._aad)
+        except InvalidTag:
+            raise self.bad(f"chunk {index} does not verify") from None
+        return plain
+
+    def bad(self, why: str) -> Corrupt:
+        return Corrupt(f"{self._where}: {why}; it was altered, cut or moved, and not used")
+
+
 class Unsealer:
     """Opens sealed blobs whose header names one of `keys` (by id)."""
 
@@ -220,6 +255,35 @@ class Unsealer:
         self._keys = keys
         #: How errors name the key: the provider's key id (never a secret).
         self.key_ref = key_ref
+
+    def begin(self, oid: str, name: str, header: bytes, *, what: str) -> SealedBlob:
+        """The sealed blob whose first `HEADER_SIZE` bytes are `header`
+        (fewer: a blob too short to be sealed), ready to open its chunks;
+        `Corrupt` naming `name` and the key for a header that is not ours,
+        a version or chunk size this library does not read, or a data key
+        the head does not hold."""
+        if len(header) < HEADER_SIZE or header[:4] != MAGIC:
+            raise Corrupt(
+                f"{what} {name} is not sealed, yet the object is encrypted (key "
+                f"{self.key_ref}); not used"
+            )
+        _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(header[:HEADER_SIZE])
+        if version != VERSION or size <= 0 or size > 64 * SEAL_CHUNK:
+            raise Corrupt(
+                f"{what} {name} has a sealed header this library cannot read (version "
+                f"{version}, chunk size {size}; key {self.key_ref}); altered, or newer; not used"
+            )
+        key = self._keys.get(key_id)
+        if key is None:
+            raise Corrupt(
+                f"{what} {name} is sealed under data key {key_id.hex()}, which the head's "
+                f"key list (under {self.key_ref}) does not hold; not used"
+            )
+        aad = bytes(header[:HEADER_SIZE]) + _context(oid, name)
+        where = f"{what} {name} fails authentication under data key {key_id.hex()} " + (
+            f"(key {self.key_ref})"
+        )
+        return SealedBlob(_subkey(key.secret, salt), aad, prefix, size, where)
 
     def open_chunks(
         self, oid: str, name: str, pieces: Iterable[bytes], *, what: str
@@ -234,33 +298,8 @@ class Unsealer:
             buf.feed(piece)
             if len(buf) >= HEADER_SIZE:
                 break
-        header = bytes(buf.take(HEADER_SIZE))
-        if len(header) < HEADER_SIZE or header[:4] != MAGIC:
-            raise Corrupt(
-                f"{what} {name} is not sealed, yet the object is encrypted (key "
-                f"{self.key_ref}); not used"
-            )
-        _, version, _flags, key_id, salt, prefix, size = _HEADER.unpack(header)
-        if version != VERSION or size <= 0 or size > 64 * SEAL_CHUNK:
-            raise Corrupt(
-                f"{what} {name} has a sealed header this library cannot read (version "
-                f"{version}, chunk size {size}; key {self.key_ref}); altered, or newer; not used"
-            )
-        key = self._keys.get(key_id)
-        if key is None:
-            raise Corrupt(
-                f"{what} {name} is sealed under data key {key_id.hex()}, which the head's "
-                f"key list (under {self.key_ref}) does not hold; not used"
-            )
-        aead, aad = _subkey(key.secret, salt), header + _context(oid, name)
-        index, step = 0, size + TAG
-
-        def bad(why: str) -> Corrupt:
-            return Corrupt(
-                f"{what} {name} fails authentication under data key {key_id.hex()} "
-                f"(key {self.key_ref}): {why}; it was altered, cut or moved, and not used"
-            )
-
+        blob = self.begin(oid, name, bytes(buf.take(HEADER_SIZE)), what=what)
+        index, step = 0, blob.step
         exhausted = False
         while True:
             while len(buf) <= step and not exhausted:
@@ -270,14 +309,7 @@ class Unsealer:
                 else:
                     buf.feed(more)
             last = exhausted and len(buf) <= step
-            sealed = buf.take(len(buf) if last else step)
-            if len(sealed) < TAG:
-                raise bad("it ends inside a chunk")
-            try:
-                plain = aead.decrypt(_nonce(prefix, index, last), sealed, aad)
-            except InvalidTag:
-                raise bad(f"chunk {index} does not verify") from None
-            yield plain
+            yield blob.open(index, last, buf.take(len(buf) if last else step))
             if last:
                 return
             index += 1
