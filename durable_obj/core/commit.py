@@ -274,10 +274,13 @@ class HeadWriter:
         self.taken_from = head
         return Taken(lease=taken, forced=forced)
 
-    def commit(self, *, release: bool = False) -> None:
+    def commit(self, *, release: bool = False, first: Callable[[], None] | None = None) -> None:
         """Write `self.head` over `self.version` with the lease renewed (or
         released), and prove it landed. Another instance or generation in the
-        head read back is the fence: `LeaseFenced`, for good."""
+        head read back is the fence: `LeaseFenced`, for good. `first`: the
+        publish of what the new head names (a flush's segment), run once
+        before the first write can land (`Store.replace_after`); its error
+        is raised and nothing is written."""
         head, version = self.head, self.version
         assert head is not None and version is not None and self.holder is not None
         holder, generation = self.holder, head.lease.generation
@@ -306,6 +309,7 @@ class HeadWriter:
             unsettled="The statements stay buffered; the next open shows whether they were "
             "committed.",
             failed="nothing was committed and the statements stay buffered",
+            first=first,
         )
         assert written is not None  # judge never answers "lost": it fences
         self._proven(written)
@@ -376,9 +380,11 @@ class HeadWriter:
         what: str,
         unsettled: str,
         failed: str,
+        first: Callable[[], None] | None = None,
     ) -> Stored | None:
         """The one head write: create (version None) or compare-and-swap,
-        settled by reading back (module docstring). None: lost."""
+        settled by reading back (module docstring). None: lost. `first`
+        goes with the first compare-and-swap (`commit`)."""
         deadline = self.clock.monotonic() + self.commit_deadline
         ambiguous = False
         attempt = 0
@@ -389,7 +395,11 @@ class HeadWriter:
             new: Version | None = None
             try:
                 if version is None:
+                    assert first is None
                     new = self.store.create(self._key, body)
+                elif first is not None:
+                    pending, first = first, None  # it runs once, whatever the answer
+                    new = self.store.replace_after(self._key, body, version, pending)
                 else:
                     new = self.store.replace(self._key, body, version)
             except StoreAmbiguous:

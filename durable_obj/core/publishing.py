@@ -11,7 +11,10 @@ here.
 `commit_segment` and `commit_base` are a writer's flush and checkpoint:
 publish the segment (or the base, and the manifest it supersedes), then
 commit it into the head with `HeadWriter.commit` (`commit.py`, the one head
-writer). On failure the head is as it was.
+writer). A flush hands the segment's publish to that commit as `first`: a
+folder store writes and fsyncs the new head beside the old one meanwhile,
+and renames it only once the segment is durable (`Store.replace_after`).
+On failure the head is as it was.
 """
 
 from __future__ import annotations
@@ -52,18 +55,23 @@ def commit_segment(
     payload = writer.codec().encode_lines(key, lines, frame)  # sealed and/or compressed, or joined
     size, sha256 = bytes_digest(payload)
     ref = _stamped(writer, key, size, sha256)
-    publish(
-        writer,
-        ref,
-        lambda key: writer.store.create(key, payload),
-        scratch=scratch,
-        unsettled=" The statements stay buffered; retry flush().",
-    )
+
+    def segment() -> None:
+        publish(
+            writer,
+            ref,
+            lambda key: writer.store.create(key, payload),
+            scratch=scratch,
+            unsettled=" The statements stay buffered; retry flush().",
+        )
+
     saved = (list(manifest.wal), manifest.seq)
     manifest.wal = [*manifest.wal, ref]
     manifest.seq = seq
     try:
-        writer.commit()
+        # The segment is published before the head that names it can land;
+        # a folder stages that head meanwhile (`Store.replace_after`).
+        writer.commit(first=segment)
     except BaseException:
         manifest.wal, manifest.seq = saved
         raise

@@ -178,6 +178,18 @@ class Store(abc.ABC):
         """Replace `key` only if its current version is `version`.
         None: it changed or vanished since."""
 
+    def replace_after(
+        self, key: str, data: bytes, version: Version, first: Callable[[], None]
+    ) -> Version | None:
+        """`replace`, once `first()` (the publish of what `data` names: a
+        flush's segment) has returned; its error is raised and nothing is
+        replaced. A store may write `data` meanwhile where no reader sees it
+        (a folder: the staged file and its fsync), but the replace never
+        lands before `first()` returned, and on any answer but an error of
+        `first()` it has run. By default: `first()`, then `replace`."""
+        first()
+        return self.replace(key, data, version)
+
     @abc.abstractmethod
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         """Stream `key` to the file `path` in bounded memory; the file appears

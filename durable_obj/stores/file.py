@@ -6,7 +6,7 @@
 * replace: under an exclusive `flock` on `<key>.lock` (the same lock file
   chdb.durable's local backend takes, so the two exclude each other), the
   current bytes are hashed and compared with the caller's version, then a
-  fsynced temp file is renamed over the key.
+  fsynced temp file is renamed over the key (`fileswap.py`).
 * version token: a random nonce stored in an extended attribute of the
   file's inode (set before the file is linked or renamed into place, so it
   is atomic with the content) plus the SHA-256 of the content. It never
@@ -27,19 +27,16 @@ Not for a network filesystem: flock and link semantics over NFS/SMB vary.
 from __future__ import annotations
 
 import errno
-import fcntl
-import hashlib
 import os
 import stat
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, BinaryIO
 from urllib.parse import quote
 
-from durable_obj.errors import BackendError
 from durable_obj.stores.base import UNCHANGED, Blob, Entry, Unchanged, Version, join_key
-from durable_obj.stores.filepaths import OPEN_LOCK, OPEN_NEW, OPEN_READ, ConfinedFolder
+from durable_obj.stores.filepaths import OPEN_READ
+from durable_obj.stores.fileswap import CHUNK, FolderSwap, nonce_of, stamp, version_of
 from durable_obj.stores.shared import check_options
 
 if TYPE_CHECKING:
@@ -47,51 +44,21 @@ if TYPE_CHECKING:
 
     from durable_obj.stores.growing import GrowingFile
 
-_CHUNK = 4 * 1024 * 1024
 #: Files this store (or chdb.durable's local backend) keeps beside keys.
 _PRIVATE_SUFFIXES = (".lock", ".staging", ".tmp", ".part")
 #: Characters left as they are in the store's URL (RFC 3986 pchar, and '/').
 _URL_SAFE = "/:@!$&'()*+,;=~"
 
-_XATTR = "user.durable_obj.version"
-
-
-def _version_of(data: bytes, nonce: str = "") -> Version:
-    return Version(f"{nonce}:{hashlib.sha256(data).hexdigest()}")
-
-
-def _stamp(fd: int) -> str:
-    """Give the inode behind `fd` a fresh nonce; "" where xattrs are unsupported."""
-    nonce = uuid.uuid4().hex
-    try:
-        os.setxattr(fd, _XATTR, nonce.encode())
-    except OSError:
-        return ""
-    return nonce
-
-
-def _nonce(fd: int) -> str:
-    try:
-        return os.getxattr(fd, _XATTR).decode("ascii", "replace")
-    except OSError:
-        return ""
-
 
 def _chunks(handle: BinaryIO, callback: Callback | None) -> Iterator[bytes]:
-    while chunk := handle.read(_CHUNK):
+    while chunk := handle.read(CHUNK):
         if callback is not None:
             callback.relative_update(len(chunk))
         yield chunk
 
 
-class FileStore(ConfinedFolder):
+class FileStore(FolderSwap):
     protocol = "file"
-
-    #: Seconds a replace waits for the head's lock before it gives up. The
-    #: lock is held for one read, write, fsync and rename (milliseconds); a
-    #: holder past this is stopped (SIGSTOP, a paused VM) or hung, and
-    #: waiting on it blocks the caller for as long as it stays so.
-    lock_wait = 30.0
 
     def __init__(self, root: str, storage_options: dict[str, object] | None = None) -> None:
         #: The root as named (for the URL and messages) ...
@@ -109,10 +76,6 @@ class FileStore(ConfinedFolder):
         return f"file://{quote(self._root, safe=_URL_SAFE)}"
 
     # -- IO --------------------------------------------------------------------
-    def _fail(self, action: str, key: str, exc: OSError) -> BackendError:
-        reason = exc.strerror or type(exc).__name__
-        return BackendError(f"{action} {key!r} in {self.url} failed: {reason}")
-
     def get(self, key: str) -> Blob | None:
         got = self.get_if_changed(key, None)
         return None if got is UNCHANGED else got
@@ -130,34 +93,15 @@ class FileStore(ConfinedFolder):
                     return None
                 fd = found[2]
                 # One inode: the nonce and the bytes describe the same write.
-                nonce = _nonce(fd)
+                nonce = nonce_of(fd)
                 if nonce and version is not None and version.token.startswith(f"{nonce}:"):
                     return UNCHANGED
                 with os.fdopen(fd, "rb", closefd=False) as handle:
                     data = handle.read()
         except OSError as exc:
             raise self._fail("reading", key, exc) from exc
-        blob = Blob(data, _version_of(data, nonce))
+        blob = Blob(data, version_of(data, nonce))
         return UNCHANGED if version is not None and blob.version == version else blob
-
-    def _write(self, dfd: int, name: str, key: str, chunks: Iterable[bytes]) -> Version:
-        """Write the new file `name` in the folder `dfd`, stamped and fsynced;
-        its version. The file is removed again if anything fails."""
-        digest = hashlib.sha256()
-        fd = self._step(dfd, name, key, OPEN_NEW)
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                nonce = _stamp(fd)
-                for chunk in chunks:
-                    handle.write(chunk)
-                    digest.update(chunk)
-                handle.flush()
-                if self._fsync:
-                    os.fsync(fd)
-        except BaseException:
-            os.unlink(name, dir_fd=dfd)
-            raise
-        return Version(f"{nonce}:{digest.hexdigest()}")
 
     def _create(self, key: str, chunks: Iterable[bytes]) -> Version | None:
         try:
@@ -243,7 +187,7 @@ class FileStore(ConfinedFolder):
                 info = os.fstat(src)
                 if not stat.S_ISREG(info.st_mode) or info.st_dev != os.fstat(dfd).st_dev:
                     return False, None
-                nonce = _stamp(src)
+                nonce = stamp(src)
                 if self._fsync:
                     os.fsync(src)
                 staged = f"{name}.{uuid.uuid4().hex}.staging"
@@ -264,53 +208,6 @@ class FileStore(ConfinedFolder):
                 return True, Version(f"{nonce}:{sha256()}")
         except OSError as exc:
             raise self._fail("creating", key, exc) from exc
-
-    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
-        try:
-            with self._folder(key, create=True) as (dfd, name):
-                assert dfd is not None
-                lock = self._step(dfd, f"{name}.lock", key, OPEN_LOCK)
-                with os.fdopen(lock, "ab"):
-                    self._lock(lock, key)  # released when the file closes
-                    try:
-                        fd = self._step(dfd, name, key, OPEN_READ)
-                    except FileNotFoundError:
-                        return None
-                    with os.fdopen(fd, "rb") as handle:
-                        if not self._regular(fd, key):
-                            return None
-                        current = _version_of(handle.read(), _nonce(fd))
-                    if current != version:
-                        return None
-                    tmp = f"{name}.{uuid.uuid4().hex}.tmp"
-                    new = self._write(dfd, tmp, key, [data])
-                    os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
-                    if self._fsync:
-                        os.fsync(dfd)
-        except OSError as exc:
-            raise self._fail("replacing", key, exc) from exc
-        return new
-
-    def _lock(self, fd: int, key: str) -> None:
-        """An exclusive flock on `fd`, waited for at most `lock_wait`
-        seconds; past that a BackendError that says nothing was written."""
-        deadline = time.monotonic() + self.lock_wait
-        pause = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise BackendError(
-                        f"replacing {key!r} in {self.url} failed: another process has held "
-                        f"{key + '.lock'!r} for over {self.lock_wait:g} s (a writer that is "
-                        "stopped or hung inside its commit); nothing was written and the "
-                        "stored object is unchanged. Retry once that process runs again "
-                        "or has ended"
-                    ) from None
-                time.sleep(pause)
-                pause = min(pause * 2, 0.05)
 
     def fetch_file(self, key: str, path: str, callback: Callback | None = None) -> bool:
         """On the same filesystem, a hard link of the stored file at `path`

@@ -19,6 +19,9 @@ client CPU. Where that would not be exact (anonymous access, requester-pays,
 `s3_additional_kwargs`, other signers, proxies, a CA bundle or
 `verify=False`, an endpoint with a path) or when `DURABLE_OBJ_S3_WRITES=client`
 is set, they go through aiobotocore as before; so do multipart uploads.
+Where the client's credentials are static keys, a PUT through obstore is
+sent from the calling thread after the first (`S3Base.writes_here`): a
+flush's two PUTs no longer hop to the IO loop and back.
 
 A conditional write is sent once, never retried: a retry after a lost answer
 would meet its own success as a failed precondition. Botocore's own retries
@@ -43,6 +46,7 @@ from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.s3client import S3Base
 from durable_obj.stores.s3errors import Failure, classify
 from durable_obj.stores.s3reads import Credentials
+from durable_obj.stores.secrets import scrub
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -232,6 +236,7 @@ class S3Store(S3Base):
                 creds = await s3reads.frozen_credentials(s3)
             except Exception as exc:
                 raise self._error("writing", key, exc) from exc
+            self.note_static(s3, writes, creds)
         if writes is not None and creds is not None:
             sent = await writes.put(full, data, condition, creds)
             if sent is not None:
@@ -251,10 +256,29 @@ class S3Store(S3Base):
         return Version(str(resp["ETag"]))
 
     def create(self, key: str, data: bytes) -> Version | None:
-        return self._run(self._put, key, bytes(data), {"IfNoneMatch": "*"})
+        return self._put_here(key, bytes(data), {"IfNoneMatch": "*"})
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
-        return self._run(self._put, key, bytes(data), {"IfMatch": version.token})
+        return self._put_here(key, bytes(data), {"IfMatch": version.token})
+
+    def _put_here(self, key: str, data: bytes, condition: dict[str, str]) -> Version | None:
+        """`_put`, sent from the calling thread where the credentials are
+        static (`writes_here`); else on the IO loop. The same PUT, sent once,
+        judged the same way."""
+        here = self.writes_here() if len(data) <= SINGLE_PUT_LIMIT else None
+        if here is not None:
+            writes, creds = here
+            try:
+                self._check_open()
+                sent = writes.put_now(self._key(key), data, condition, creds)
+                if sent is not None:
+                    if sent.failure is not None:
+                        return self._settle(key, condition, sent.failure)
+                    return Version(str(sent.etag))
+            except BaseException as exc:
+                scrub(exc, self._secrets)  # as `_run` does
+                raise
+        return self._run(self._put, key, data, condition)
 
     async def _create_file(self, key: str, path: str, callback: Callback | None) -> Version | None:
         size, src = self._open_local(key, path)

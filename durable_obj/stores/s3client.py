@@ -51,6 +51,9 @@ class S3Base(CloudStore):
         self._fast_checked = False
         self._writes: s3writes.FastWrites | None = None
         self._writes_checked = os.environ.get("DURABLE_OBJ_S3_WRITES", "").lower() == "client"
+        #: (client, its credentials object, transport, frozen credentials):
+        #: what a PUT may be sent with from the calling thread (`writes_here`).
+        self._here: tuple[Any, Any, s3writes.FastWrites, s3reads.Credentials] | None = None
 
     def _fs_classes(self) -> tuple[type, ...]:
         s3fs = importlib.import_module("s3fs")
@@ -208,3 +211,41 @@ class S3Base(CloudStore):
         except Exception as exc:  # the client path still works
             log.debug("%s: obstore writes unavailable (%s)", self.url, type(exc).__name__)
         return self._writes
+
+    def note_static(
+        self, s3: Any, writes: s3writes.FastWrites, creds: s3reads.Credentials | None
+    ) -> None:
+        """After a PUT on the IO loop froze `creds` from the client `s3`:
+        if the client's credentials never refresh (given keys, the
+        environment, a profile's static keys), later PUTs may send them
+        from the calling thread (`writes_here`)."""
+        raw = _signer_credentials(s3)
+        if creds is not None and raw is not None and type(raw) in _static_credentials():
+            self._here = (s3, raw, writes, creds)
+
+    def writes_here(self) -> tuple[s3writes.FastWrites, s3reads.Credentials] | None:
+        """The obstore transport and the credentials to send a PUT with from
+        the calling thread, skipping the hop to fsspec's IO loop and back:
+        only while the file system still holds the client they were frozen
+        from, signing with the same static credentials object (a refreshed
+        session or refreshable credentials go through the loop, which
+        freezes them again before every PUT)."""
+        here = self._here
+        if here is None:
+            return None
+        s3, raw, writes, creds = here
+        if getattr(self._fs, "_s3", None) is not s3 or _signer_credentials(s3) is not raw:
+            self._here = None
+            return None
+        return writes, creds
+
+
+def _signer_credentials(s3: Any) -> Any:
+    return getattr(getattr(s3, "_request_signer", None), "_credentials", None)
+
+
+def _static_credentials() -> tuple[type, ...]:
+    """The credential classes that hold fixed keys (never refreshed)."""
+    ours = importlib.import_module("aiobotocore.credentials")
+    theirs = importlib.import_module("botocore.credentials")
+    return (ours.AioCredentials, theirs.Credentials)

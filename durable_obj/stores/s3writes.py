@@ -22,7 +22,8 @@ included), so only the status and code travel on.
 Like `s3reads`, it copies the client: the address from a URL the client
 itself presigned, the region from the client, the credentials frozen from
 the client before every PUT (a refresh builds a new obstore client; the
-stores of one process share them per address and bucket). The store falls
+stores of one process share them per address and bucket), or once for
+static keys, whose PUTs then go out from the calling thread (`put_now`). The store falls
 back to the client where this would not be exact; see `S3Base._fast_writes`
 (`s3client`).
 """
@@ -165,14 +166,10 @@ class FastWrites:
         client must send it)."""
         obstore = importlib.import_module("obstore")
         errors = importlib.import_module("obstore.exceptions")
-        if "IfNoneMatch" in condition:
-            mode: Any = "create"
-        else:
-            mode = {"e_tag": condition["IfMatch"]}
-        try:
-            client = self.client(creds)
-        except Exception:
+        started = self._start(condition, creds)
+        if started is None:
             return None  # not built: the client sends it
+        client, mode = started
         try:
             result = await obstore.put_async(client, full_key, data, mode=mode, use_multipart=False)
         except (errors.InvalidPathError, errors.UnknownConfigurationKeyError, TypeError):
@@ -180,7 +177,39 @@ class FastWrites:
         except Exception as exc:
             # Only the judgement leaves this block; see the module docstring.
             return Sent(None, judge(f"{exc}\n{exc!r}"))
-        etag = result.get("e_tag")
-        if not etag:
-            return Sent(None, Failure("network", "no ETag in the answer"))
-        return Sent(str(etag), None)
+        return _answer(result)
+
+    def put_now(
+        self, full_key: str, data: bytes, condition: dict[str, str], creds: Credentials
+    ) -> Sent | None:
+        """`put` sent from the calling thread, waiting on obstore's own
+        runtime: no hop to an event loop and back (`S3Store._sync_writes`)."""
+        obstore = importlib.import_module("obstore")
+        errors = importlib.import_module("obstore.exceptions")
+        started = self._start(condition, creds)
+        if started is None:
+            return None
+        client, mode = started
+        try:
+            result = obstore.put(client, full_key, data, mode=mode, use_multipart=False)
+        except (errors.InvalidPathError, errors.UnknownConfigurationKeyError, TypeError):
+            return None
+        except Exception as exc:
+            return Sent(None, judge(f"{exc}\n{exc!r}"))
+        return _answer(result)
+
+    def _start(self, condition: dict[str, str], creds: Credentials) -> tuple[Any, Any] | None:
+        """(client, obstore put mode) for this condition; None if the client
+        cannot be built."""
+        mode: Any = "create" if "IfNoneMatch" in condition else {"e_tag": condition["IfMatch"]}
+        try:
+            return self.client(creds), mode
+        except Exception:
+            return None
+
+
+def _answer(result: Any) -> Sent:
+    etag = result.get("e_tag")
+    if not etag:
+        return Sent(None, Failure("network", "no ETag in the answer"))
+    return Sent(str(etag), None)

@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 
+from durable_obj.errors import BackendError
 from durable_obj.stores import UNCHANGED, Blob, Store, Version, open_store
 
 #: Race rounds and racers per round.
@@ -170,6 +171,34 @@ class StoreContract:
         store.delete("h")
         assert store.replace("h", b"x", v1) is None
         assert store.get("h") is None
+
+    def test_replace_after(self, store: Store) -> None:
+        """`first()` has run, and the key is unchanged while it runs; its
+        error is raised and nothing is replaced; a lost race still runs it."""
+        v1 = store.create("o/head.json", b"v1")
+        assert v1 is not None
+        seen: list[bytes | None] = []
+
+        def first() -> None:
+            blob = store.get("o/head.json")
+            seen.append(None if blob is None else blob.data)
+            assert store.create(f"o/wal/{len(seen)}", b"segment") is not None
+
+        v2 = store.replace_after("o/head.json", b"v2", v1, first)
+        assert v2 is not None and seen == [b"v1"] and store.get("o/wal/1") is not None
+        assert store.get("o/head.json") == Blob(b"v2", v2)
+
+        def failing() -> None:
+            raise BackendError("the segment did not land")
+
+        with pytest.raises(BackendError, match="did not land"):
+            store.replace_after("o/head.json", b"v3", v2, failing)
+        assert store.get("o/head.json") == Blob(b"v2", v2)
+        assert store.replace_after("o/head.json", b"v4", v1, first) is None  # stale
+        assert seen == [b"v1", b"v2"] and store.get("o/wal/2") is not None
+        v5 = store.replace("o/head.json", b"v5", v2)  # nothing left locked or staged
+        assert v5 is not None
+        assert [e.key for e in store.list_keys("o")] == ["o/head.json", "o/wal/1", "o/wal/2"]
 
     # -- streaming ------------------------------------------------------
     def test_stream_file_roundtrip(self, store: Store, tmp_path: Any) -> None:

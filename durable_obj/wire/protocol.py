@@ -86,6 +86,8 @@ COMMIT_BACKOFF_BASE: Final = 0.05
 COMMIT_BACKOFF_MAX: Final = 2.0
 
 _SHA256_RE: Final = re.compile(r"\A[0-9a-f]{64}\Z")
+#: A control character (below U+0020), anywhere in a key.
+_CONTROL_RE: Final = re.compile(r"[\x00-\x1f]")
 #: `<generation>-<seq>-<unique>.<ext>`: the name of a minted WAL or checkpoint key.
 _MINTED_RE: Final = re.compile(r"\A(\d+)-(\d+)-[0-9A-Za-z]+\.")
 
@@ -140,7 +142,7 @@ def check_key(key: str) -> str:
     for segment in key.split("/"):
         if segment in ("", ".", ".."):
             raise ValueError(f"an object key has an empty or dot segment: {key!r}")
-    if any(ord(ch) < 0x20 for ch in key):
+    if _CONTROL_RE.search(key):
         raise ValueError(f"an object key has a control character: {key!r}")
     return key
 

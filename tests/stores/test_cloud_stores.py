@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import pytest
 
 from durable_obj.errors import BackendError, StoreAmbiguous
-from durable_obj.stores import Store, Version, open_store
+from durable_obj.stores import Blob, Store, Version, open_store
 from durable_obj.testing.conformance import ProcessRaces, StoreContract, ThreadRaces
 
 pytestmark = pytest.mark.slow
@@ -217,6 +217,14 @@ class TransportTests(CloudStoreTests):
             return await real(self_, full_key, *args)
 
         monkeypatch.setattr(module.FastWrites, "put", counted)
+        here = getattr(module.FastWrites, "put_now", None)
+        if here is not None:  # S3: sent from the calling thread once the keys are static
+
+            def counted_here(self_: Any, full_key: str, *args: Any) -> Any:
+                sent.append(full_key.rpartition("/")[2])
+                return here(self_, full_key, *args)
+
+            monkeypatch.setattr(module.FastWrites, "put_now", counted_here)
         return sent
 
 
@@ -241,6 +249,36 @@ class S3StoreTests(TransportTests):
         blob = store.get("t/k")
         assert blob is not None and blob.data == b"2" and blob.version == v2
         assert sent == (["k"] * 4 if self.writes == "obstore" else [])
+
+    def test_puts_leave_the_loop_only_while_the_keys_are_static(
+        self, store: Any, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The first PUT freezes the client's given keys on the IO loop;
+        later ones are sent from the calling thread, until the client's
+        credentials are not that static object any more."""
+        if self.writes != "obstore":
+            pytest.skip("the aiobotocore transport always runs on the loop")
+        from durable_obj.stores import s3writes
+
+        here: list[str] = []
+        real = s3writes.FastWrites.put_now
+
+        def counted(self_: Any, full_key: str, *args: Any) -> Any:
+            here.append(full_key.rpartition("/")[2])
+            return real(self_, full_key, *args)
+
+        monkeypatch.setattr(s3writes.FastWrites, "put_now", counted)
+        v1 = store.create("t/a", b"1")
+        assert v1 is not None and here == []  # the loop froze the keys
+        v2 = store.replace("t/a", b"2", v1)
+        assert v2 is not None and store.create("t/a", b"x") is None
+        assert store.replace("t/a", b"3", v1) is None  # stale, judged as on the loop
+        assert here == ["a", "a", "a"]
+        assert store.get("t/a") == Blob(b"2", v2)
+        signer = store._fs._s3._request_signer
+        monkeypatch.setattr(signer, "_credentials", type("Refreshing", (), {})())
+        assert store.writes_here() is None  # not that object: back to the loop
+        monkeypatch.undo()
 
     def _count_client_reads(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reads: list[str] = []
