@@ -33,7 +33,14 @@ from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
 from durable_obj.replica import archive, links
 from durable_obj.wire import unsealing
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, verify, verify_bytes
+from durable_obj.wire.digest import (
+    CHUNK,
+    BackgroundDigest,
+    Digest,
+    verify,
+    verify_bytes,
+    verify_size,
+)
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -236,6 +243,11 @@ class Fetches:
         # only read (by RESTORE), then removed: a folder store may link it
         if not self._store.fetch_file(key, part, progress):
             raise missing
+        try:  # its size first: nothing reads a file longer than the head says (a sparse hole)
+            verify_size(os.path.getsize(part), ref, what)
+        except BaseException:
+            os.unlink(part)
+            raise
         if opener is not None:
             # Opened chunk by chunk on every core; hashed after, beside RESTORE.
             try:

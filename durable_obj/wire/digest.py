@@ -82,13 +82,18 @@ class BackgroundDigest:
         return self.result()[1]
 
 
-def verify(size: int, sha256: str, ref: ObjectRef, what: str) -> None:
-    """Raise `Corrupt` unless (size, sha256) is what `ref` promises."""
+def verify_size(size: int, ref: ObjectRef, what: str) -> None:
+    """Raise `Corrupt` unless `size` is what `ref` promises."""
     if size != ref.size:
         raise Corrupt(
             f"{what} {ref.key} is {size} bytes but the head says {ref.size}: it is truncated "
             "or replaced. It was not used; nothing was changed."
         )
+
+
+def verify(size: int, sha256: str, ref: ObjectRef, what: str) -> None:
+    """Raise `Corrupt` unless (size, sha256) is what `ref` promises."""
+    verify_size(size, ref, what)
     if sha256 != ref.sha256:
         raise Corrupt(
             f"{what} {ref.key} has SHA-256 {sha256[:16]}... but the head says "

@@ -88,13 +88,17 @@ def open_file(
         out = _create(dst)
         try:
 
-            def run(first: int) -> None:
-                for index in range(first, min(first + RUN, count)):
+            def run(first: int, upto: int | None = None) -> None:
+                for index in range(first, min(upto or first + RUN, count)):
                     last = index == count - 1
                     sealed = os.pread(fd, tail if last else step, HEADER_SIZE + index * step)
                     _write_at(out, blob.open(index, last, sealed), index * blob.size)
 
-            _each(run, range(0, count, RUN))
+            # Chunk 0 first, alone: once its tag holds, the header (in every
+            # chunk's associated data, chunk size included) is the writer's,
+            # so the count below is not an attacker's to choose.
+            run(0, 1)
+            _each(run, range(1, count, RUN))
         finally:
             os.close(out)
         # Hashed once every core is free of the chunks: beside RESTORE, as
@@ -119,10 +123,16 @@ def _each(run: Callable[[int], None], starts: range) -> None:
         for start in starts:
             run(start)
         return
+    failed: BaseException | None = None
     with ThreadPoolExecutor(WORKERS, thread_name_prefix="durable_obj-unseal") as pool:
-        futures = [pool.submit(run, start) for start in starts]
-        failed: BaseException | None = None
-        for future in futures:
+        window: deque[Future[None]] = deque()
+        for start in starts:  # at most 2 * WORKERS runs submitted at once
+            if len(window) >= 2 * WORKERS:
+                failed = window.popleft().exception()
+                if failed is not None:
+                    break
+            window.append(pool.submit(run, start))
+        for future in window:
             if failed is not None:
                 future.cancel()
                 continue
@@ -202,6 +212,7 @@ class StreamOpener:
         self._cur: bytearray | None = None
         self._fill = 0
         self._hash = Hashing()
+        self._verified = threading.Event()
 
     def restart(self) -> None:
         """A new attempt at the whole blob: what came before is dropped."""
@@ -249,7 +260,11 @@ class StreamOpener:
             return self._free.get_nowait()
         except queue.Empty:
             pass
-        if self._buffers < IN_FLIGHT:
+        # Until chunk 0's tag holds, the header (chunk size included) is
+        # anyone's: one more buffer than the first, no more, so a forged
+        # chunk size costs two chunks of memory, not IN_FLIGHT.
+        limit = IN_FLIGHT if self._verified.is_set() else 2
+        if self._buffers < limit:
             self._buffers += 1
             return bytearray(step)
         return self._free.get()
@@ -264,6 +279,8 @@ class StreamOpener:
         def run() -> None:
             try:
                 plain = blob.open(index, last, memoryview(buf)[:fill])
+                if index == 0:
+                    self._verified.set()
                 _write_at(out, plain, index * blob.size)
             except BaseException as exc:
                 with self._lock:

@@ -135,3 +135,26 @@ def test_a_streamed_read_restarts_with_each_attempt(
         assert store.read_into("k/none", Sink()) is False
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed", "plain"])
+def test_a_base_grown_past_its_heads_size_is_read_by_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sealed: bool
+) -> None:
+    """The stored base, genuine, with a sparse hole appended in place (the
+    head untouched): its size is judged before a byte of it is read, so a
+    hole of any size costs nothing, and RESTORE is never called."""
+    root = tmp_path / "ns"
+    key = StaticKey(os.urandom(32)) if sealed else None
+    with durable_obj.open(str(root / "o"), owner="w", encryption=key) as obj:
+        obj.execute("CREATE TABLE b (n UInt64) ENGINE = MergeTree ORDER BY n")
+        obj.execute("INSERT INTO b SELECT number FROM numbers(1000)")
+        obj.checkpoint()
+    ref = json.loads((root / "o" / "head.json").read_bytes())["manifest"]["base"]
+    path = root / "o" / ref["key"]
+    os.truncate(path, path.stat().st_size + (1 << 40))  # a terabyte of hole
+    restores: list[str] = []
+    monkeypatch.setattr(Engine, "restore", lambda self, *args: restores.append(args[1]))
+    with pytest.raises(Corrupt, match=f"is {(1 << 40) + ref['size']} bytes but the head says"):
+        durable_obj.open(str(root / "o"), read_only=True, encryption=key)
+    assert restores == []

@@ -8,8 +8,11 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -226,3 +229,84 @@ def test_hashing_in_batches_holds_a_bounded_backlog_and_hashes_everything() -> N
         hashing.feed(data[at : at + 65536])
         assert len(hashing._queued) <= unsealing.Hashing.HELD
     assert hashing.result() == (len(data), hashlib.sha256(data).hexdigest())
+
+
+@pytest.fixture
+def submits(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many runs of chunks are handed to the pool (2 workers)."""
+    count = [0]
+    real = ThreadPoolExecutor.submit
+
+    def counted(self: ThreadPoolExecutor, *args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(ThreadPoolExecutor, "submit", counted)
+    monkeypatch.setattr(unsealing, "WORKERS", 2)
+    return count
+
+
+def test_a_forged_tiny_chunk_size_queues_no_work(tmp_path: Path, submits: list[int]) -> None:
+    """A header naming 1-byte chunks over a sparse hole (what write access to
+    the bucket allows): chunk 0 is opened alone first, so the header's chunk
+    size is authenticated before the count of runs it implies is queued."""
+    src = tmp_path / "src"
+    with open(src, "wb") as handle:
+        handle.write(
+            sealing._HEADER.pack(sealing.MAGIC, 1, 0, KEY.id, os.urandom(16), os.urandom(7), 1)
+        )
+        handle.truncate(HEADER_SIZE + 17 * 100_000)
+    with pytest.raises(Corrupt, match="chunk 0"):
+        unsealing.open_file(OPENER, "o", NAME, str(src), str(tmp_path / "dst"), what="base")
+    assert submits[0] == 0
+    assert not (tmp_path / "dst").exists()
+
+
+def test_a_genuine_blob_grown_by_a_hole_keeps_few_runs_in_flight(
+    tmp_path: Path, submits: list[int]
+) -> None:
+    """The genuine blob with a sparse hole appended: at most 2 x WORKERS runs
+    are in flight, and the first failure stops the rest."""
+    src = tmp_path / "src"
+    src.write_bytes(sealed(os.urandom(300), 100))
+    os.truncate(src, os.path.getsize(src) + 116 * 100_000)
+    with pytest.raises(Corrupt):
+        unsealing.open_file(OPENER, "o", NAME, str(src), str(tmp_path / "dst"), what="base")
+    assert submits[0] <= 2 * 2 + 1
+
+
+def test_a_forged_big_chunk_size_holds_two_buffers_until_chunk_0_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stream whose header names big chunks: before chunk 0's tag holds,
+    at most two chunk buffers are made (a forged size costs two chunks of
+    memory, not IN_FLIGHT)."""
+    made: set[int] = set()
+    real = unsealing.StreamOpener._buffer
+
+    def watched(self: unsealing.StreamOpener, step: int) -> bytearray:
+        buf = real(self, step)
+        made.add(id(buf))
+        return buf
+
+    monkeypatch.setattr(unsealing.StreamOpener, "_buffer", watched)
+    real_open = sealing.SealedBlob.open
+
+    def slow(self: sealing.SealedBlob, *args: Any) -> Any:
+        time.sleep(0.2)  # workers behind the download, as on a loaded machine
+        return real_open(self, *args)
+
+    monkeypatch.setattr(sealing.SealedBlob, "open", slow)
+    size = 1 << 20
+    sink = unsealing.StreamOpener(OPENER, "o", NAME, str(tmp_path / "dst"), what="base")
+    sink.restart()
+    sink.write(
+        sealing._HEADER.pack(sealing.MAGIC, 1, 0, KEY.id, os.urandom(16), os.urandom(7), size)
+    )
+    junk = os.urandom(size)
+    for _ in range(12):
+        sink.write(junk)
+    with pytest.raises(Corrupt):
+        sink.finish()
+    assert len(made) <= 2
+    assert not (tmp_path / "dst").exists()
