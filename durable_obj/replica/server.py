@@ -6,8 +6,9 @@ head (`prestart`), with the synchronous-write settings a durable object
 promises (an `execute()` that returned has been applied, nothing completes
 behind the call). chDB is loaded with the engine's zone pinned to UTC.
 `connect` gives a new connection to it, for one object (`engine.acquire`
-wraps it in an `Engine`); the internal databases of objects closed without
-a query are dropped by the next one.
+wraps it in an `Engine`), on pages the allocator has handed back (`_purge`:
+an idle object's RSS); the internal databases of objects closed without a
+query are dropped by the next one.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ _REQUIRED_ABI = ("backup_database", "restore_database", "classify_query")
 _VERSION: str | None = None
 _PLACED: list[Placement] = []
 #: The process's engine: its connection string and the connection that keeps
-#: it running (also used to drop what a collected object left behind).
+#: it running (also used to drop what a collected object left behind), and
+#: "purge": False once the engine refused a purge (`_purge`).
 _SERVER: dict[str, Any] = {}
 #: Internal databases of engines closed without a query (from __del__ or at
 #: exit), dropped by the next acquire().
@@ -249,11 +251,30 @@ def connect() -> Any:
             db = ORPHANS.pop()
             with contextlib.suppress(Exception):  # best effort: it holds nobody's data now
                 anchor.query(f"DROP DATABASE IF EXISTS {quote_ident(db)} SYNC", "CSV")
+        _purge(anchor)
         try:
             conn = _chdb().connect(_SERVER["conn_str"])
         except Exception as exc:
             raise EngineError(f"could not connect to the chDB engine: {exc}") from exc
     return conn
+
+
+def _purge(anchor: Any) -> None:
+    """Hand the allocator's freed pages back to the system before a new
+    connection takes its memory.
+
+    A connection allocates about 1.3 MiB at once (one 1.25 MiB block; it
+    touches about 0.1 MiB of it). On fresh pages the rest is never resident;
+    on pages a RESTORE, a query or an INSERT just freed (jemalloc keeps
+    them, resident, for seconds) all of it is, for as long as the
+    connection lives: an idle object cost 1.2 MiB instead of 0.2. A purge
+    first costs about 0.5 ms per connect. Best effort: an engine without
+    jemalloc refuses it, once, and is not asked again."""
+    if _SERVER.get("purge", True):
+        try:
+            anchor.query("SYSTEM JEMALLOC PURGE", "CSV")
+        except Exception:  # no jemalloc in this build: the connection costs more, no harm
+            _SERVER["purge"] = False
 
 
 def version() -> str:
