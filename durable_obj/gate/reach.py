@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -200,14 +201,26 @@ class Catalog:
 
 
 _CATALOGS: dict[str, Catalog] = {}
+#: Held while a catalogue is read: another reader (an open whose catalogue
+#: is being read in the background, `replica.local.warm_catalog`) waits for
+#: that reading instead of doing it again.
+_READING = threading.Lock()
 
 
 def catalog(engine: Engine) -> Catalog:
     """The catalogue of this engine version, read once per process."""
     found = _CATALOGS.get(engine.version)
     if found is None:
-        found = _CATALOGS[engine.version] = Catalog.load(engine)
+        with _READING:
+            found = _CATALOGS.get(engine.version)
+            if found is None:
+                found = _CATALOGS[engine.version] = Catalog.load(engine)
     return found
+
+
+def has_catalog(version: str) -> bool:
+    """Whether the catalogue of engine `version` was read already."""
+    return version in _CATALOGS
 
 
 def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
