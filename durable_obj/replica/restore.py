@@ -32,7 +32,7 @@ from durable_obj.errors import (
 from durable_obj.gate import restored
 from durable_obj.gate.replay import Replayer
 from durable_obj.replica import archive, links
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, verify, verify_bytes
+from durable_obj.wire.digest import BackgroundDigest, read_chunks, verify, verify_bytes
 from durable_obj.wire.head import Head, ObjectRef
 from durable_obj.wire.protocol import (
     BACKUP_FORMAT,
@@ -240,11 +240,11 @@ class Fetches:
                 os.unlink(part)
             return path, done
         os.replace(part, path)
-        handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
+        handle = open(path, "rb", buffering=0)  # noqa: SIM115  # closed by the digest's thread
 
-        def chunks() -> Iterator[bytes]:
+        def chunks() -> Iterator[memoryview]:
             with handle:
-                yield from iter(lambda: handle.read(CHUNK), b"")
+                yield from read_chunks(handle)
 
         return path, BackgroundDigest(chunks())
 
