@@ -45,20 +45,30 @@ def warm_catalog() -> None:
     restore checks the base's definitions with it before RESTORE: read
     here (engine time, the interpreter free meanwhile) it overlaps the
     base's download and the archive's checks instead of following them.
-    A failure is left for the open's own reading to report. Not a daemon:
-    an exit waits for it rather than tear the engine down under a query."""
-    if reach.has_catalog(version()):
+    Readers wait for it (`reach.claim_read_ahead`: this thread never takes
+    the async turn, so it always finishes); a failure is left for a
+    reader's own reading to report. Not a daemon: an exit waits for it
+    rather than tear the engine down under a query."""
+    running = version()
+    if not reach.claim_read_ahead(running):
         return
 
     def read() -> None:
-        with contextlib.suppress(Exception):
-            spare = acquire()
-            try:
-                reach.catalog(spare)
-            finally:
-                spare.close(orphan=False)  # it made no database
+        try:
+            with contextlib.suppress(Exception):
+                spare = acquire()
+                try:
+                    reach.read_ahead(spare)
+                finally:
+                    spare.close(orphan=False)  # it made no database
+        finally:
+            reach.end_read_ahead(running)
 
-    threading.Thread(target=read, name="durable_obj-catalog").start()
+    try:
+        threading.Thread(target=read, name="durable_obj-catalog").start()
+    except BaseException:
+        reach.end_read_ahead(running)
+        raise
 
 
 class LocalCopy:
