@@ -35,8 +35,10 @@ Layer: above `errors` only, so every layer may hook into it.
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
+import sys
 import threading
 import time
 import weakref
@@ -371,10 +373,42 @@ def _unset_check() -> Callable[[], bool] | None:
     return unset
 
 
+#: Whether the environment names a provider for the API's getters to load
+#: (read once, at the first hook, as `_unset_check` reads it).
+_ENV_PROVIDER: bool | None = None
+
+
+def _api_unused() -> bool:
+    """True while no global provider can be set: nothing imported the
+    opentelemetry API (setting a provider imports it) and the environment
+    names no provider for its getters to load. Until then the API is not
+    imported here (some 10 ms of a cold open); the next hook looks again."""
+    global _ENV_PROVIDER
+    if "opentelemetry.trace" in sys.modules or "opentelemetry.metrics" in sys.modules:
+        return False
+    if _ENV_PROVIDER is None:
+        names = ("OTEL_PYTHON_TRACER_PROVIDER", "OTEL_PYTHON_METER_PROVIDER")
+        _ENV_PROVIDER = any(name in os.environ for name in names)
+    return not _ENV_PROVIDER
+
+
+def _installed() -> bool:
+    """Whether the opentelemetry API can be imported (without importing it)."""
+    try:
+        return importlib.util.find_spec("opentelemetry") is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _from_globals() -> _Sink | None:
     global _SINK, _UNSET, _ABSENT, _WATCH
     unset = _UNSET
     if unset is None:
+        if _ENV_PROVIDER is None and not _installed():  # looked for once
+            _ABSENT, _WATCH = True, False
+            return None
+        if _api_unused():
+            return None
         unset = _UNSET = _unset_check()
         if unset is None:
             _ABSENT, _WATCH = True, False

@@ -29,6 +29,7 @@ from durable_obj.core import history
 from durable_obj.core.commit import Stored
 from durable_obj.errors import InvalidArgument, LeaseHeld, NotFound
 from durable_obj.replica import restore
+from durable_obj.replica.local import warm_catalog
 from durable_obj.replica.server import prestart
 from durable_obj.stores.base import UNCHANGED
 from durable_obj.wire import lease as leases
@@ -209,6 +210,8 @@ class Opener:
                     engine.create_database(options.db)
                     engine.use_database(options.db)
                     return False
+                if got.head.manifest.base is not None:
+                    warm_catalog()  # the base's definitions are checked with it
                 restore.check_engine(engine, got.head)
                 if read_only:
                     writer.adopt(got)

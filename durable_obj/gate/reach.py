@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -200,14 +201,51 @@ class Catalog:
 
 
 _CATALOGS: dict[str, Catalog] = {}
+#: Catalogues being read ahead (`claim_read_ahead`), by engine version: a
+#: reader waits for that reading instead of doing it again. Only such a
+#: reading is ever waited for: it runs on a thread that never holds the
+#: async turn (`replica/turn.py`), so it always finishes. Two readers that
+#: may hold turns never wait for each other (one holding the turn, waiting
+#: for one that needs it back, would never wake): each reads for itself.
+_AHEAD: dict[str, threading.Event] = {}
+_AHEAD_LOCK = threading.Lock()
 
 
 def catalog(engine: Engine) -> Catalog:
     """The catalogue of this engine version, read once per process."""
     found = _CATALOGS.get(engine.version)
     if found is None:
-        found = _CATALOGS[engine.version] = Catalog.load(engine)
+        ahead = _AHEAD.get(engine.version)
+        if ahead is not None:
+            ahead.wait()
+            found = _CATALOGS.get(engine.version)
+        if found is None:
+            found = _CATALOGS[engine.version] = Catalog.load(engine)
     return found
+
+
+def claim_read_ahead(version: str) -> bool:
+    """Claim the reading of engine `version`'s catalogue for a thread of its
+    own that never takes the async turn (`read_ahead`, then always
+    `end_read_ahead`); False when it is read already or claimed."""
+    with _AHEAD_LOCK:
+        if version in _CATALOGS or version in _AHEAD:
+            return False
+        _AHEAD[version] = threading.Event()
+        return True
+
+
+def read_ahead(engine: Engine) -> None:
+    """Read the claimed catalogue of `engine`'s version."""
+    _CATALOGS[engine.version] = Catalog.load(engine)
+
+
+def end_read_ahead(version: str) -> None:
+    """Let the readers waiting for a claimed reading go (read or failed)."""
+    with _AHEAD_LOCK:
+        ahead = _AHEAD.pop(version, None)
+    if ahead is not None:
+        ahead.set()
 
 
 def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:

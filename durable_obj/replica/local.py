@@ -12,6 +12,7 @@ what runs, and what becomes durable.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -23,18 +24,51 @@ from collections.abc import Mapping
 from typing import Any
 
 from durable_obj.errors import Corrupt, InvalidArgument
+from durable_obj.gate import reach
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.pipeline import Gate
 from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
 from durable_obj.replica.engine import Engine, acquire
-from durable_obj.replica.server import engine_root
+from durable_obj.replica.server import engine_root, version
 from durable_obj.wire.head import EXTENSION, TIMEZONE, Head
 from durable_obj.wire.v1base import rewrite_file
 
 #: CREATE <kind> IF NOT EXISTS / DROP <kind> IF EXISTS, for the kinds whose
 #: name lives in system.tables.
 _KINDS = (("table",), ("view",), ("materialized", "view"), ("dictionary",))
+
+
+def warm_catalog() -> None:
+    """Read the gate's catalogue of the running engine (`reach.catalog`) in
+    a thread, on a connection of its own, unless it was read already. A
+    restore checks the base's definitions with it before RESTORE: read
+    here (engine time, the interpreter free meanwhile) it overlaps the
+    base's download and the archive's checks instead of following them.
+    Readers wait for it (`reach.claim_read_ahead`: this thread never takes
+    the async turn, so it always finishes); a failure is left for a
+    reader's own reading to report. Not a daemon: an exit waits for it
+    rather than tear the engine down under a query."""
+    running = version()
+    if not reach.claim_read_ahead(running):
+        return
+
+    def read() -> None:
+        try:
+            with contextlib.suppress(Exception):
+                spare = acquire()
+                try:
+                    reach.read_ahead(spare)
+                finally:
+                    spare.close(orphan=False)  # it made no database
+        finally:
+            reach.end_read_ahead(running)
+
+    try:
+        threading.Thread(target=read, name="durable_obj-catalog").start()
+    except BaseException:
+        reach.end_read_ahead(running)
+        raise
 
 
 class LocalCopy:

@@ -33,7 +33,7 @@ A process killed with SIGKILL cannot remove its folders, and in memory
 they would hold RAM until the machine restarts. Each folder holds a lock
 (`.alive`, an `flock` the kernel drops when the process dies); the next
 process that starts an engine removes every folder of ours whose lock it
-can take (`sweep`).
+can take (`sweep`, in a thread beside the open that started it).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 
@@ -165,7 +166,10 @@ def default_budget(folder: str) -> int:
 def decide() -> Placement:
     """Make this process's folders as configured (`configure`, the environment)."""
     files, budget = _wanted()
-    sweep()
+    # Beside the open, not before it: a lock tried per folder of ours in
+    # the temporary folder (hundreds on a busy host), perhaps a large
+    # removal. It never takes a folder younger than a minute: not ours.
+    threading.Thread(target=sweep, name="durable_obj-sweep", daemon=True).start()
     root = _made(tempfile.gettempdir())
     os.makedirs(os.path.join(root, "backups"))
     if files == "disk":

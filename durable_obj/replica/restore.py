@@ -34,9 +34,9 @@ from durable_obj.gate.replay import Replayer
 from durable_obj.replica import archive, links
 from durable_obj.wire import unsealing
 from durable_obj.wire.digest import (
-    CHUNK,
     BackgroundDigest,
     Digest,
+    read_chunks,
     verify,
     verify_bytes,
     verify_size,
@@ -255,11 +255,11 @@ class Fetches:
             finally:
                 os.unlink(part)  # the digest reads its own open handle
         os.replace(part, path)
-        handle = open(path, "rb")  # noqa: SIM115  # closed by the digest's thread
+        handle = open(path, "rb", buffering=0)  # noqa: SIM115  # closed by the digest's thread
 
-        def chunks() -> Iterator[bytes]:
+        def chunks() -> Iterator[memoryview]:
             with handle:
-                yield from iter(lambda: handle.read(CHUNK), b"")
+                yield from read_chunks(handle)
 
         return path, BackgroundDigest(chunks())
 
