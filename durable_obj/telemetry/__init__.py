@@ -41,15 +41,18 @@ import os
 import sys
 import threading
 import time
-import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable_obj.errors import DurableError
+from durable_obj.telemetry.gauges import Tracked as Tracked
+from durable_obj.telemetry.gauges import bytes_stored, follower_lag, leases, objects_open
+from durable_obj.telemetry.gauges import track as track
+from durable_obj.telemetry.names import *
 
 if TYPE_CHECKING:
-    from opentelemetry.metrics import CallbackOptions, Meter, MeterProvider, Observation
+    from opentelemetry.metrics import Meter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
 log = logging.getLogger("durable_obj")
@@ -63,43 +66,6 @@ Attrs = dict[str, Value]
 #: What a hook reads after its call: (the call's args, its kwargs, the
 #: result or None when it raised) -> attributes.
 Describe = Callable[[tuple[Any, ...], Mapping[str, Any], Any], Attrs]
-
-SCOPE = "durable_obj"
-
-# -- attribute names ---------------------------------------------------------------
-DB_SYSTEM = "db.system"
-SYSTEM = "chdb"
-ERROR_TYPE = "error.type"
-OBJECT_ID = "durable_obj.object.id"
-STORE = "durable_obj.store"
-SEQ = "durable_obj.seq"
-GENERATION = "durable_obj.generation"
-BYTES = "durable_obj.bytes"
-MODE = "durable_obj.object.mode"
-STATEMENTS = "durable_obj.statements"
-INCREMENTAL = "durable_obj.checkpoint.incremental"
-LINKS = "durable_obj.checkpoint.links"
-MOVED = "durable_obj.refresh.moved"
-DELETED = "durable_obj.gc.deleted"
-DRY_RUN = "durable_obj.gc.dry_run"
-KIND = "durable_obj.bytes.kind"
-OPERATION = "durable_obj.operation"
-LEASE_STATE = "durable_obj.lease.state"
-
-#: The attributes a metric may carry: each has few values.
-METRIC_KEYS = frozenset({DB_SYSTEM, STORE, MODE, INCREMENTAL, ERROR_TYPE})
-
-# -- instrument names ----------------------------------------------------------------
-BYTES_WRITTEN = "durable_obj.bytes.written"
-REFUSALS = "durable_obj.refusals"
-OBJECTS_OPEN = "durable_obj.objects.open"
-LEASES = "durable_obj.leases"
-BYTES_STORED = "durable_obj.bytes.stored"
-FOLLOWER_LAG = "durable_obj.follower.lag"
-
-#: Bucket bounds, in seconds, of every duration histogram (the SDK's default
-#: bounds are for milliseconds).
-BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 
 @dataclass(frozen=True)
@@ -150,65 +116,6 @@ def category(exc: BaseException) -> str:
     return exc.category if isinstance(exc, DurableError) else type(exc).__qualname__
 
 
-# -- open objects, for the gauges ----------------------------------------------------
-class Tracked(Protocol):
-    @property
-    def state(self) -> str: ...
-    @property
-    def read_only(self) -> bool: ...
-    def _gauges(self) -> tuple[int, float | None]: ...
-
-
-_LIVE: weakref.WeakSet[Tracked] = weakref.WeakSet()
-
-
-def track(obj: Tracked) -> None:
-    """Count `obj` in the gauges while it is open (weakly: a collected object
-    leaves by itself; a closed one is skipped by its state)."""
-    _LIVE.add(obj)
-
-
-def _objects_open(options: CallbackOptions) -> Iterable[Observation]:
-    from opentelemetry.metrics import Observation
-
-    modes = {"writer": 0, "reader": 0}
-    for obj in list(_LIVE):
-        if obj.state in ("open", "fenced", "closing"):
-            modes["reader" if obj.read_only else "writer"] += 1
-    return [Observation(n, {DB_SYSTEM: SYSTEM, MODE: mode}) for mode, n in modes.items()]
-
-
-def _leases(options: CallbackOptions) -> Iterable[Observation]:
-    from opentelemetry.metrics import Observation
-
-    states = {"held": 0, "fenced": 0}
-    for obj in list(_LIVE):
-        state = obj.state
-        if not obj.read_only and state in ("open", "closing", "fenced"):
-            states["fenced" if state == "fenced" else "held"] += 1
-    return [Observation(n, {DB_SYSTEM: SYSTEM, LEASE_STATE: s}) for s, n in states.items()]
-
-
-def _bytes_stored(options: CallbackOptions) -> Iterable[Observation]:
-    from opentelemetry.metrics import Observation
-
-    total = sum(
-        obj._gauges()[0]
-        for obj in list(_LIVE)
-        if not obj.read_only and obj.state in ("open", "closing")
-    )
-    return [Observation(total, {DB_SYSTEM: SYSTEM, MODE: "writer"})]
-
-
-def _follower_lag(options: CallbackOptions) -> Iterable[Observation]:
-    from opentelemetry.metrics import Observation
-
-    lags = [
-        lag for obj in list(_LIVE) if obj.state == "open" and (lag := obj._gauges()[1]) is not None
-    ]
-    return [Observation(max(lags), {DB_SYSTEM: SYSTEM})] if lags else []
-
-
 # -- where records go ----------------------------------------------------------------
 class _Sink:
     """The tracer and instruments records go to, once something is configured."""
@@ -237,25 +144,25 @@ class _Sink:
         )
         meter.create_observable_gauge(
             OBJECTS_OPEN,
-            callbacks=[_objects_open],
+            callbacks=[objects_open],
             unit="{object}",
             description="Objects open in this process, by mode",
         )
         meter.create_observable_gauge(
             LEASES,
-            callbacks=[_leases],
+            callbacks=[leases],
             unit="{lease}",
             description="Writers open in this process, by lease state",
         )
         meter.create_observable_gauge(
             BYTES_STORED,
-            callbacks=[_bytes_stored],
+            callbacks=[bytes_stored],
             unit="By",
             description="Bytes the heads of this process's writers name in their stores",
         )
         meter.create_observable_gauge(
             FOLLOWER_LAG,
-            callbacks=[_follower_lag],
+            callbacks=[follower_lag],
             unit="s",
             description="The largest lag of this process's followers: seconds since "
             "a view was last its store's newest head",
