@@ -10,7 +10,8 @@ read calls). Until an SDK is configured a hook costs one call and a check:
 `opentelemetry` absent, or both global providers still the API's proxies,
 means the decorated method runs as if undecorated. A hook never changes
 what the method returns or raises; a failure to record is logged, never
-raised.
+raised. Once configured, most of a record is completed on a thread of its
+own, while no operation runs (`telemetry/later.py`); `drain()` waits for it.
 
 What is recorded (the names, units and attributes; docs/guides/telemetry.md
 is the reference):
@@ -46,12 +47,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable_obj.errors import DurableError
+from durable_obj.telemetry import later
 from durable_obj.telemetry.gauges import Tracked as Tracked
 from durable_obj.telemetry.gauges import bytes_stored, follower_lag, leases, objects_open
 from durable_obj.telemetry.gauges import track as track
 from durable_obj.telemetry.names import *
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
     from opentelemetry.metrics import Meter, MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
@@ -80,6 +83,12 @@ class Op:
     written: str | None = None
     #: A `DurableError` it raises counts in `durable_obj.refusals` as this operation.
     refusals: str | None = None
+    #: Its span is current while it runs (what runs inside is its child).
+    #: Else the span is made after the operation, on the telemetry thread,
+    #: with its start and end times and the caller's span as its parent:
+    #: a flush, whose span started on the caller's thread cost more than
+    #: the 2% of a folder flush telemetry may (about 60 us, cold).
+    current: bool = True
 
     @property
     def histogram(self) -> str:
@@ -90,7 +99,13 @@ OPS: dict[str, Op] = {
     op.name: op
     for op in (
         Op("open", True, "open(): read the head, take the lease, restore, replay"),
-        Op("flush", True, "one WAL segment published and committed by head CAS", "wal"),
+        Op(
+            "flush",
+            True,
+            "one WAL segment published and committed by head CAS",
+            written="wal",
+            current=False,
+        ),
         Op("ack", False, "write() or batch(): from the call to durable", refusals="write"),
         Op("checkpoint", True, "BACKUP, store the base, commit it by head CAS", "base"),
         Op("refresh", True, "a reader's refresh: read the head, apply what is new"),
@@ -181,11 +196,19 @@ class _Sink:
         if op.name in active:  # a retry inside the same operation: the outer one records
             return fn(*args, **kwargs)
         active.add(op.name)
+        mark = object()
+        later.busy(mark)  # the records waiting wait for it
         span = None
         token = None
-        if op.span:
-            span = self.tracer.start_span(f"durable_obj.{op.name}", attributes={DB_SYSTEM: SYSTEM})
+        parent = None
+        if op.span and op.current:
+            # started here, so that what runs inside is its child; completed
+            # on the telemetry thread (`later`), at the time it ended
+            span = self.tracer.start_span(f"durable_obj.{op.name}")
             token = self._context.attach(self._trace.set_span_in_context(span))
+        elif op.span:
+            parent = self._context.get_current()
+        begun = time.time_ns()
         result: Any = None
         error: BaseException | None = None
         started = time.perf_counter()
@@ -197,7 +220,9 @@ class _Sink:
             raise
         finally:
             elapsed = time.perf_counter() - started
+            ended = time.time_ns()
             active.discard(op.name)
+            later.idle(mark)
             if token is not None:
                 self._context.detach(token)
             # a record never fails the operation
@@ -206,33 +231,52 @@ class _Sink:
             except Exception:
                 log.debug("durable_obj: could not describe %s", op.name, exc_info=True)
                 attrs = {}
+            # the error's category, not the error: a queued traceback would
+            # keep the failed call's frames (an engine among them) alive
+            failed = None if error is None else category(error)
+            refused = op.refusals is not None and isinstance(error, DurableError)
             try:
-                self._record(op, attrs, error, elapsed, span)
+                later.submit(
+                    self._record, op, attrs, failed, refused, elapsed, (span, parent, begun, ended)
+                )
             except Exception:
                 log.debug("durable_obj: could not record %s", op.name, exc_info=True)
 
     def _record(
-        self, op: Op, attrs: Attrs, error: BaseException | None, elapsed: float, span: Span | None
+        self,
+        op: Op,
+        attrs: Attrs,
+        failed: str | None,
+        refused: bool,
+        elapsed: float,
+        times: tuple[Span | None, Context | None, int, int],
     ) -> None:
+        span, parent, begun, ended = times
+        if span is None and op.span:
+            span = self.tracer.start_span(
+                f"durable_obj.{op.name}", context=parent, start_time=begun
+            )
         try:
             attrs[DB_SYSTEM] = SYSTEM
-            if error is not None:
-                attrs[ERROR_TYPE] = category(error)
+            if failed is not None:
+                attrs[ERROR_TYPE] = failed
             metric = {k: v for k, v in attrs.items() if k in METRIC_KEYS}
             self.durations[op.name].record(elapsed, metric)
             size = attrs.get(BYTES)
-            if op.written is not None and error is None and isinstance(size, int):
+            if op.written is not None and failed is None and isinstance(size, int):
                 store = attrs.get(STORE, "")
                 self.written.add(size, {DB_SYSTEM: SYSTEM, STORE: store, KIND: op.written})
-            if op.refusals is not None and isinstance(error, DurableError):
-                self.refused(op.refusals, error)
+            if refused and op.refusals is not None and failed is not None:
+                self.refusals.add(
+                    1, {DB_SYSTEM: SYSTEM, ERROR_TYPE: failed, OPERATION: op.refusals}
+                )
             if span is not None:
                 span.set_attributes(attrs)
-                if error is not None:
-                    span.set_status(self._trace.StatusCode.ERROR, category(error))
+                if failed is not None:
+                    span.set_status(self._trace.StatusCode.ERROR, failed)
         finally:
             if span is not None:
-                span.end()
+                span.end(end_time=ended)
 
     def refused(self, operation: str, error: DurableError) -> None:
         self.refusals.add(1, {DB_SYSTEM: SYSTEM, ERROR_TYPE: error.category, OPERATION: operation})
@@ -340,8 +384,10 @@ def configure(
     """Record to these providers instead of the global ones (the one of a
     kind not given: the global one). With neither, go back to the global
     providers, as at import. For a process that keeps its providers out of
-    the globals, and for tests."""
+    the globals, and for tests. What the former providers were handed is
+    recorded into them first (`drain`)."""
     global _SINK, _PINNED, _WATCH
+    later.drain()
     with _LOCK:
         if tracer_provider is None and meter_provider is None:
             _SINK, _PINNED, _WATCH = None, False, not _ABSENT
@@ -351,6 +397,15 @@ def configure(
         tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(SCOPE)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(SCOPE)
         _SINK, _PINNED, _WATCH = _Sink(tracer, meter), True, False
+
+
+def drain(timeout: float | None = 5.0) -> bool:
+    """Wait until every operation that has ended is recorded: its span ended
+    and exported to the span processors, its points in the instruments
+    (hooks complete them on a thread of their own: `telemetry/later.py`).
+    Call it before reading an exporter or forcing one to flush; it runs at
+    exit by itself. False if `timeout` seconds passed first."""
+    return later.drain(timeout)
 
 
 def enabled() -> bool:

@@ -82,9 +82,11 @@ class Otel:
         self.meter_provider = MeterProvider(metric_readers=[self.reader])
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        assert telemetry.drain()
         return [s for s in self.exporter.get_finished_spans() if name in (None, s.name)]
 
     def metrics(self) -> dict[str, Any]:
+        assert telemetry.drain()
         data = self.reader.get_metrics_data()
         found: dict[str, Any] = {}
         for resource in data.resource_metrics if data is not None else ():
@@ -186,6 +188,29 @@ def test_every_span_with_its_attributes(otel: Otel, tmp_path: Path) -> None:
     assert _attrs(gc)["durable_obj.bytes"] == report.deleted_bytes
     assert _attrs(gc)["durable_obj.gc.deleted"] == len(report.deleted)
     assert _attrs(gc)["durable_obj.gc.dry_run"] is False
+
+
+def test_a_span_is_the_callers_child_and_spans_the_call_itself(otel: Otel, tmp_path: Path) -> None:
+    """A hook completes its span on a thread of its own (telemetry/later.py):
+    the span still starts and ends within the call it measures, not when
+    that thread gets to it, and is a child of the caller's current span."""
+    ns = durable_obj.Namespace(str(tmp_path / "ns"), owner="w")
+    tracer = otel.tracer_provider.get_tracer("caller")
+    with ns.open("o") as obj:
+        obj.execute(DDL)
+        for n in range(20):
+            obj.execute(f"INSERT INTO m VALUES ({n}, 'a')")
+            with tracer.start_as_current_span("request") as request:
+                before = time.time_ns()
+                obj.flush()
+                after = time.time_ns()
+            flush = otel.spans("durable_obj.flush")[-1]
+            assert flush.parent is not None
+            assert flush.parent.span_id == request.get_span_context().span_id
+            assert flush.start_time is not None and flush.end_time is not None
+            assert before <= flush.start_time <= flush.end_time <= after
+    assert len(otel.spans("durable_obj.flush")) == 20
+    assert sum(otel.points("durable_obj.flush.duration").values()) == 20
 
 
 def test_every_metric_with_its_unit_and_attributes(otel: Otel, tmp_path: Path) -> None:
@@ -431,6 +456,7 @@ def test_an_sdk_configured_later_as_the_global_one_is_used(tmp_path: Path) -> No
         metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
         with ns.open("o") as obj:
             obj.write("INSERT INTO m VALUES (2)")
+        assert telemetry.drain()
         names = sorted({
             m.name
             for r in reader.get_metrics_data().resource_metrics
