@@ -208,6 +208,8 @@ class Bench:
                 oid = self.oid(f"base{rows}", impl)
                 got = self.child(impl, "load", oid, rows=rows, checkpoints=repeat)
                 self.keep(f"checkpoint_{rows}", impl, got["checkpoint_ms"])
+                if got.get("incremental_ms"):
+                    self.keep(f"incremental_{rows}", impl, got["incremental_ms"])
                 size = self.head(oid)["manifest"]["base"]["size"]
                 self.keep(f"size_{rows}", impl, [size / 2**20])
             # each checkpoint after the first adds one row first
@@ -220,6 +222,16 @@ class Bench:
             metric, key = f"checkpoint, {rows:,} rows", f"checkpoint_{rows}"
             self.floored(metric, "ms", key, f"ckpt_floor_{rows}", how, goal=0.1 if goal else None)
             self.checkpoint_floor_rows(rows)
+            if self.samples.get(f"incremental_{rows}"):
+                self.report.own.append(
+                    OwnRow(
+                        self.label,
+                        f"checkpoint, {rows:,} rows, incremental",
+                        "ms",
+                        median(self.samples[f"incremental_{rows}"][IMPLS[0]]),
+                        note="one row added: the default after a full one (the row above: full)",
+                    )
+                )
             self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
             how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
             metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
