@@ -32,6 +32,8 @@ from durable_obj.replica import placement as placement_mod
 from durable_obj.replica.placement import Placement
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from durable_obj.replica.engine import Engine
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
@@ -198,8 +200,11 @@ def _start() -> None:
     _SERVER.update(anchor=anchor, conn_str=conn_str)
 
 
-def prestart() -> None:
-    """Start the process's engine in the background, if it is not running.
+def prestart(then: Callable[[], None] | None = None) -> None:
+    """Start the process's engine in the background, if it is not running,
+    and once it runs call `then` on that thread (best effort: an open uses
+    it to start reading the gate's catalogue, engine time that then
+    overlaps what the open does meanwhile).
 
     An open calls this before its first network round trip, so the engine
     start (~0.1 s) overlaps the head read. If the background start fails,
@@ -211,6 +216,9 @@ def prestart() -> None:
         def start() -> None:
             with _START_LOCK, contextlib.suppress(Exception):  # acquire() reports it
                 _start()
+            if then is not None and "anchor" in _SERVER:
+                with contextlib.suppress(Exception):  # only a head start: done again if needed
+                    then()
 
         thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
         _STARTING.append(thread)
