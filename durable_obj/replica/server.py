@@ -84,9 +84,14 @@ def _shutdown() -> None:
     registered later). A background engine start still running is waited
     for first: a daemon thread inside chDB's start-up while the interpreter
     tears down crashed the process (SIGSEGV after an open refused before
-    the engine was needed, e.g. `durable-obj mcp` on a held lease)."""
+    the engine was needed, e.g. `durable-obj mcp` on a held lease). Then
+    the helpers (`HELPERS`): one a background start began may have started
+    after the interpreter stopped waiting for its threads."""
     for thread in list(_STARTING):
         thread.join(timeout=_START_EXIT_WAIT)
+    for thread in list(HELPERS):
+        if thread.is_alive():
+            thread.join(timeout=_START_EXIT_WAIT)
     for engine in list(LIVE):
         engine.close()
     anchor = _SERVER.pop("anchor", None)
@@ -100,6 +105,10 @@ def _shutdown() -> None:
 
 
 _STARTING: list[threading.Thread] = []
+#: Threads that run queries on the engine without an object of their own
+#: (the gate's catalogue read ahead): the exit waits for them before it
+#: closes the engine.
+HELPERS: list[threading.Thread] = []
 #: Seconds the exit handler waits for a background engine start.
 _START_EXIT_WAIT = 60.0
 atexit.register(_shutdown)

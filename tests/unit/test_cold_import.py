@@ -182,3 +182,22 @@ def test_a_fork_right_after_the_import_works() -> None:
         """
     )
     assert got == {"status": 0}
+
+
+def test_a_process_refused_at_once_exits_cleanly(tmp_path: Path) -> None:
+    """An open refused while the engine starts in the background (its
+    catalogue read begun by that start, possibly after the interpreter
+    stopped waiting for its threads) exits without tearing the engine
+    down under a query."""
+    for _ in range(3):
+        got = fresh(
+            f"""
+            import json
+            import durable_obj
+            try:
+                durable_obj.open({str(tmp_path / "missing")!r}, read_only=True)
+            except durable_obj.NotFound:
+                print(json.dumps({{"refused": True}}))
+            """
+        )
+        assert got == {"refused": True}
