@@ -11,11 +11,21 @@ replaced only by compare-and-swap, with a fenced single-writer lease.
     obj.close()
 
 `execute()` is local and NOT durable; `flush()` is.
+
+The async face (`AsyncDurableObject`, `aopen`, `AsyncPool`) is imported on
+first use (`__getattr__` below): it brings asyncio, which a synchronous
+cold open never needs.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from durable_obj.replica import preload
+
+# First: chDB's library maps on a thread of its own while the rest imports.
+preload.start()
+
+# isort: split
 from durable_obj import errors
-from durable_obj.aio import AsyncDurableObject, aopen
-from durable_obj.aio.pool import AsyncPool
 from durable_obj.core.feed import Change
 from durable_obj.core.follow import Update
 from durable_obj.core.object import DurableObject, Result
@@ -50,7 +60,35 @@ from durable_obj.service.namespace import Namespace, export, fork, open
 from durable_obj.service.pool import Pool
 from durable_obj.wire.keys import AwsKms, EnvKey, KeyFile, KeyProvider, StaticKey
 
+if TYPE_CHECKING:
+    from durable_obj.aio import AsyncDurableObject, aopen
+    from durable_obj.aio.pool import AsyncPool
+
 __version__ = "0.1.0"
+
+#: Names exported from a module imported on first use: name -> module.
+_LAZY = {
+    "AsyncDurableObject": "durable_obj.aio",
+    "aopen": "durable_obj.aio",
+    "AsyncPool": "durable_obj.aio.pool",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """A name of `_LAZY`, imported now and kept (PEP 562)."""
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})
+
 
 __all__ = [
     "AsyncDurableObject",

@@ -47,14 +47,16 @@ slot back while it waits.
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import concurrent.futures
 import contextlib
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
 
 _exempt = threading.local()
 _process: list[Admission] = []
@@ -73,8 +75,13 @@ def exempt() -> Iterator[None]:
 
 
 def _on_a_loop() -> bool:
+    # asyncio is imported where a loop runs: a process that never imported
+    # it runs none, and a synchronous open does not import it.
+    aio = sys.modules.get("asyncio")
+    if aio is None:
+        return False
     try:
-        asyncio.get_running_loop()
+        aio.get_running_loop()
     except RuntimeError:
         return False
     return True
@@ -95,6 +102,8 @@ def _waker(loop: asyncio.AbstractEventLoop, fut: asyncio.Future[None]) -> Callab
     def done() -> None:
         if not fut.done():
             fut.set_result(None)
+
+    import asyncio
 
     def wake() -> bool:
         try:
@@ -192,6 +201,8 @@ class Admission:
 
     async def aacquire(self) -> None:
         """Wait for a slot without holding a thread; FIFO with the threads'."""
+        import asyncio
+
         with self._lock:
             if self._take():
                 return

@@ -36,7 +36,6 @@ that kept the last seq it handled gets exactly the next ones.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -285,7 +284,10 @@ def _changes(feed: Feed, *, follow: bool, poll: float) -> Iterator[Change]:
 
 async def achanges(feed: Feed, poll: float, *, follow: bool) -> AsyncIterator[Change]:
     """`changes` for asyncio: each read in a worker thread, the waits on the
-    loop (check `poll` with `check_poll` first)."""
+    loop (check `poll` with `check_poll` first). asyncio is imported here,
+    where a loop already runs: a synchronous open never pays for it."""
+    import asyncio
+
     while True:
         batch = await asyncio.to_thread(feed.next_batch)
         for change in batch:

@@ -152,8 +152,10 @@ class Opener:
         read_only, force = self.read_only, self.force
         self.reclaimed = False  # decided anew on each attempt's head
         # The process's engine starts in the background while the head is
-        # read; the base and the segments download while the open goes on.
-        prestart()
+        # read, and reads the gate's catalogue once it runs (a base's
+        # definitions and every statement are checked with it); the base
+        # and the segments download while the open goes on.
+        prestart(then=warm_catalog)
         got = writer.read()
         if got is not None:
             restore.check_protocol(got.head, url=writer.url, read_only=read_only)

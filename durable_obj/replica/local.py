@@ -30,7 +30,7 @@ from durable_obj.gate.pipeline import Gate
 from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
 from durable_obj.replica.engine import Engine, acquire
-from durable_obj.replica.server import engine_root, version
+from durable_obj.replica.server import HELPERS, engine_root, version
 from durable_obj.wire.head import EXTENSION, TIMEZONE, Head
 from durable_obj.wire.v1base import rewrite_file
 
@@ -47,8 +47,9 @@ def warm_catalog() -> None:
     base's download and the archive's checks instead of following them.
     Readers wait for it (`reach.claim_read_ahead`: this thread never takes
     the async turn, so it always finishes); a failure is left for a
-    reader's own reading to report. Not a daemon: an exit waits for it
-    rather than tear the engine down under a query."""
+    reader's own reading to report. Not a daemon, and one of the engine's
+    `HELPERS`: an exit waits for it rather than tear the engine down under
+    a query, also when a background engine start began it late."""
     running = version()
     if not reach.claim_read_ahead(running):
         return
@@ -64,9 +65,12 @@ def warm_catalog() -> None:
         finally:
             reach.end_read_ahead(running)
 
+    thread = threading.Thread(target=read, name="durable_obj-catalog")
+    HELPERS.append(thread)  # joined at exit before the engine closes
     try:
-        threading.Thread(target=read, name="durable_obj-catalog").start()
+        thread.start()
     except BaseException:
+        HELPERS.remove(thread)
         reach.end_read_ahead(running)
         raise
 

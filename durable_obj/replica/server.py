@@ -34,6 +34,8 @@ from durable_obj.replica import placement as placement_mod
 from durable_obj.replica.placement import Placement
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from durable_obj.replica.engine import Engine
 
 #: Pinned on every managed connection: nothing may complete asynchronously.
@@ -84,9 +86,14 @@ def _shutdown() -> None:
     registered later). A background engine start still running is waited
     for first: a daemon thread inside chDB's start-up while the interpreter
     tears down crashed the process (SIGSEGV after an open refused before
-    the engine was needed, e.g. `durable-obj mcp` on a held lease)."""
+    the engine was needed, e.g. `durable-obj mcp` on a held lease). Then
+    the helpers (`HELPERS`): one a background start began may have started
+    after the interpreter stopped waiting for its threads."""
     for thread in list(_STARTING):
         thread.join(timeout=_START_EXIT_WAIT)
+    for thread in list(HELPERS):
+        if thread.is_alive():
+            thread.join(timeout=_START_EXIT_WAIT)
     for engine in list(LIVE):
         engine.close()
     anchor = _SERVER.pop("anchor", None)
@@ -100,6 +107,10 @@ def _shutdown() -> None:
 
 
 _STARTING: list[threading.Thread] = []
+#: Threads that run queries on the engine without an object of their own
+#: (the gate's catalogue read ahead): the exit waits for them before it
+#: closes the engine.
+HELPERS: list[threading.Thread] = []
 #: Seconds the exit handler waits for a background engine start.
 _START_EXIT_WAIT = 60.0
 atexit.register(_shutdown)
@@ -201,8 +212,11 @@ def _start() -> None:
     _SERVER.update(anchor=anchor, conn_str=conn_str)
 
 
-def prestart() -> None:
-    """Start the process's engine in the background, if it is not running.
+def prestart(then: Callable[[], None] | None = None) -> None:
+    """Start the process's engine in the background, if it is not running,
+    and once it runs call `then` on that thread (best effort: an open uses
+    it to start reading the gate's catalogue, engine time that then
+    overlaps what the open does meanwhile).
 
     An open calls this before its first network round trip, so the engine
     start (~0.1 s) overlaps the head read. If the background start fails,
@@ -214,6 +228,9 @@ def prestart() -> None:
         def start() -> None:
             with _START_LOCK, contextlib.suppress(Exception):  # acquire() reports it
                 _start()
+            if then is not None and "anchor" in _SERVER:
+                with contextlib.suppress(Exception):  # only a head start: done again if needed
+                    then()
 
         thread = threading.Thread(target=start, name="durable_obj-engine-start", daemon=True)
         _STARTING.append(thread)

@@ -32,9 +32,6 @@ import json
 import os
 from typing import Any, Protocol, runtime_checkable
 
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-
 from durable_obj.errors import InvalidArgument, KeyRefused, MissingDependency
 
 
@@ -92,13 +89,20 @@ class StaticKey:
     def key_id(self) -> str:
         return self._id
 
+    # cryptography is imported by the first wrap or unwrap: a process that
+    # opens no encrypted object never loads it.
     def wrap(self, data_key: bytes, context: dict[str, str]) -> bytes:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         nonce = os.urandom(12)
         return nonce + AESGCM(self._key).encrypt(nonce, data_key, _aad(context))
 
     def unwrap(self, wrapped: bytes, key_id: str, context: dict[str, str]) -> bytes:
         if key_id != self._id:
             raise KeyRefused(f"this key is {self._id}, not {key_id}")
+        from cryptography.exceptions import InvalidTag
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         try:
             return AESGCM(self._key).decrypt(wrapped[:12], wrapped[12:], _aad(context))
         except (InvalidTag, ValueError):

@@ -42,15 +42,13 @@ import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, BinaryIO, Final
-
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 from durable_obj.errors import Corrupt, MissingDependency
 from durable_obj.wire.protocol import MAX_WAL_SEGMENT_BYTES
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 MAGIC: Final = b"\x00DOS"
 VERSION: Final = 1
@@ -85,6 +83,8 @@ class DataKey:
 
     @classmethod
     def new(cls) -> DataKey:
+        from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
         return cls(os.urandom(8), AESGCM.generate_key(bit_length=256))
 
     @property
@@ -100,6 +100,12 @@ def _context(oid: str, name: str) -> bytes:
 
 
 def _subkey(secret: bytes, salt: bytes) -> AESGCM:
+    # cryptography is imported by the first object that seals or opens a
+    # blob: a plain object's open never loads it.
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+    from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
     derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=salt, info=_INFO).derive(secret)
     return AESGCM(derived)
 
@@ -240,8 +246,12 @@ class SealedBlob:
             raise self.bad("it ends inside a chunk")
         try:
             plain: bytes = self._aead.decrypt(_nonce(self._prefix, index, last), sealed, self._aad)
-        except InvalidTag:
-            raise self.bad(f"chunk {index} does not verify") from None
+        except Exception as exc:
+            from cryptography.exceptions import InvalidTag  # loaded with the cipher
+
+            if isinstance(exc, InvalidTag):
+                raise self.bad(f"chunk {index} does not verify") from None
+            raise
         return plain
 
     def bad(self, why: str) -> Corrupt:

@@ -1,0 +1,203 @@
+"""What `import durable_obj` loads, for a cold open's sake (issue 39): the
+async face, asyncio and cryptography only on first use; chDB's library
+mapped on a thread of its own (`replica/preload.py`). Each check runs in a
+fresh interpreter, where nothing was imported before."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def fresh(code: str, **env: str) -> dict[str, object]:
+    """Run `code` in a new interpreter (the repository first on its path);
+    its last line of output, as JSON."""
+    environ = {k: v for k, v in os.environ.items() if k != "DURABLE_OBJ_PRELOAD"}
+    environ.update(env)
+    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), environ.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=environ,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+LAZY = ["asyncio", "cryptography", "durable_obj.aio", "durable_obj.aio.pool"]
+
+
+def test_the_async_face_and_cryptography_load_on_first_use() -> None:
+    got = fresh(
+        f"""
+        import json, sys
+        import durable_obj
+        before = [m for m in {LAZY!r} if m in sys.modules]
+        names = [durable_obj.AsyncDurableObject.__name__, durable_obj.aopen.__name__,
+                 durable_obj.AsyncPool.__name__]
+        from durable_obj import AsyncPool, aopen
+        from durable_obj.aio import AsyncDurableObject
+        same = durable_obj.AsyncDurableObject is AsyncDurableObject
+        print(json.dumps({{"before": before, "names": names, "same": same,
+                           "listed": "aopen" in dir(durable_obj),
+                           "asyncio": "asyncio" in sys.modules}}))
+        """
+    )
+    assert got["before"] == []
+    assert got["names"] == ["AsyncDurableObject", "aopen", "AsyncPool"]
+    assert got["same"] is True
+    assert got["listed"] is True
+    assert got["asyncio"] is True
+
+
+def test_an_unknown_name_is_still_an_attribute_error() -> None:
+    got = fresh(
+        """
+        import json
+        import durable_obj
+        try:
+            durable_obj.no_such_name
+        except AttributeError as exc:
+            print(json.dumps({"error": str(exc)}))
+        """
+    )
+    assert "no_such_name" in str(got["error"])
+
+
+def test_a_sync_open_and_write_of_a_folder_object_loads_neither(tmp_path: Path) -> None:
+    got = fresh(
+        f"""
+        import json, sys
+        import durable_obj
+        with durable_obj.open({str(tmp_path / "o")!r}, owner="t") as obj:
+            obj.execute("CREATE TABLE m (k String) ENGINE = MergeTree ORDER BY k")
+            obj.execute("INSERT INTO m VALUES ('a')")
+            obj.flush()
+            obj.checkpoint()
+        with durable_obj.open({str(tmp_path / "o")!r}, read_only=True) as obj:
+            rows = obj.query("SELECT count() FROM m").data().strip()
+        print(json.dumps({{"rows": rows, "loaded": [m for m in {LAZY!r} if m in sys.modules]}}))
+        """
+    )
+    assert got == {"rows": "1", "loaded": []}
+
+
+def test_an_encrypted_object_loads_cryptography_when_it_needs_it(tmp_path: Path) -> None:
+    got = fresh(
+        f"""
+        import json, sys
+        import durable_obj
+        key = durable_obj.StaticKey("11" * 32)
+        before = "cryptography" in sys.modules
+        with durable_obj.open({str(tmp_path / "e")!r}, owner="t", encryption=key) as obj:
+            obj.execute("CREATE TABLE m (k String) ENGINE = MergeTree ORDER BY k")
+            obj.execute("INSERT INTO m VALUES ('a')")
+            obj.flush()
+            obj.checkpoint()
+        with durable_obj.open({str(tmp_path / "e")!r}, read_only=True, encryption=key) as obj:
+            rows = obj.query("SELECT count() FROM m").data().strip()
+        print(json.dumps({{"before": before, "rows": rows,
+                           "after": "cryptography" in sys.modules}}))
+        """
+    )
+    assert got == {"before": False, "rows": "1", "after": True}
+
+
+def test_the_preload_maps_the_library_chdb_loads() -> None:
+    """The preload maps the very file chdb's package loads first, and chdb
+    imports and starts as it would have, its engine in UTC."""
+    got = fresh(
+        """
+        import json, sys
+        import durable_obj
+        from durable_obj.replica import preload, server
+        preload.wait()
+        path = preload.library()
+        maps = open("/proc/self/maps").read()
+        mapped = path is not None and path in maps
+        started = bool(preload._THREADS)
+        server.start()
+        zone = server.decoded(server._SERVER["anchor"].query("SELECT serverTimezone()", "TSV"))
+        print(json.dumps({"mapped": mapped, "started": started, "zone": zone.strip(),
+                          "chdb": "chdb" in sys.modules}))
+        """,
+        TZ="America/New_York",
+    )
+    if not sys.platform.startswith("linux"):
+        assert got["started"] is False
+        return
+    assert got == {"mapped": True, "started": True, "zone": "UTC", "chdb": True}
+
+
+def test_the_preload_stays_off_when_asked_or_when_chdb_came_first() -> None:
+    got = fresh(
+        """
+        import json
+        import durable_obj
+        from durable_obj.replica import preload
+        print(json.dumps({"started": bool(preload._THREADS)}))
+        """,
+        DURABLE_OBJ_PRELOAD="0",
+    )
+    assert got == {"started": False}
+    got = fresh(
+        """
+        import json
+        import chdb
+        import durable_obj
+        from durable_obj.replica import preload
+        print(json.dumps({"started": bool(preload._THREADS)}))
+        """
+    )
+    assert got == {"started": False}
+
+
+def test_a_fork_right_after_the_import_works() -> None:
+    """A child forked while the library may still be mapping (the fork
+    waits for it) imports chdb and runs a query."""
+    if not hasattr(os, "fork"):
+        return
+    got = fresh(
+        """
+        import json, os
+        import durable_obj
+        pid = os.fork()
+        if pid == 0:
+            import chdb._chdb as engine
+            conn = engine.connect(":memory:")
+            ok = str(conn.query("SELECT 40 + 2", "CSV")).strip() == "42"
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print(json.dumps({"status": os.waitstatus_to_exitcode(status)}))
+        """
+    )
+    assert got == {"status": 0}
+
+
+def test_a_process_refused_at_once_exits_cleanly(tmp_path: Path) -> None:
+    """An open refused while the engine starts in the background (its
+    catalogue read begun by that start, possibly after the interpreter
+    stopped waiting for its threads) exits without tearing the engine
+    down under a query."""
+    for _ in range(3):
+        got = fresh(
+            f"""
+            import json
+            import durable_obj
+            try:
+                durable_obj.open({str(tmp_path / "missing")!r}, read_only=True)
+            except durable_obj.NotFound:
+                print(json.dumps({{"refused": True}}))
+            """
+        )
+        assert got == {"refused": True}
