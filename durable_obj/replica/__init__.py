@@ -1,7 +1,6 @@
 """The local copy of an object: the chDB engine and what runs on it.
 
     server    the one chDB engine of the process: chdb loaded, started, shut down
-    allocator glibc's malloc thresholds pinned: freed buffers go back (idle RSS)
     placement where the engine keeps its files: in memory within a budget, or on disk
     engine    one object's connection to it: its database, statements
     archives  BACKUP and RESTORE of V1 bases (a .tar.gz, or a Memory table's rows: unpacked)

@@ -8,8 +8,7 @@ behind the call). chDB is loaded with the engine's zone pinned to UTC.
 `connect` gives a new connection to it, for one object (`engine.acquire`
 wraps it in an `Engine`), on pages the allocator has handed back (`_purge`:
 an idle object's RSS); the internal databases of objects closed without a
-query are dropped by the next one. Starting the engine also pins glibc's
-malloc thresholds (`allocator.py`: the same RSS, on the Python side).
+query are dropped by the next one.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import EngineError, EngineIncompatible
 from durable_obj.gate.quoting import quote_ident
-from durable_obj.replica import allocator
 from durable_obj.replica import placement as placement_mod
 from durable_obj.replica.placement import Placement
 
@@ -188,7 +186,6 @@ def _start() -> None:
     global _VERSION
     if "anchor" in _SERVER:
         return
-    allocator.pin()  # what worker threads free goes back (an idle object's RSS)
     placed = placement()
     args = dict(SYNCHRONOUS_SETTINGS)
     # BACKUP/RESTORE may only touch this process's own scratch.

@@ -27,10 +27,8 @@ Figure groups (--only), each in fresh processes:
   marginal RSS per object (growth after the first object's open, which
   starts the engine), against the issue's goal of at most 1 MiB.
 * `many`: --many (1,000) objects opened as writers at once in one process
-  by --open-threads (8) threads: time to open all, RSS growth per object;
-  and again after --idle (12) seconds with all of them idle (the engine's
-  allocator hands freed pages back after 5 s), beside the same reading of
-  the floor. durable_obj alone: chdb.durable would need 1,000 processes.
+  by --open-threads (8) threads: time to open all, RSS growth per object.
+  durable_obj alone: chdb.durable would need 1,000 processes.
 * `threads`: --threads (16) threads, each looping execute (one single-row
   INSERT) + flush over its own --per-thread objects, for --seconds; and
   16 threads x 1 object, and 1 thread x 1 object as the baseline: flushes/s
@@ -70,9 +68,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--objects", type=int, help="the fleet figure's objects (100)")
     parser.add_argument("--many", type=int, help="objects open at once in one process (1,000)")
     parser.add_argument("--open-threads", type=int, default=8, help="threads opening --many")
-    parser.add_argument(
-        "--idle", type=float, help="seconds --many objects stay idle before RSS is read again (12)"
-    )
     parser.add_argument("--rows", type=int, help="rows of every object (1,000)")
     parser.add_argument("--threads", type=int, help="writer threads (16)")
     parser.add_argument("--per-thread", type=int, help="objects per writer thread (16)")
@@ -89,7 +84,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         [
             ("objects", 3, 30, 100),
             ("many", 5, 200, 1000),
-            ("idle", 0.0, 12.0, 12.0),
             ("rows", 50, 1000, 1000),
             ("threads", 2, 16, 16),
             ("per_thread", 2, 16, 16),

@@ -177,8 +177,7 @@ def child_fleet(c: Child) -> dict[str, Any]:
 
 def child_many(c: Child) -> dict[str, Any]:
     """Every id of `oids` opened as a writer in this process by `threads`
-    threads, all kept open; RSS before, after the first, after all, and
-    after `idle` seconds more with all of them idle."""
+    threads, all kept open; RSS before, after the first, after all."""
     ns = c.namespace()
     oids = c.spec["oids"]
     rss0 = rss_mib()
@@ -189,8 +188,6 @@ def child_many(c: Child) -> dict[str, Any]:
         objs = [first, *workers.map(ns.open, oids[1:])]
     opened = time.perf_counter() - start
     rss_all = rss_mib()
-    time.sleep(c.spec.get("idle", 0))
-    rss_idle = rss_mib()
     rows = int(str(objs[-1].query("SELECT count() FROM memories").data()).strip())
     t = time.perf_counter()
     with ThreadPoolExecutor(c.spec["threads"]) as workers:
@@ -199,7 +196,6 @@ def child_many(c: Child) -> dict[str, Any]:
         "rss_before_mib": rss0,
         "rss_first_mib": rss_first,
         "rss_all_mib": rss_all,
-        "rss_idle_mib": rss_idle,
         "open_rest_s": opened,
         "close_s": time.perf_counter() - t,
         "rows": rows,
@@ -288,8 +284,7 @@ def child_rss_floor(c: Child) -> dict[str, Any]:
     """The floor under an idle object's RSS, in plain chdb (no durable_obj):
     a seed database of `rows` rows as child_populate writes it, backed up
     once, then RESTOREd `count` times in this one process, a database each;
-    RSS before the first RESTORE, after it, after all, and `idle` seconds
-    later."""
+    RSS before the first RESTORE, after it, after all."""
     import tempfile
 
     import chdb._chdb as engine
@@ -315,8 +310,6 @@ def child_rss_floor(c: Child) -> dict[str, Any]:
             if k == 0:
                 rss_first = rss_mib()
         rss_all = rss_mib()
-        time.sleep(c.spec.get("idle", 0))
-        rss_idle = rss_mib()
         last = f"db{c.spec['count'] - 1}.memories"
         rows = int(str(conn.query(f"SELECT count() FROM {last}", "CSV")).strip())
         conn.close()
@@ -324,7 +317,6 @@ def child_rss_floor(c: Child) -> dict[str, Any]:
         "rss_before_mib": rss0,
         "rss_first_mib": rss_first,
         "rss_all_mib": rss_all,
-        "rss_idle_mib": rss_idle,
         "rows": rows,
     }
 

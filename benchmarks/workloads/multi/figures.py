@@ -15,7 +15,6 @@ from harness.report import AtLeast, OwnRow, Report, Row, median, p99
 GROUPS = ("fleet", "many", "threads", "pool")
 GOAL_FLEET_RATIO = 0.1  # one process at least 10x faster in total than one per object
 GOAL_RSS_MIB = 1.0  # at most 1 MiB of RSS per small idle object
-GOAL_IDLE_MIB = 0.5  # issue 39: at most 0.5 MiB of RSS per idle object (200 at once)
 GOAL_FLOOR = 1.2  # issue 39: RSS per idle object within 1.2x of a RESTOREd database's
 GOAL_SPEEDUP = 4.0  # 16 threads on 16 objects: at least 4x the statements/s of 1 on 1
 #: The goals are judged only at the issue's sizes: 100 objects in the fleet,
@@ -59,16 +58,15 @@ class Bench:
     ) -> None:
         self.report.own.append(OwnRow(self.label, metric, unit, ours, limit, **kw))
 
-    def rss_floor(self, count: int, idle: float = 0.0) -> float:
+    def rss_floor(self, count: int) -> float:
         """RSS growth per RESTOREd database after the first, `count` of the
         seed's rows in one process of plain chdb: the floor under an idle
-        object's RSS; with `idle`, read that many seconds after the last."""
-        got = self.child("rss_floor", "floor", rows=self.args.rows, count=count, idle=idle)
-        self.samples.setdefault("rss_floor", {})[f"{count}/{idle:g}"] = got
+        object's RSS."""
+        got = self.child("rss_floor", "floor", rows=self.args.rows, count=count)
+        self.samples.setdefault("rss_floor", {})[str(count)] = got
         if got["rows"] != self.args.rows:
             raise RuntimeError(f"the RSS floor restored {got['rows']} rows, not {self.args.rows}")
-        end = got["rss_idle_mib"] if idle else got["rss_all_mib"]
-        return float(end - got["rss_first_mib"]) / max(count - 1, 1)
+        return float(got["rss_all_mib"] - got["rss_first_mib"]) / max(count - 1, 1)
 
     def populate(self, groups: set[str]) -> dict[str, list[str]]:
         a = self.args
@@ -188,11 +186,9 @@ class Bench:
     def many(self, ids: dict[str, list[str]]) -> None:
         n = self.args.many
         start = time.perf_counter()
-        idle = self.args.idle
-        got = self.child("many", oids=ids["many"], threads=self.args.open_threads, idle=idle)
+        got = self.child("many", oids=ids["many"], threads=self.args.open_threads)
         self.samples["many"] = got
         floor = self.rss_floor(n)
-        idle_floor = self.rss_floor(n, idle) if idle else None
         self.progress(f"{n:,} objects open in one process", start)
         if got["rows"] != self.args.rows:
             raise RuntimeError(f"an object opened with {got['rows']} rows, not {self.args.rows}")
@@ -214,16 +210,6 @@ class Bench:
             floor=floor,
             floor_goal=GOAL_FLOOR,
         )
-        if idle_floor is not None:
-            self.own(
-                f"{n:,} objs open, idle {idle:g} s: RSS per object",
-                "MiB",
-                (got["rss_idle_mib"] - got["rss_first_mib"]) / rest,
-                GOAL_IDLE_MIB,
-                note=f"process RSS {got['rss_idle_mib']:.0f} MiB; floor: the same, "
-                f"a RESTOREd database each, plain chdb, {idle:g} s after",
-                floor=idle_floor,
-            )
 
     def threads(self, ids: dict[str, list[str]]) -> None:
         a = self.args
