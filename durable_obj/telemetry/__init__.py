@@ -267,9 +267,7 @@ class _Sink:
                 store = attrs.get(STORE, "")
                 self.written.add(size, {DB_SYSTEM: SYSTEM, STORE: store, KIND: op.written})
             if refused and op.refusals is not None and failed is not None:
-                self.refusals.add(
-                    1, {DB_SYSTEM: SYSTEM, ERROR_TYPE: failed, OPERATION: op.refusals}
-                )
+                self.refused(op.refusals, failed)
             if span is not None:
                 span.set_attributes(attrs)
                 if failed is not None:
@@ -278,8 +276,8 @@ class _Sink:
             if span is not None:
                 span.end(end_time=ended)
 
-    def refused(self, operation: str, error: DurableError) -> None:
-        self.refusals.add(1, {DB_SYSTEM: SYSTEM, ERROR_TYPE: error.category, OPERATION: operation})
+    def refused(self, operation: str, error_type: str) -> None:
+        self.refusals.add(1, {DB_SYSTEM: SYSTEM, ERROR_TYPE: error_type, OPERATION: operation})
 
 
 _SINK: _Sink | None = None
@@ -445,7 +443,7 @@ def refusals(name: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
             except DurableError as exc:
                 sink = _sink()
                 if sink is not None:
-                    sink.refused(name, exc)
+                    sink.refused(name, exc.category)
                 raise
 
         return hooked
