@@ -113,10 +113,7 @@ class LocalCopy:
         """Set the session time zone and the determinism gate, before
         anything is restored, replayed or run."""
         assert self.engine is not None
-        try:
-            self.engine.set_timezone(timezone)
-        except InvalidArgument as exc:
-            raise Corrupt(f"{self._url}: head.{EXTENSION}.{TIMEZONE}: {exc}") from None
+        self.engine.set_timezone(timezone)  # InvalidArgument: a zone the engine lacks
         self.timezone = timezone
         self.pinner = Pinner(self.engine, mode=self._mode, timezone=timezone)
 
@@ -124,9 +121,10 @@ class LocalCopy:
         """`pin` the time zone a head records (UTC when it records none)."""
         try:
             timezone = head.timezone
-        except Corrupt as exc:
-            raise Corrupt(f"{self._url}: {exc}") from None
-        self.pin(timezone)
+            self.pin(timezone)
+        except (Corrupt, InvalidArgument) as exc:
+            where = "" if isinstance(exc, Corrupt) else f"head.{EXTENSION}.{TIMEZONE}: "
+            raise Corrupt(f"{self._url}: {where}{exc}") from None
 
     def fresh_engine(self) -> Engine:
         """A new connection and database, for a new base (the scratch folder

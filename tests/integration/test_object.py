@@ -286,6 +286,18 @@ def _edit_head(ns_url: str, edit: dict[str, dict[str, object]]) -> str:
     return url
 
 
+def test_an_unknown_time_zone_is_the_options_fault_or_the_heads(ns_url: str) -> None:
+    # Asked twice: a zone the engine refused is never remembered as known.
+    for _ in range(2):
+        with pytest.raises(errors.InvalidArgument, match="unknown time zone 'Mars/Olympus'"):
+            durable_obj.open(f"{ns_url}/o", timezone="Mars/Olympus")
+    assert open_store(ns_url).get("o/head.json") is None  # nothing was written
+    url = _edit_head(ns_url, {"durable_obj": {"timezone": "Mars/Olympus"}})
+    for read_only in (True, False):
+        with pytest.raises(errors.Corrupt, match=r"head\.durable_obj\.timezone: unknown time zone"):
+            durable_obj.open(url, read_only=read_only)
+
+
 def test_foreign_protocol_version(ns_url: str) -> None:
     url = _edit_head(ns_url, {"protocol": {"version": 2}})
     with pytest.raises(errors.ProtocolUnsupported):
