@@ -121,10 +121,12 @@ class LocalCopy:
         """`pin` the time zone a head records (UTC when it records none)."""
         try:
             timezone = head.timezone
+        except Corrupt as exc:
+            raise Corrupt(f"{self._url}: {exc}") from None
+        try:
             self.pin(timezone)
-        except (Corrupt, InvalidArgument) as exc:
-            where = "" if isinstance(exc, Corrupt) else f"head.{EXTENSION}.{TIMEZONE}: "
-            raise Corrupt(f"{self._url}: {where}{exc}") from None
+        except InvalidArgument as exc:
+            raise Corrupt(f"{self._url}: head.{EXTENSION}.{TIMEZONE}: {exc}") from None
 
     def fresh_engine(self) -> Engine:
         """A new connection and database, for a new base (the scratch folder
