@@ -116,10 +116,14 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
     and while a Join or Set table exists: its rows do not come back from a
     base (measured: a RESTORE gives it empty), so a checkpoint would lose
     acknowledged rows."""
-    detached = engine.json_rows(
-        "SELECT table FROM system.detached_tables WHERE database = {db:String} ORDER BY table",
+    # One engine query for both refusals (each SELECT costs about 1 ms).
+    refused = engine.json_rows(
+        "SELECT 'detached', table, '' FROM system.detached_tables WHERE database = {db:String} "
+        "UNION ALL SELECT 'kept', name, engine FROM system.tables WHERE database = {db:String} "
+        "AND engine IN ('Join', 'Set') ORDER BY 1, 2",
         {"db": engine.database},
     )
+    detached = [row[1:] for row in refused if row[0] == "detached"]
     if detached:
         names = ", ".join(str(row[0])[:60] for row in detached[:5])
         raise InvalidArgument(
@@ -128,11 +132,7 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
             "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
             "buffered statements stay buffered, and flush() makes them durable."
         )
-    kept_aside = engine.json_rows(
-        "SELECT name, engine FROM system.tables WHERE database = {db:String} "
-        "AND engine IN ('Join', 'Set') ORDER BY name",
-        {"db": engine.database},
-    )
+    kept_aside = [row[1:] for row in refused if row[0] == "kept"]
     if kept_aside:
         names = ", ".join(f"{row[0]} ({row[1]})"[:60] for row in kept_aside[:5])
         raise InvalidArgument(
