@@ -16,6 +16,11 @@ objects in one process need none: see test_multi.py):
 
 `run_py(code)` and friends run a snippet of source instead, for the tests
 that still keep their child programs as strings.
+
+A `Script` or `Worker` that drives durable_obj, with no environment of its
+own, is forked from a server that has done its imports once (`_forked`: it
+sees what a fresh interpreter would, `test_forked_children.py`); the others
+start fresh, as every child does with `DURABLE_TEST_FRESH_CHILDREN=1`.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.integration import children
+from tests.integration import _forked, children
 
 REPO = Path(__file__).resolve().parents[2]
 MARK = children.MARK
@@ -205,16 +210,21 @@ class _Child:
     def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         # Closed by cleanup(): it outlives this call.
         self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            text=True,
-            bufsize=1,
-            env=child_env(env),
-            cwd=REPO,
-        )
+        self.proc: subprocess.Popen[str] | _forked.ForkedProcess
+        if env is None and _forked.forkable(argv):
+            # Forked from a server that paid the imports once (`_forked`).
+            self.proc = _forked.ForkedProcess(argv, child_env(), str(REPO), self._stderr)
+        else:
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._stderr,
+                text=True,
+                bufsize=1,
+                env=child_env(env),
+                cwd=REPO,
+            )
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

@@ -424,6 +424,34 @@ def serve(p: Params) -> None:
     os._exit(0)
 
 
+@program
+def describe(p: Params) -> None:
+    """What this process sees (the harness's own test): its argv, working
+    directory, TMPDIR, zone, an environment variable; then, at its exit, the
+    exit handlers durable_obj's import registered still there, by name."""
+    import atexit
+
+    import durable_obj  # noqa: F401
+
+    emit(
+        {
+            "argv": sys.argv[1:],
+            "cwd": os.getcwd(),
+            "tmp": __import__("tempfile").gettempdir(),
+            "tz": time.strftime("%Z", time.localtime(1_000_000_000)),
+            "env": os.environ.get(p["variable"]),
+            "chdb": "chdb" in sys.modules,
+            "handlers": atexit._ncallbacks(),
+        }
+    )
+
+    def at_exit() -> None:
+        emit({"exited": atexit._ncallbacks()})
+
+    atexit.register(at_exit)
+    raise SystemExit(p.get("code", 0))
+
+
 def main(argv: list[str]) -> None:
     if len(argv) not in (2, 3) or argv[1] not in PROGRAMS:
         raise SystemExit(f"usage: python -m tests.integration.children {'|'.join(PROGRAMS)} [JSON]")
