@@ -39,8 +39,6 @@ from typing import IO, Any
 PRELOAD = "tests.integration._preloaded"
 ENABLED = os.environ.get("DURABLE_TEST_FRESH_CHILDREN", "").strip() not in ("1", "true")
 
-_preload_set = False
-
 
 class _Popen(popen_forkserver.Popen):  # type: ignore[misc]
     """multiprocessing's forkserver launch (the same code, CPython 3.11 to
@@ -72,10 +70,8 @@ class _Popen(popen_forkserver.Popen):  # type: ignore[misc]
 class _Process(context.ForkServerProcess):  # type: ignore[misc]
     @staticmethod
     def _Popen(process_obj: Any) -> _Popen:
-        global _preload_set
-        if not _preload_set:
-            forkserver.set_forkserver_preload([PRELOAD])
-            _preload_set = True
+        # read when the forkserver starts (the first child); later, a no-op
+        forkserver.set_forkserver_preload([PRELOAD])
         return _Popen(process_obj)
 
 

@@ -3,7 +3,7 @@ interpreter running the same program sees, and exit the same way."""
 
 from __future__ import annotations
 
-import os
+import subprocess
 from typing import Any
 
 import pytest
@@ -46,9 +46,16 @@ def test_a_forked_child_sees_and_exits_as_a_fresh_one(
     assert forked["handlers"] >= fresh["handlers"] >= 3
 
 
-def test_chdb_durable_and_extra_environments_start_fresh() -> None:
+def test_chdb_durable_and_extra_environments_start_fresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_forked, "ENABLED", True)
+    assert _forked.forkable(_proc.program_argv("serve", {"impl": "durable_obj"}))
     assert not _forked.forkable(_proc.program_argv("serve", {"impl": "chdb.durable"}))
     assert not _forked.forkable(_proc.program_argv("leave_open", {}))
-    assert _forked.forkable(_proc.program_argv("serve", {"impl": "durable_obj"})) is (
-        os.environ.get("DURABLE_TEST_FRESH_CHILDREN", "") not in ("1", "true")
-    )
+    # a child given an environment of its own starts fresh: a module may read
+    # it at import, which the forkserver did before the child existed
+    with _proc.Worker("durable_obj", env={"DURABLE_TEST_PROBE": "own"}) as worker:
+        assert isinstance(worker.proc, subprocess.Popen)
+    with _proc.Worker("durable_obj") as worker:
+        assert isinstance(worker.proc, _forked.ForkedProcess)
