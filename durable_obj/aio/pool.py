@@ -204,7 +204,7 @@ class AsyncPool(Cache[AsyncDurableObject, asyncio.Event]):
             try:
                 await asyncio.shield(opening)
             except asyncio.CancelledError:  # the open goes on: this use ends with it
-                opening.add_done_callback(functools.partial(self._release_soon, oid, entry))
+                self._spawn(self._release_after(opening, oid, entry))
                 raise
             break
         self._maintain()
@@ -227,8 +227,13 @@ class AsyncPool(Cache[AsyncDurableObject, asyncio.Event]):
             await self._run(self._close_entry(oid, to_close, self._discard, requeue=False))
         self._maintain()
 
-    def _release_soon(self, oid: str, entry: _Entry, _opening: asyncio.Task[None]) -> None:
-        self._spawn(self._release(oid, entry))
+    async def _release_after(self, opening: asyncio.Task[None], oid: str, entry: _Entry) -> None:
+        """The use of a cancelled ask, released when its open ends. A task of
+        the pool from the moment of the cancel (not a callback of the open's,
+        which made its task only later): `aclose()` waits for it, and so for
+        the close it owes once the pool is closed."""
+        await asyncio.wait([opening])
+        await self._release(oid, entry)
 
     def _spawn(self, work: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """`work` as a task of the pool: it runs to its end whoever awaits it."""

@@ -252,6 +252,41 @@ def test_a_cancelled_ask_leaves_the_open_to_the_pool(ns_url: str) -> None:
     assert _taken_by_another(ns_url, "a")
 
 
+def test_aclose_in_the_step_a_cancelled_asks_open_ended_closes_it(ns_url: str) -> None:
+    """Found by CI on a loaded machine: the release a cancelled ask owes ran
+    as a callback of its open, scheduled for the loop's next step. A task
+    that saw the object cached in the step the open ended, used it and
+    called aclose() found it still in use and left it to that release,
+    which aclose() did not wait for: the loop ended, the lease stayed held.
+    Polling with sleep(0) wakes this test in exactly that step."""
+
+    async def main() -> None:
+        pool = AsyncPool(ns_url, owner="svc")
+        opens = Opens(pool)
+        opens.gate.clear()
+
+        async def use() -> None:
+            async with pool.object("a"):
+                raise AssertionError("cancelled before the open ended")
+
+        task = asyncio.create_task(use())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        opens.gate.set()
+        deadline = time.monotonic() + 60
+        while "a" not in pool:
+            assert time.monotonic() < deadline, "the open never ended"
+            await asyncio.sleep(0)
+        async with pool.object("a"):  # no await between here and aclose()
+            pass
+        await pool.aclose()
+
+    run(main)
+    assert _taken_by_another(ns_url, "a")
+
+
 class SlowStore(FaultyStore):
     """A store whose writes under `held` wait for `go` (a close in progress)."""
 
