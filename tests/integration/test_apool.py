@@ -222,22 +222,28 @@ def test_aclose_releases_every_lease_and_closes_one_in_use_at_its_end(ns_url: st
         assert _rows(ns_url, oid) == ["7"]
 
 
+async def _cancel_an_ask(pool: AsyncPool, opens: Opens) -> None:
+    """Ask for "a", cancel the ask while its open waits at `opens.gate`, then
+    let the open go on."""
+    opens.gate.clear()
+
+    async def use() -> None:
+        async with pool.object("a"):
+            raise AssertionError("cancelled before the open ended")
+
+    task = asyncio.create_task(use())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    opens.gate.set()
+
+
 def test_a_cancelled_ask_leaves_the_open_to_the_pool(ns_url: str) -> None:
     async def main() -> None:
         pool = AsyncPool(ns_url, owner="svc")
         opens = Opens(pool)
-        opens.gate.clear()
-
-        async def use() -> None:
-            async with pool.object("a"):
-                raise AssertionError("cancelled before the open ended")
-
-        task = asyncio.create_task(use())
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        opens.gate.set()
+        await _cancel_an_ask(pool, opens)
         await pool.asweep()
         deadline = time.monotonic() + 60
         while "a" not in pool:  # the open went on; the object is cached
@@ -263,18 +269,7 @@ def test_aclose_in_the_step_a_cancelled_asks_open_ended_closes_it(ns_url: str) -
     async def main() -> None:
         pool = AsyncPool(ns_url, owner="svc")
         opens = Opens(pool)
-        opens.gate.clear()
-
-        async def use() -> None:
-            async with pool.object("a"):
-                raise AssertionError("cancelled before the open ended")
-
-        task = asyncio.create_task(use())
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        opens.gate.set()
+        await _cancel_an_ask(pool, opens)
         deadline = time.monotonic() + 60
         while "a" not in pool:
             assert time.monotonic() < deadline, "the open never ended"
