@@ -18,10 +18,18 @@ pytest_plugins = ["tests.servers", "tests.proofs"]
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark every test that uses a server with the server's marker (moto,
-    seaweedfs, gcs, azure), so `pytest -m "not azure"` works."""
+    seaweedfs, gcs, azure), so `pytest -m "not azure"` works; put the slow
+    tests first."""
     from tests.servers import mark_server_tests
 
     mark_server_tests(items)
+    # The long tests first, the short ones last. Under xdist (`--dist
+    # loadgroup`) a free worker takes the next test in this order, so a run
+    # no longer ends with one worker on a long test (SeaweedFS's races wait
+    # seconds per round on the server's lock) while the others sit idle; the
+    # many short tests fill the gaps at the end. The sort is stable: each
+    # half keeps its collection order, and every worker sorts alike.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 settings.register_profile(
