@@ -7,8 +7,8 @@ Decimal, wide integers, IPv4/IPv6, Enum, and Array / Tuple / Map / Nullable /
 LowCardinality of them) and query-constant calls (`now64(6, 'Asia/Tokyo')`,
 `today()`, ...). A writer process under one TZ pins them in every kind of
 statement that pins (see `tests.integration.replay_child`); a reader under another TZ
-(drawn per example: Asia/Tokyo or Asia/Kathmandu, both in the regression
-tests below) replays the WAL in a fresh process, and a third of the examples
+(drawn per example: Asia/Tokyo or Asia/Kathmandu; the last regression test
+below reads under both) replays the WAL in a fresh process, and a third of the examples
 also go through a chdb.durable reader. Every reader's tables must be byte-identical to the
 writer's, and every pinned value must be the value it stood for.
 
@@ -336,7 +336,7 @@ def test_pinned_values_replay_identically_in_every_zone(
 ) -> None:
     # The readers are drawn, so that a failing example replays with its readers:
     # one durable_obj reader's zone per example (each reader is a fresh process
-    # replaying the whole WAL: a third of the test's CPU apiece), and the
+    # replaying the whole WAL: 4-6 CPU-s apiece, the writer 5-7), and the
     # chdb.durable reader in one example of V1_ONE_IN.
     _replays_identically(cases, constants, timezone, (reader_tz,), with_v1=v1_sample == 0)
     STATS["examples"] += 1
