@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
 import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING
 
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, read_chunks
 from durable_obj.wire.sealing import HEADER_SIZE, TAG, SealedBlob
 
 if TYPE_CHECKING:
@@ -111,9 +112,9 @@ def open_file(
         os.close(fd)
 
 
-def _read_all(handle: BinaryIO) -> Iterator[bytes]:
+def _read_all(handle: io.BufferedReader) -> Iterator[memoryview]:
     with handle:
-        yield from iter(lambda: handle.read(CHUNK), b"")
+        yield from read_chunks(handle)
 
 
 def _each(run: Callable[[int], None], starts: range) -> None:
