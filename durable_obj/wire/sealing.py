@@ -247,12 +247,34 @@ class SealedBlob:
         try:
             plain: bytes = self._aead.decrypt(_nonce(self._prefix, index, last), sealed, self._aad)
         except Exception as exc:
-            from cryptography.exceptions import InvalidTag  # loaded with the cipher
-
-            if isinstance(exc, InvalidTag):
-                raise self.bad(f"chunk {index} does not verify") from None
-            raise
+            raise self._refused(exc, index) from None
         return plain
+
+    def open_into(
+        self, index: int, last: bool, sealed: bytes | memoryview | bytearray, out: memoryview
+    ) -> memoryview:
+        """`open`, its plaintext written into `out` (at least `size` bytes):
+        the part of `out` that holds it. Until the tag holds, what `out`
+        holds is no one's to use (the cipher may have written into it)."""
+        if len(sealed) < TAG:
+            raise self.bad("it ends inside a chunk")
+        plain = out[: len(sealed) - TAG]
+        try:
+            self._aead.decrypt_into(_nonce(self._prefix, index, last), sealed, self._aad, plain)
+        except Exception as exc:
+            raise self._refused(exc, index) from None
+        return plain
+
+    def _refused(self, exc: Exception, index: int) -> Exception:
+        """A chunk's failure to open as raised: `Corrupt` if its tag did not
+        hold (or it is longer than a chunk), else the cipher's own error."""
+        from cryptography.exceptions import InvalidTag  # loaded with the cipher
+
+        if isinstance(exc, InvalidTag):
+            return self.bad(f"chunk {index} does not verify")
+        if isinstance(exc, ValueError) and "buffer must be" in str(exc):
+            return self.bad(f"chunk {index} is longer than a chunk")
+        return exc
 
     def bad(self, why: str) -> Corrupt:
         return Corrupt(f"{self._where}: {why}; it was altered, cut or moved, and not used")

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, read_chunks
+from durable_obj.wire.digest import CHUNK, BackgroundDigest, Digest, read_chunks, scratch
 from durable_obj.wire.sealing import HEADER_SIZE, TAG, SealedBlob
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ RUN = 4
 IN_FLIGHT = 16
 
 
-def _write_at(fd: int, data: bytes, offset: int) -> None:
+def _write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
     view = memoryview(data)
     while view:
         done = os.pwrite(fd, view, offset)
@@ -88,12 +88,23 @@ def open_file(
             raise blob.bad("it ends inside a chunk")
         out = _create(dst)
         try:
+            spare: queue.SimpleQueue[tuple[memoryview, memoryview]] = queue.SimpleQueue()
 
             def run(first: int, upto: int | None = None) -> None:
-                for index in range(first, min(upto or first + RUN, count)):
-                    last = index == count - 1
-                    sealed = os.pread(fd, tail if last else step, HEADER_SIZE + index * step)
-                    _write_at(out, blob.open(index, last, sealed), index * blob.size)
+                # One pair of mapped buffers per worker, reused (`scratch`).
+                try:
+                    sealed, plain = spare.get_nowait()
+                except queue.Empty:
+                    sealed, plain = scratch(step), scratch(blob.size)
+                try:
+                    for index in range(first, min(upto or first + RUN, count)):
+                        last = index == count - 1
+                        want = sealed[: tail if last else step]
+                        got = os.preadv(fd, [want], HEADER_SIZE + index * step)
+                        opened = blob.open_into(index, last, want[:got], plain)
+                        _write_at(out, opened, index * blob.size)
+                finally:
+                    spare.put((sealed, plain))
 
             # Chunk 0 first, alone: once its tag holds, the header (in every
             # chunk's associated data, chunk size included) is the writer's,
@@ -208,9 +219,10 @@ class StreamOpener:
         self._failed_at: int | None = None
         self._index = 0
         self._jobs: list[Future[None]] = []
-        self._free: queue.SimpleQueue[bytearray] = queue.SimpleQueue()
+        self._free: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
+        self._plain: queue.SimpleQueue[memoryview] = queue.SimpleQueue()
         self._buffers = 0
-        self._cur: bytearray | None = None
+        self._cur: memoryview | None = None
         self._fill = 0
         self._hash = Hashing()
         self._verified = threading.Event()
@@ -254,7 +266,7 @@ class StreamOpener:
             self._fill += take
             view = view[take:]
 
-    def _buffer(self, step: int) -> bytearray:
+    def _buffer(self, step: int) -> memoryview:
         """A free chunk buffer; a new one while fewer than `IN_FLIGHT` exist,
         else the next one a worker frees (the stream waits for the pool)."""
         try:
@@ -267,7 +279,7 @@ class StreamOpener:
         limit = IN_FLIGHT if self._verified.is_set() else 2
         if self._buffers < limit:
             self._buffers += 1
-            return bytearray(step)
+            return scratch(step)
         return self._free.get()
 
     def _submit(self, *, last: bool) -> None:
@@ -279,10 +291,17 @@ class StreamOpener:
 
         def run() -> None:
             try:
-                plain = blob.open(index, last, memoryview(buf)[:fill])
-                if index == 0:
-                    self._verified.set()
-                _write_at(out, plain, index * blob.size)
+                try:  # a plaintext buffer per worker, reused (`scratch`)
+                    spare = self._plain.get_nowait()
+                except queue.Empty:
+                    spare = scratch(blob.size)
+                try:
+                    plain = blob.open_into(index, last, buf[:fill], spare)
+                    if index == 0:
+                        self._verified.set()
+                    _write_at(out, plain, index * blob.size)
+                finally:
+                    self._plain.put(spare)
             except BaseException as exc:
                 with self._lock:
                     if self._failed_at is None or index < self._failed_at:

@@ -310,3 +310,37 @@ def test_a_forged_big_chunk_size_holds_two_buffers_until_chunk_0_holds(
         sink.finish()
     assert len(made) <= 2
     assert not (tmp_path / "dst").exists()
+
+
+@pytest.mark.parametrize("way", ["file", "stream"])
+def test_opening_a_sealed_base_takes_no_chunk_of_heap(tmp_path: Path, way: str) -> None:
+    """Chunks are read and opened into mapped buffers, reused (`scratch`):
+    a chunk's worth of heap, freed, would raise glibc's mmap threshold and
+    leave every thread's arena holding freed chunks (an idle object's RSS)."""
+    import tracemalloc
+
+    size = sealing.SEAL_CHUNK
+    plain = os.urandom(3 * size + 5)
+    blob = sealed(plain, size)
+    src, dst = tmp_path / "sealed", tmp_path / "plain"
+    src.write_bytes(blob)
+    view = memoryview(blob)
+    tracemalloc.start()
+    try:
+        start = tracemalloc.get_traced_memory()[0]
+        tracemalloc.reset_peak()
+        if way == "file":
+            digest = unsealing.open_file(OPENER, OID, NAME, str(src), str(dst), what=WHAT)
+        else:
+            sink = unsealing.StreamOpener(OPENER, OID, NAME, str(dst), what=WHAT)
+            sink.restart()
+            for at in range(0, len(blob), 256 * 1024):
+                sink.write(view[at : at + 256 * 1024])  # type: ignore[arg-type]  # as a body's pieces
+            digest = sink.finish()
+        got = digest.result()
+        peak = tracemalloc.get_traced_memory()[1] - start
+    finally:
+        tracemalloc.stop()
+    assert dst.read_bytes() == plain
+    assert got == (len(blob), hashlib.sha256(blob).hexdigest())
+    assert peak < 256 * 1024, f"{peak} bytes from the heap to open {len(plain)}"
