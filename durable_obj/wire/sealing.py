@@ -258,6 +258,8 @@ class SealedBlob:
         holds is no one's to use (the cipher may have written into it)."""
         if len(sealed) < TAG:
             raise self.bad("it ends inside a chunk")
+        if len(sealed) - TAG > len(out):
+            raise self.bad(f"chunk {index} is longer than a chunk")
         plain = out[: len(sealed) - TAG]
         try:
             self._aead.decrypt_into(_nonce(self._prefix, index, last), sealed, self._aad, plain)
@@ -267,13 +269,11 @@ class SealedBlob:
 
     def _refused(self, exc: Exception, index: int) -> Exception:
         """A chunk's failure to open as raised: `Corrupt` if its tag did not
-        hold (or it is longer than a chunk), else the cipher's own error."""
+        hold, else the cipher's own error."""
         from cryptography.exceptions import InvalidTag  # loaded with the cipher
 
         if isinstance(exc, InvalidTag):
             return self.bad(f"chunk {index} does not verify")
-        if isinstance(exc, ValueError) and "buffer must be" in str(exc):
-            return self.bad(f"chunk {index} is longer than a chunk")
         return exc
 
     def bad(self, why: str) -> Corrupt:
