@@ -64,12 +64,25 @@ class Child:
         }
         return f"s3://{self.store['bucket']}/{self.store['prefix']}", options
 
+    def sealing(self) -> dict[str, Any]:
+        """The encryption option of an encrypted run (the spec's key_hex:
+        a StaticKey made for the run), else none."""
+        import durable_obj
+
+        key = self.spec.get("key_hex")
+        return {"encryption": durable_obj.StaticKey(bytes.fromhex(key))} if key else {}
+
     def namespace(self, **extra: Any) -> Any:
         import durable_obj
 
         url, options = self.storage(**extra)
         return durable_obj.Namespace(
-            url, owner="bench", storage_options=options, fold_segments=0, close_fold_segments=0
+            url,
+            owner="bench",
+            storage_options=options,
+            fold_segments=0,
+            close_fold_segments=0,
+            **self.sealing(),
         )
 
     def pool(self, max_open: int) -> Any:
@@ -84,6 +97,7 @@ class Child:
             storage_options=options,
             fold_segments=0,
             close_fold_segments=0,
+            **self.sealing(),
         )
 
     def chdb_durable(self) -> Any:
@@ -96,10 +110,31 @@ class Child:
         return cd.Namespace(url, owner="bench")
 
 
+def _write(obj: Any, rows: int) -> None:
+    obj.execute(DDL)
+    if rows:
+        obj.execute(BULK.format(count=rows))
+    obj.flush()
+    obj.checkpoint()
+
+
 def child_populate(c: Child) -> dict[str, Any]:
     """A seed object of `rows` rows in a checkpointed base, then copies of
-    its keys (head and base) under every id of `oids`, 16 at once."""
+    its keys (head and base) under every id of `oids`, 16 at once; in an
+    encrypted run every object written through the library instead, 4 at
+    once (a sealed blob opens only under the object it was sealed for)."""
     ns = c.namespace(**({"fsync": False} if c.store["kind"] == "local" else {}))
+    if c.spec.get("key_hex"):
+        oids = c.spec["oids"]
+
+        def write(oid: str) -> None:
+            with ns.open(oid) as obj:
+                _write(obj, c.spec["rows"])
+
+        with ThreadPoolExecutor(4) as workers:
+            list(workers.map(write, oids))
+        keys = {e.key[len(oids[0]) + 1 :]: e.size for e in ns.store.list_keys(oids[0])}
+        return {"keys": sorted(keys), "bytes": sum(keys.values())}
     seed = c.spec["seed"]
     # Each implementation's objects are copies of a seed it wrote itself:
     # chdb.durable cannot restore durable_obj's checkpoint of a database
@@ -113,11 +148,7 @@ def child_populate(c: Child) -> dict[str, Any]:
         else:
             obj = c.chdb_durable().open(seed)
             stack.callback(obj.close)
-        obj.execute(DDL)
-        if c.spec["rows"]:
-            obj.execute(BULK.format(count=c.spec["rows"]))
-        obj.flush()
-        obj.checkpoint()
+        _write(obj, c.spec["rows"])
     store = ns.store
     keys = {}
     for entry in store.list_keys(seed):
