@@ -43,8 +43,8 @@ def scratch(size: int) -> memoryview:
     raises glibc's mmap threshold to its size: from then on every thread's
     arena keeps up to twice that of freed buffers resident, for good.
     Measured (`python benchmarks/run.py --only multi --stores local --
-    --quick --only many`): 0.97 MiB of RSS per idle object with 200 open,
-    0.43 with the base's digest reading through this."""
+    --quick --only many`): 0.85-0.93 MiB of RSS per idle object with 200
+    open, 0.42-0.45 with the base's digest reading through this."""
     return memoryview(mmap.mmap(-1, size))
 
 

@@ -275,7 +275,9 @@ class StreamOpener:
             pass
         # Until chunk 0's tag holds, the header (chunk size included) is
         # anyone's: one more buffer than the first, no more, so a forged
-        # chunk size costs two chunks of memory, not IN_FLIGHT.
+        # chunk size costs two chunks of memory, not IN_FLIGHT (and the
+        # plaintext buffer of each worker opening one of them: mapped, so
+        # only what the cipher writes into it is ever resident).
         limit = IN_FLIGHT if self._verified.is_set() else 2
         if self._buffers < limit:
             self._buffers += 1
