@@ -19,6 +19,7 @@ import pytest
 
 import durable_obj
 from durable_obj import AsyncDurableObject, AsyncPool
+from durable_obj.stores import s3writes
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import FaultyStore
 from tests.integration import _proc
@@ -355,9 +356,15 @@ def test_limits_are_checked(tmp_path: Path, bad: dict[str, object]) -> None:
         AsyncPool(str(tmp_path), **bad)  # type: ignore[arg-type]
 
 
-def test_preload_readies_the_s3_clients_and_writes_nothing(seaweed_s3: tuple[str, Any]) -> None:
+def test_preload_readies_the_s3_clients_and_writes_nothing(
+    seaweed_s3: tuple[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """What `preload()` readies before serving: the store's clients, so the
-    first open builds none (obstore's holds the GIL ~45 ms: a loop stall)."""
+    first open builds none (obstore's holds the GIL ~45 ms: a loop stall).
+    The process's shared transports start empty here: another test on the
+    same server (another secret, `test_wrong_credentials`) may have built
+    one of its own in the process's shared transport before."""
+    monkeypatch.setattr(s3writes, "_SHARED", {})
     root, options = seaweed_s3
     url = f"{root}/apool-{uuid.uuid4().hex[:12]}"
     pool = AsyncPool(url, owner="svc", storage_options=options)
