@@ -42,7 +42,10 @@ Figure groups (--only), each in fresh processes:
 durable_obj runs with folding off (fold_segments=0, close_fold_segments=0),
 as in run.py, so a flush is a flush and never a checkpoint. With
 --latency-ms every S3 request of both implementations goes through
-benchmarks/harness/s3proxy.py, which waits that long first. Raw samples go to
+benchmarks/harness/s3proxy.py, which waits that long first. With --encrypted
+durable_obj's objects are sealed under a StaticKey made for the run, and each
+is written through the library rather than copied (a sealed blob opens only
+under the object it was sealed for). Raw samples go to
 benchmarks/results/multi-<time>.json.
 """
 
