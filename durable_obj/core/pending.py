@@ -29,7 +29,7 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from durable_obj.wire.sealing import Frame
+from durable_obj.wire.compression import Frame
 from durable_obj.wire.wal import WalBuffer
 
 

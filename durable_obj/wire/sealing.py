@@ -25,8 +25,7 @@ A chunk opens on its own given its index and whether it is the last
 (`unsealing.py`) on every core, in this same format.
 
 A compressed segment of an object that is not encrypted is a bare zstd frame
-(its magic `28 b5 2f fd` cannot begin a JSONL line). Decompression is
-bounded by the V1 segment limit, so a crafted frame cannot exhaust memory.
+(`compression.py`).
 
 `Codec` is one object's way of storing: plain (V1), compressed, sealed, or
 both. The head says which (`durable_obj.wire.keyring`); a blob says how it
@@ -42,10 +41,10 @@ import os
 import struct
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
+from typing import TYPE_CHECKING, BinaryIO, Final
 
-from durable_obj.errors import Corrupt, MissingDependency
-from durable_obj.wire.protocol import MAX_WAL_SEGMENT_BYTES
+from durable_obj.errors import Corrupt
+from durable_obj.wire.compression import ZSTD_MAGIC, compress, decompress
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 MAGIC: Final = b"\x00DOS"
 VERSION: Final = 1
 FLAG_ZSTD: Final = 1
-ZSTD_MAGIC: Final = b"\x28\xb5\x2f\xfd"
 #: Plaintext bytes per sealed chunk: large enough that the 16-byte tags cost
 #: nothing, small enough that a base streams through a little memory.
 SEAL_CHUNK: Final = 1024 * 1024
@@ -64,11 +62,6 @@ _HEADER: Final = struct.Struct(">4sBB8s16s7sI")
 HEADER_SIZE: Final = _HEADER.size
 TAG: Final = 16
 _INFO: Final = b"durable_obj seal v1"
-#: zstd level for WAL segments: SQL text compresses several times over at 3.
-ZSTD_LEVEL: Final = 3
-#: Input a streaming frame holds before it compresses a block: what is left
-#: for the flush to compress when it finishes the frame.
-FRAME_BLOCK: Final = 8 * 1024
 
 
 class DataKey:
@@ -348,62 +341,6 @@ class Unsealer:
 
     def flags(self, data: bytes) -> int:
         return int(_HEADER.unpack(data[:HEADER_SIZE])[2]) if len(data) >= HEADER_SIZE else 0
-
-
-# -- zstd --------------------------------------------------------------------------
-def compress(data: bytes) -> bytes:
-    out: bytes = _zstd().ZstdCompressor(level=ZSTD_LEVEL).compress(data)
-    return out
-
-
-class Frame:
-    """A zstd frame of a segment's lines, compressed as they are buffered,
-    so that a flush only finishes it (at most `FRAME_BLOCK` bytes are left to
-    compress) instead of compressing the whole segment on its path. `start`:
-    the buffer position of its first line; `lines`: how many it holds."""
-
-    def __init__(self, start: int) -> None:
-        self.start, self.lines = start, 0
-        self._obj = _zstd().ZstdCompressor(level=ZSTD_LEVEL).compressobj()
-        self._out: list[bytes] = []
-        self._held = 0
-
-    def feed(self, line: bytes) -> None:
-        self._out.append(self._obj.compress(line))
-        self.lines += 1
-        self._held += len(line)
-        if self._held >= FRAME_BLOCK:
-            self._out.append(self._obj.flush(_zstd().COMPRESSOBJ_FLUSH_BLOCK))
-            self._held = 0
-
-    def finish(self) -> bytes:
-        self._out.append(self._obj.flush())
-        return b"".join(self._out)
-
-
-def decompress(data: bytes, name: str, limit: int = MAX_WAL_SEGMENT_BYTES) -> bytes:
-    """A zstd frame's content, at most `limit` bytes; `Corrupt` otherwise."""
-    zstd = _zstd()
-    try:
-        reader = zstd.ZstdDecompressor().decompressobj()
-        out = reader.decompress(data)
-    except zstd.ZstdError as exc:
-        raise Corrupt(f"WAL segment {name} is not a valid zstd frame ({exc}); not used") from None
-    if len(out) > limit:
-        raise Corrupt(f"WAL segment {name} decompresses past the {limit}-byte segment limit")
-    if not reader.eof:
-        raise Corrupt(f"WAL segment {name} is a cut zstd frame; not used")
-    return bytes(out)
-
-
-def _zstd() -> Any:
-    try:
-        import zstandard
-    except ImportError:  # pragma: no cover - a dependency of the package
-        raise MissingDependency(
-            "this object's WAL is zstd-compressed; install zstandard (pip install zstandard)"
-        ) from None
-    return zstandard
 
 
 # -- one object's way of storing -------------------------------------------------------

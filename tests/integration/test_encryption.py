@@ -25,7 +25,7 @@ import durable_obj
 from durable_obj import KeyRefused, StaticKey
 from durable_obj.errors import Corrupt, InvalidArgument
 from durable_obj.stores import open_store
-from durable_obj.wire import keyring, sealing
+from durable_obj.wire import compression, keyring, sealing
 from tests.integration import _proc
 
 MARKER = "MARKER-7f3a91-do-not-leak"
@@ -338,7 +338,7 @@ def test_a_compressed_wal_is_smaller_and_reads_back(tmp_path: Path) -> None:
         wal = [p for p in Path(url, "wal").iterdir()]
         sizes[name] = sum(p.stat().st_size for p in wal)
         if name == "zstd":
-            assert all(p.read_bytes()[:4] == sealing.ZSTD_MAGIC for p in wal)
+            assert all(p.read_bytes()[:4] == compression.ZSTD_MAGIC for p in wal)
         with durable_obj.open(url, read_only=True) as obj:  # no option needed to read
             assert obj.query("SELECT count() FROM m", "TSV") == "200\n"
     assert sizes["zstd"] < sizes["plain"] / 2

@@ -1,5 +1,5 @@
 """The zstd frame a compressing writer's buffer builds as statements arrive
-(core/pending.py, wire/sealing.Frame): a commit gets it only when it holds
+(core/pending.py, wire/compression.Frame): a commit gets it only when it holds
 exactly the lines the commit takes, and then it is those lines, compressed."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_obj.core.pending import Pending
-from durable_obj.wire.sealing import FRAME_BLOCK, decompress
+from durable_obj.wire.compression import FRAME_BLOCK, decompress
 
 
 def line(n: int, size: int = 40) -> bytes:

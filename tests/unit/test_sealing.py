@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_obj.errors import Corrupt, InvalidArgument, KeyRefused
-from durable_obj.wire import sealing
+from durable_obj.wire import compression, sealing
 from durable_obj.wire.keys import KeyFile, StaticKey, parse_key
 from durable_obj.wire.sealing import HEADER_SIZE, TAG, Codec, DataKey, Unsealer
 
@@ -123,7 +123,7 @@ def test_codec_refuses_what_its_head_does_not_promise() -> None:
     assert plain.decode(NAME, b'{"sql":"x"}\n') == b'{"sql":"x"}\n'
     zstd = Codec(OID, zstd=True)
     frame = zstd.encode(NAME, b'{"sql":"x"}\n' * 100)
-    assert frame[:4] == sealing.ZSTD_MAGIC and len(frame) < 100
+    assert frame[:4] == compression.ZSTD_MAGIC and len(frame) < 100
     assert plain.decode(NAME, frame) == b'{"sql":"x"}\n' * 100
     both = Codec(OID, key=KEY, opener=Unsealer({KEY.id: KEY}, "k"), zstd=True)
     blob = both.encode(NAME, b"SELECT 1;\n" * 1000)
@@ -134,11 +134,11 @@ def test_codec_refuses_what_its_head_does_not_promise() -> None:
 def test_a_zstd_frame_is_bounded_and_checked() -> None:
     bomb = Codec(OID, zstd=True).encode(NAME, b"\0" * 4096)
     with pytest.raises(Corrupt, match="decompresses past"):
-        sealing.decompress(bomb, NAME, limit=1024)
+        compression.decompress(bomb, NAME, limit=1024)
     with pytest.raises(Corrupt, match="cut zstd frame"):
-        sealing.decompress(bomb[:-3], NAME)
+        compression.decompress(bomb[:-3], NAME)
     with pytest.raises(Corrupt, match="not a valid zstd frame"):
-        sealing.decompress(sealing.ZSTD_MAGIC + b"garbage", NAME)
+        compression.decompress(compression.ZSTD_MAGIC + b"garbage", NAME)
 
 
 def test_static_keys_wrap_bound_to_their_context_and_name_their_id() -> None:
