@@ -261,8 +261,10 @@ class Units(Surface):
             if ran and (_half_run(exc) or not all_or_nothing(text)):
                 raise _Stopped(exc) from None  # part of it may be in: the copy is rebuilt
             raise
-        if not is_insert(text) and self._local.pinner is not None:
-            self._local.pinner.schema_changed()
+        finally:
+            # what a table is may have changed, also by one that failed (`gate.known`)
+            if ran and not is_insert(text) and self._local.pinner is not None:
+                self._local.pinner.schema_changed()
         return line if logged else None
 
     def _undo(self, stopped: _Stopped) -> DurableError:

@@ -305,11 +305,15 @@ class ColumnRules:
         """[name, type, default_kind, default_expression] of a table's columns."""
         columns = self._columns.get((db, table))
         if columns is None:
-            columns = self._engine.json_rows(
-                "SELECT name, type, default_kind, default_expression FROM system.columns "
-                "WHERE database = {db:String} AND table = {t:String} ORDER BY position",
-                {"db": db, "t": table},
-            )
+            known = self._engine.known.of(self._engine, db)
+            if known is not None:
+                columns = known.columns.get(table, [])
+            else:
+                columns = self._engine.json_rows(
+                    "SELECT name, type, default_kind, default_expression FROM system.columns "
+                    "WHERE database = {db:String} AND table = {t:String} ORDER BY position",
+                    {"db": db, "t": table},
+                )
             self._columns[(db, table)] = columns
         return columns
 

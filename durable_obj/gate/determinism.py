@@ -219,6 +219,7 @@ class Pinner:
         self._rules.forget()
         self._literals.forget()
         self._volatile.clear()
+        self._engine.known.forget()
 
     def prepare(self, sql: str, db: str) -> str:
         """The text to run and log: `sql` itself, or `sql` with values pinned.
@@ -253,11 +254,15 @@ class Pinner:
         found = self._volatile.get(db)
         if found is not None:
             return found
-        rows = self._engine.json_rows(
-            "SELECT name, as_select FROM system.tables WHERE database = {db:String} "
-            "AND engine = 'View'",
-            {"db": db},
-        )
+        known = self._engine.known.of(self._engine, db)
+        if known is not None:
+            rows = [[view.name, view.as_select] for view in known.views()]
+        else:
+            rows = self._engine.json_rows(
+                "SELECT name, as_select FROM system.tables WHERE database = {db:String} "
+                "AND engine = 'View'",
+                {"db": db},
+            )
         nondeterministic = self._catalog.nondeterministic
         words = {str(name).lower(): code_words(str(body)) for name, body in rows}
         volatile = {

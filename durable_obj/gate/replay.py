@@ -13,7 +13,7 @@ statement on its own: ~90 statements/s.)
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
 from durable_obj.gate.pipeline import committed
@@ -67,9 +67,18 @@ class Replayer:
         split = self._split(sql)
         if split is None:
             self.finish()
-            self._run(sql, where)
-            if not is_insert(sql):
-                self._eligible.clear()  # DDL may change what a table is
+            if is_insert(sql):
+                self._run(sql, where)
+                return
+            # what a table is may change (`gate.known`): forgotten before
+            # and after, as a failed statement may have changed it too
+            self._eligible.clear()
+            self._engine.known.forget()
+            try:
+                self._run(sql, where)
+            finally:
+                self._eligible.clear()
+                self._engine.known.forget()
             return
         prefix, rows = split
         batch = self._batch
@@ -150,11 +159,18 @@ class Replayer:
     def _batchable(self, db: str, table: str) -> bool:
         key = (db, table)
         if key not in self._eligible:
-            rows = self._engine.json_rows(
-                "SELECT engine, engine_full, length(dependencies_table) FROM system.tables "
-                "WHERE database = {db:String} AND name = {t:String}",
-                {"db": db, "t": table},
-            )
+            known = self._engine.known.of(self._engine, db)
+            if known is not None:
+                t = known.tables.get(table)
+                rows: list[list[Any]] = (
+                    [] if t is None else [[t.engine, t.engine_full, t.dependents]]
+                )
+            else:
+                rows = self._engine.json_rows(
+                    "SELECT engine, engine_full, length(dependencies_table) FROM system.tables "
+                    "WHERE database = {db:String} AND name = {t:String}",
+                    {"db": db, "t": table},
+                )
             ok = False
             if rows:
                 engine, engine_full, dependents = rows[0]

@@ -85,12 +85,10 @@ def check_definitions(engine: Engine, definitions: Iterable[tuple[str, str]]) ->
 def check_restored(engine: Engine) -> None:
     """What RESTORE made of the base: every table's definition as a
     statement, every view's SELECT as a read (see the module's docstring)."""
-    rows = engine.json_rows(
-        "SELECT name, engine, create_table_query, as_select FROM system.tables "
-        "WHERE database = {db:String} ORDER BY name",
-        {"db": engine.database},
-    )
-    for table, kind, create, select in rows:
+    # read afresh (and kept for the checks that follow: replay's batching,
+    # the pinner's views and defaults), never an answer kept from before
+    for t in engine.known.read(engine).tables.values():
+        table, kind, create, select = t.name, t.engine, t.create_table_query, t.as_select
         if kind not in reach.ALLOWED_ENGINES and kind not in _RESTORED_KINDS:
             raise refused(table, f"ENGINE = {kind[:40]} is not an engine of the object's own")
         check_definition(engine, table, engine.scope.shown(create))

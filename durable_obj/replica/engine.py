@@ -42,6 +42,7 @@ from durable_obj.errors import (
 )
 from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds, unstoppable
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
+from durable_obj.gate.known import Known
 from durable_obj.gate.quoting import quote_ident, quote_string, without_format
 from durable_obj.replica import archives, server
 from durable_obj.replica.messages import (
@@ -101,6 +102,7 @@ class Engine:
         #: This object's database in the engine: reserved, unguessable, never shown.
         self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
         self.scope = Scope("default", self.database)
+        self.known = Known()  # what the gate's checks last read of the database
         #: When the bounded block running now must end (`bounded`); None: unbounded.
         self._deadline: float | None = None
         #: Whether the bounded block runs a caller's statement (`bounded`).
@@ -156,9 +158,7 @@ class Engine:
         return f"{self.scope.logical}.{name}" if name else None
 
     def _mapped(self, params: dict[str, str]) -> dict[str, str]:
-        if params.get("db") == self.scope.logical:
-            return {**params, "db": self.database}
-        return params
+        return {**params, "db": self.database} if params.get("db") == self.scope.logical else params
 
     # -- statements ------------------------------------------------------
     def text(self, sql: str, fmt: str = "CSV", *, redact: bool = False) -> str:

@@ -1,0 +1,121 @@
+"""What the object's database holds, read in one query and shared by the gate's checks.
+
+Several checks ask the engine what a table is:
+* what RESTORE made of a base (`restored.check_restored`): every table's
+  engine, definition and SELECT;
+* which tables replay may merge INSERTs into (`replay.Replayer`): engine,
+  settings, dependent views;
+* which views read the clock (`determinism`): each view's SELECT;
+* which columns an INSERT leaves to a default (`defaults`).
+
+Each was its own query on system.tables or system.columns: 3-4 ms apiece
+in chDB 26.9, most of it the engine's fixed cost per query, four of them
+on every open, and one more for every round of concurrent writers.
+`Known` reads the object's tables and their columns in one query and
+serves each check from that answer until the catalog may have changed.
+
+Any statement but an INSERT may change the catalog. Every place that runs
+one forgets what is known once it has run, whether it succeeded or failed
+(one that fails half-way may have changed it too):
+* `replay.Replayer.apply`, for committed lines (also before each);
+* `determinism.Pinner.schema_changed`, which the writer calls after each
+  of its statements that is not an INSERT (`core.units`).
+The caches these checks kept before, each its own, were forgotten at the
+same places. A check that must see the engine as it is now
+(`check_restored`, right after RESTORE) reads afresh (`read`) and never
+takes a kept answer. Only the object's own database is kept; a check of
+any other database asks the engine itself, as before.
+
+The query carries its own result settings: a caller's read bound
+(`max_result_rows` with `result_overflow_mode = 'break'`) set on the
+connection must never cut the answer short, or a table or view would be
+missing from what the checks see.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Engine
+
+_SQL = (
+    "SELECT 't', name, engine, engine_full, toString(length(dependencies_table)), "
+    "create_table_query, as_select, toUInt64(0) FROM system.tables WHERE database = {db:String} "
+    "UNION ALL SELECT 'c', table, name, type, default_kind, default_expression, '', position "
+    "FROM system.columns WHERE database = {db:String} "
+    "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One row of system.tables."""
+
+    name: str
+    engine: str
+    engine_full: str
+    #: How many views depend on it (`length(dependencies_table)`).
+    dependents: int
+    create_table_query: str
+    as_select: str
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The object's database as one query saw it."""
+
+    #: The logical and internal database names it was read under.
+    logical: str
+    database: str
+    #: By exact name, in name order.
+    tables: dict[str, Table]
+    #: [name, type, default_kind, default_expression] of each table's
+    #: columns, in position order.
+    columns: dict[str, list[list[str]]] = field(default_factory=dict)
+
+    def views(self) -> list[Table]:
+        return [t for t in self.tables.values() if t.engine == "View"]
+
+
+class Known:
+    """The last `Catalog` read on one engine, until `forget`."""
+
+    def __init__(self) -> None:
+        self._kept: Catalog | None = None
+
+    def forget(self) -> None:
+        self._kept = None
+
+    def read(self, engine: Engine) -> Catalog:
+        """The object's database as it is now (one engine query), kept."""
+        self._kept = None
+        tables: dict[str, Table] = {}
+        columns: dict[str, list[tuple[int, list[str]]]] = {}
+        for kind, name, a, b, c, d, e, position in engine.json_rows(_SQL, {"db": engine.database}):
+            if kind == "t":
+                tables[name] = Table(name, a, b, int(c), d, e)
+            else:
+                columns.setdefault(name, []).append((int(position), [a, b, c, d]))
+        self._kept = Catalog(
+            engine.logical,
+            engine.database,
+            {name: tables[name] for name in sorted(tables)},
+            {
+                t: [row for _, row in sorted(rows, key=lambda r: r[0])]
+                for t, rows in columns.items()
+            },
+        )
+        return self._kept
+
+    def of(self, engine: Engine, db: str) -> Catalog | None:
+        """What is known of `db` (a logical name, as the checks pass it),
+        read now if nothing is kept; None when `db` is not the object's own
+        database (the caller asks the engine itself)."""
+        if db != engine.logical:
+            return None
+        kept = self._kept
+        if kept is None or kept.logical != db or kept.database != engine.database:
+            kept = self.read(engine)
+        return kept
