@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from durable_obj.replica.local import LocalCopy
     from durable_obj.wire.head import Head, ObjectRef
 
-#: Table engines whose parts never change once written: an increment
-#: carries only the new ones.
-_IMMUTABLE_PARTS = "%MergeTree"
+#: The ending of the names of table engines whose parts never change once
+#: written: an increment carries only the new ones.
+_IMMUTABLE_SUFFIX = "MergeTree"
 #: A part's folder in a listing: data/<database>/<table>/<part>/<file>.
 _PART = re.compile(rb"<name>data/[^/<]+/([^/<]+)/([^/<]+)/")
 
@@ -89,12 +89,11 @@ def cheap(head: Head, local: LocalCopy, opts: Options) -> bool:
 
 def _in_place(engine: Engine) -> bool:
     """Does a table of the object keep files the engine changes in place?"""
-    rows = engine.json_rows(
-        "SELECT count() FROM system.tables WHERE database = {db:String} "
-        "AND has_own_data AND engine NOT LIKE {mt:String}",
-        {"db": engine.database, "mt": _IMMUTABLE_PARTS},
+    known = engine.known.of(engine, engine.logical)  # `gate.known`
+    assert known is not None  # the object's own database
+    return any(
+        t.has_own_data and not t.engine.endswith(_IMMUTABLE_SUFFIX) for t in known.tables.values()
     )
-    return bool(rows and int(rows[0][0]))
 
 
 def _new_bytes(engine: Engine, stub: str) -> int:

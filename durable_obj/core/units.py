@@ -263,8 +263,10 @@ class Units(Surface):
             raise
         finally:
             # what a table is may have changed, also by one that failed (`gate.known`)
-            if ran and not is_insert(text) and self._local.pinner is not None:
-                self._local.pinner.schema_changed()
+            if ran and not is_insert(text):
+                engine.known.forget()
+                if self._local.pinner is not None:
+                    self._local.pinner.schema_changed()
         return line if logged else None
 
     def _undo(self, stopped: _Stopped) -> DurableError:

@@ -3,23 +3,27 @@
 Several checks ask the engine what a table is:
 * what RESTORE made of a base (`restored.check_restored`): every table's
   engine, definition and SELECT;
+* what a checkpoint refuses (`replica.archives.backup`: a detached table,
+  a Join or Set table) and whether an increment may be taken
+  (`core.chains`: a table whose files change in place);
 * which tables replay may merge INSERTs into (`replay.Replayer`): engine,
   settings, dependent views;
 * which views read the clock (`determinism`): each view's SELECT;
 * which columns an INSERT leaves to a default (`defaults`).
 
-Each was its own query on system.tables or system.columns: 3-4 ms apiece
-in chDB 26.9, most of it the engine's fixed cost per query, four of them
-on every open, and one more for every round of concurrent writers.
-`Known` reads the object's tables and their columns in one query and
-serves each check from that answer until the catalog may have changed.
+Each was its own query on system.tables, system.columns or
+system.detached_tables, 2-4 ms apiece in chDB 26.9 (about 1 ms of it the
+engine's fixed cost of any query): four on every open, one more for every
+round of concurrent writers, two on every checkpoint. `Known` reads them
+all in one query (6-7 ms) and serves each check from that answer until
+the catalog may have changed.
 
 Any statement but an INSERT may change the catalog. Every place that runs
 one forgets what is known once it has run, whether it succeeded or failed
 (one that fails half-way may have changed it too):
 * `replay.Replayer.apply`, for committed lines (also before each);
-* `determinism.Pinner.schema_changed`, which the writer calls after each
-  of its statements that is not an INSERT (`core.units`).
+* the writer, after each of its statements that is not an INSERT
+  (`core.units`, which also tells the pinner: `schema_changed`).
 The caches these checks kept before, each its own, were forgotten at the
 same places. A check that must see the engine as it is now
 (`check_restored`, right after RESTORE) reads afresh (`read`) and never
@@ -42,9 +46,12 @@ if TYPE_CHECKING:
 
 _SQL = (
     "SELECT 't', name, engine, engine_full, toString(length(dependencies_table)), "
-    "create_table_query, as_select, toUInt64(0) FROM system.tables WHERE database = {db:String} "
+    "create_table_query, as_select, toUInt64(has_own_data) FROM system.tables "
+    "WHERE database = {db:String} "
     "UNION ALL SELECT 'c', table, name, type, default_kind, default_expression, '', position "
     "FROM system.columns WHERE database = {db:String} "
+    "UNION ALL SELECT 'd', table, '', '', '', '', '', toUInt64(0) FROM system.detached_tables "
+    "WHERE database = {db:String} "
     "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
 )
 
@@ -60,6 +67,8 @@ class Table:
     dependents: int
     create_table_query: str
     as_select: str
+    #: Does it keep data of its own (not a view, not a Distributed or Merge)?
+    has_own_data: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +83,8 @@ class Catalog:
     #: [name, type, default_kind, default_expression] of each table's
     #: columns, in position order.
     columns: dict[str, list[list[str]]] = field(default_factory=dict)
+    #: The names of its detached tables (`DETACH TABLE`), in name order.
+    detached: list[str] = field(default_factory=list)
 
     def views(self) -> list[Table]:
         return [t for t in self.tables.values() if t.engine == "View"]
@@ -93,11 +104,14 @@ class Known:
         self._kept = None
         tables: dict[str, Table] = {}
         columns: dict[str, list[tuple[int, list[str]]]] = {}
-        for kind, name, a, b, c, d, e, position in engine.json_rows(_SQL, {"db": engine.database}):
+        detached: list[str] = []
+        for kind, name, a, b, c, d, e, n in engine.json_rows(_SQL, {"db": engine.database}):
             if kind == "t":
-                tables[name] = Table(name, a, b, int(c), d, e)
+                tables[name] = Table(name, a, b, int(c), d, e, bool(int(n)))
+            elif kind == "c":
+                columns.setdefault(name, []).append((int(n), [a, b, c, d]))
             else:
-                columns.setdefault(name, []).append((int(position), [a, b, c, d]))
+                detached.append(name)
         self._kept = Catalog(
             engine.logical,
             engine.database,
@@ -106,6 +120,7 @@ class Known:
                 t: [row for _, row in sorted(rows, key=lambda r: r[0])]
                 for t, rows in columns.items()
             },
+            sorted(detached),
         )
         return self._kept
 

@@ -116,25 +116,22 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
     and while a Join or Set table exists: its rows do not come back from a
     base (measured: a RESTORE gives it empty), so a checkpoint would lose
     acknowledged rows."""
-    # One engine query for both refusals (each SELECT costs about 1 ms).
-    refused = engine.json_rows(
-        "SELECT 'detached', table, '' FROM system.detached_tables WHERE database = {db:String} "
-        "UNION ALL SELECT 'kept', name, engine FROM system.tables WHERE database = {db:String} "
-        "AND engine IN ('Join', 'Set') ORDER BY 1, 2",
-        {"db": engine.database},
-    )
-    detached = [row[1:] for row in refused if row[0] == "detached"]
+    # what the gate last read of the tables, unless a statement since may
+    # have changed them (`gate.known`): no engine query when nothing did
+    known = engine.known.of(engine, engine.logical)
+    assert known is not None  # the object's own database
+    detached = known.detached
     if detached:
-        names = ", ".join(str(row[0])[:60] for row in detached[:5])
+        names = ", ".join(name[:60] for name in detached[:5])
         raise InvalidArgument(
             f"the object's table(s) {names} are detached, and a checkpoint (a BACKUP of the "
             "database) does not carry a detached table: it would vanish from the base. "
             "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
             "buffered statements stay buffered, and flush() makes them durable."
         )
-    kept_aside = [row[1:] for row in refused if row[0] == "kept"]
+    kept_aside = [t for t in known.tables.values() if t.engine in ("Join", "Set")]
     if kept_aside:
-        names = ", ".join(f"{row[0]} ({row[1]})"[:60] for row in kept_aside[:5])
+        names = ", ".join(f"{t.name} ({t.engine})"[:60] for t in kept_aside[:5])
         raise InvalidArgument(
             f"the object's table(s) {names} keep their rows outside what BACKUP carries: "
             "restored from a checkpoint they came back empty (chDB 4.4), so a checkpoint "

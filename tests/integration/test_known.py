@@ -131,3 +131,23 @@ def test_replay_does_not_merge_into_a_table_that_gained_a_view(tmp_path: Path) -
     with ns.open("o", read_only=True) as replica:
         assert replica.rows("SELECT n FROM blocks ORDER BY n") == written
         assert replica.rows("SELECT count() FROM t") == [(4,)]
+
+
+def test_a_checkpoint_judges_the_tables_as_they_are_now(tmp_path: Path) -> None:
+    """What was known had no detached table and no Set table; a checkpoint
+    after one appears is refused, and one after it is gone is taken."""
+    _, obj = _writer(tmp_path)
+    with obj:
+        obj.checkpoint()  # what is known is kept: nothing changed since
+        obj.execute("DETACH TABLE t")
+        with pytest.raises(durable_obj.errors.InvalidArgument, match=r"table\(s\) t are detached"):
+            obj.checkpoint()
+        obj.execute("ATTACH TABLE t")
+        obj.checkpoint()
+        obj.execute("INSERT INTO t VALUES (2)")
+        obj.execute("CREATE TABLE s (k UInt64) ENGINE = Set")
+        with pytest.raises(durable_obj.errors.InvalidArgument, match=r"s \(Set\)"):
+            obj.checkpoint()
+        obj.execute("DROP TABLE s")
+        obj.checkpoint()
+        assert obj.rows("SELECT k FROM t ORDER BY k") == [(1,), (2,)]
