@@ -67,18 +67,7 @@ class Replayer:
         split = self._split(sql)
         if split is None:
             self.finish()
-            if is_insert(sql):
-                self._run(sql, where)
-                return
-            # what a table is may change (`gate.known`): forgotten before
-            # and after, as a failed statement may have changed it too
-            self._eligible.clear()
-            self._engine.known.forget()
-            try:
-                self._run(sql, where)
-            finally:
-                self._eligible.clear()
-                self._engine.known.forget()
+            self._run(sql, where)
             return
         prefix, rows = split
         batch = self._batch
@@ -111,6 +100,13 @@ class Replayer:
                 f"{where} is a statement the gate refuses, so it was not run; the object was "
                 f"not opened, nothing was changed and no other object was touched. {exc}"
             ) from None
+        # What a table is may change (`gate.known`): judged on the gated text,
+        # which the engine reads as we do, never on the line as written (the
+        # engine nests comments, our lexer does not). Forgotten before and
+        # after, as a statement that fails may have changed it too.
+        changes = not is_insert(text)
+        if changes:
+            self._forget()
         try:
             self._engine.replay(text)
         except EngineError as exc:
@@ -122,6 +118,13 @@ class Replayer:
                 f"replaying {where} failed, so the committed state cannot be rebuilt by this "
                 f"engine; the object was not opened and nothing was changed. {exc}"
             ) from exc
+        finally:
+            if changes:
+                self._forget()
+
+    def _forget(self) -> None:
+        self._eligible.clear()
+        self._engine.known.forget()
 
     def split(self, sql: str) -> tuple[str, list[str]] | None:
         """(text up to VALUES, [row texts]) of a batchable INSERT, else None."""
