@@ -37,9 +37,6 @@ if TYPE_CHECKING:
     from durable_obj.replica.local import LocalCopy
     from durable_obj.wire.head import Head, ObjectRef
 
-#: The ending of the names of table engines whose parts never change once
-#: written: an increment carries only the new ones.
-_IMMUTABLE_SUFFIX = "MergeTree"
 #: A part's folder in a listing: data/<database>/<table>/<part>/<file>.
 _PART = re.compile(rb"<name>data/[^/<]+/([^/<]+)/([^/<]+)/")
 
@@ -88,12 +85,9 @@ def cheap(head: Head, local: LocalCopy, opts: Options) -> bool:
 
 
 def _in_place(engine: Engine) -> bool:
-    """Does a table of the object keep files the engine changes in place?"""
-    known = engine.known.of(engine, engine.logical)  # `gate.known`
-    assert known is not None  # the object's own database
-    return any(
-        t.has_own_data and not t.engine.endswith(_IMMUTABLE_SUFFIX) for t in known.tables.values()
-    )
+    """Does a table of the object keep files the engine changes in place
+    (anything but MergeTree's family and the engines without rows)?"""
+    return engine.known.checkpointing(engine).in_place  # `gate.known`
 
 
 def _new_bytes(engine: Engine, stub: str) -> int:

@@ -305,8 +305,8 @@ class ColumnRules:
         """[name, type, default_kind, default_expression] of a table's columns."""
         columns = self._columns.get((db, table))
         if columns is None:
-            known = self._engine.known.kept(self._engine, db)  # the columns of a full read
-            if known is not None and known.columns is not None:
+            known = self._engine.known.kept(self._engine, db)
+            if known is not None:
                 columns = known.columns.get(table, [])
             else:
                 columns = self._engine.json_rows(

@@ -254,7 +254,7 @@ class Pinner:
         found = self._volatile.get(db)
         if found is not None:
             return found
-        known = self._engine.known.of(self._engine, db)
+        known = self._engine.known.kept(self._engine, db)
         if known is not None:
             rows = [[view.name, view.as_select] for view in known.views()]
         else:

@@ -1,29 +1,29 @@
-"""What the object's database holds, read in one query and shared by the gate's checks.
+"""What the object's database held when it was restored: one engine query for the checks.
 
 Several checks ask the engine what a table is:
 * what RESTORE made of a base (`restored.check_restored`): every table's
   engine, definition and SELECT;
-* what a checkpoint refuses (`replica.archives.backup`: a detached table,
-  a Join or Set table) and whether an increment may be taken
-  (`core.chains`: a table whose files change in place);
 * which tables replay may merge INSERTs into (`replay.Replayer`): engine,
   settings, dependent views;
 * which views read the clock (`determinism`): each view's SELECT;
-* which columns an INSERT leaves to a default (`defaults`).
+* which columns an INSERT leaves to a default (`defaults`);
+* what a checkpoint refuses (`replica.archives.backup`: a detached table,
+  a Join or Set table) and whether it may be an increment (`core.chains`:
+  no table whose files change in place).
 
-Each was its own query on system.tables, system.columns or
+Each is its own query on system.tables, system.columns or
 system.detached_tables, 2-4 ms apiece in chDB 26.9 (about 1 ms of it the
-engine's fixed cost of any query): four on every open, one more for every
-round of concurrent writers, two on every checkpoint. `Known` reads them
-in one query and serves each check from that answer until the catalog may
-have changed. Once RESTORE has run, the read is full (`read`: every
-table's definition and every column, 6-7 ms), for the restored base's
-check and then for the first statements' checks. After a change it is
-light (`of`): one row per table, no definition or column, so what a
-statement's check reads, inside the statement's own bounds, grows with the
-number of tables and never with their columns or the text of their
-definitions; an INSERT's defaults then read their one table's columns, as
-before.
+engine's fixed cost of any query): four on every open of a base, and two
+on every checkpoint. Once RESTORE has run, `read` answers all of them in
+one query (6-7 ms at a few tables), for the restored base's check, and
+keeps it (without the definitions' text) for the checks of the
+statements that follow, until the catalog may have changed (`forget`).
+Then each check asks the engine again its own narrow question, as it
+always did (one table's row, the views, one table's columns), so what a
+statement's check reads inside the statement's own bounds never grows
+with the other tables, and a run of CREATE-then-INSERT pairs costs what it
+did. A checkpoint's question is asked once (`checkpointing`) and kept
+until `forget` too.
 
 Any statement but an INSERT may change the catalog. Every place that runs
 one forgets what is known, whether it succeeded or failed (one that fails
@@ -35,42 +35,47 @@ only looks like an INSERT to it.
   of lines) whose gated text is not an INSERT;
 * the writer, after each of its statements that is not an INSERT
   (`core.units`, which also tells the pinner: `schema_changed`).
-The caches these checks kept before, each its own, were forgotten at the
-same places. A check that must see the engine as it is now
-(`check_restored`, right after RESTORE) reads afresh (`read`) and never
-takes a kept answer. Only the object's own database is kept; a check of
-any other database asks the engine itself, as before.
+The caches the checks keep of their own narrow answers are forgotten at
+the same places. `check_restored`, right after RESTORE, always reads
+afresh. Only the object's own database is kept; a check of any other
+database asks the engine itself.
 
-The query carries its own result settings: a caller's read bound
+The queries carry their own result settings: a caller's read bound
 (`max_result_rows` with `result_overflow_mode = 'break'`) set on the
-connection must never cut the answer short, or a table or view would be
+connection must never cut an answer short, or a table or view would be
 missing from what the checks see.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import dataclasses
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
 
-#: Every table (its definition only in a full read: `{create}`), its
-#: columns (only in a full read: `{columns}`), every detached table.
-_SQL = (
+_SETTINGS = "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
+#: Every table with its definition, every column, every detached table.
+_FULL = (
     "SELECT 't', name, engine, engine_full, toString(length(dependencies_table)), "
-    "{create}, as_select, toUInt64(has_own_data) FROM system.tables "
-    "WHERE database = {{db:String}} {columns}"
+    "create_table_query, as_select, toUInt64(0) FROM system.tables "
+    "WHERE database = {db:String} "
+    "UNION ALL SELECT 'c', table, name, type, default_kind, default_expression, '', position "
+    "FROM system.columns WHERE database = {db:String} "
     "UNION ALL SELECT 'd', table, '', '', '', '', '', toUInt64(0) FROM system.detached_tables "
-    "WHERE database = {{db:String}} "
-    "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
+    "WHERE database = {db:String} " + _SETTINGS
 )
-_FULL = _SQL.format(
-    create="create_table_query",
-    columns="UNION ALL SELECT 'c', table, name, type, default_kind, default_expression, '', "
-    "position FROM system.columns WHERE database = {db:String} ",
+#: Engines that keep no rows of their own: no reason for a full base.
+_NO_ROWS = frozenset({"View", "MaterializedView", "Dictionary", "Null", "GenerateRandom"})
+#: What a checkpoint judges, when nothing is kept: the detached tables,
+#: the Join and Set tables, the tables that are neither of MergeTree's
+#: family nor without rows (their files change in place).
+_CHECKPOINT = (
+    "SELECT 'd', table, '' FROM system.detached_tables WHERE database = {db:String} "
+    "UNION ALL SELECT 't', name, engine FROM system.tables WHERE database = {db:String} "
+    "AND NOT endsWith(engine, 'MergeTree') AND engine NOT IN {no_rows:Array(String)} " + _SETTINGS
 )
-_LIGHT = _SQL.format(create="''", columns="")
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,11 +87,9 @@ class Table:
     engine_full: str
     #: How many views depend on it (`length(dependencies_table)`).
     dependents: int
-    #: The CREATE statement: only in a full read (`Known.read`), else ''.
+    #: The CREATE statement: in what `Known.read` returns; '' in what it keeps.
     create_table_query: str
     as_select: str
-    #: Does it keep data of its own (not a view, not a Distributed or Merge)?
-    has_own_data: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,69 +102,109 @@ class Catalog:
     #: By exact name, in name order.
     tables: dict[str, Table]
     #: [name, type, default_kind, default_expression] of each table's
-    #: columns, in position order; None when not read (a light read).
-    columns: dict[str, list[list[str]]] | None = None
+    #: columns, in position order.
+    columns: dict[str, list[list[str]]]
     #: The names of its detached tables (`DETACH TABLE`), in name order.
-    detached: list[str] = field(default_factory=list)
+    detached: list[str]
 
     def views(self) -> list[Table]:
         return [t for t in self.tables.values() if t.engine == "View"]
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpointing:
+    """What a checkpoint judges of the object's tables."""
+
+    #: Detached tables, by name: BACKUP DATABASE would leave them out.
+    detached: list[str]
+    #: (name, engine) of Join and Set tables: RESTORE gives them back empty.
+    aside: list[tuple[str, str]]
+    #: Is there a table whose files change in place (Log, Memory, ...)?
+    #: Then a base must be full, never an increment.
+    in_place: bool
+
+
+def _checkpointing(detached: list[str], tables: list[tuple[str, str]]) -> Checkpointing:
+    """From the detached tables' names and (name, engine) of every table."""
+    return Checkpointing(
+        sorted(detached),
+        sorted((n, e) for n, e in tables if e in ("Join", "Set")),
+        any(not e.endswith("MergeTree") and e not in _NO_ROWS for _, e in tables),
+    )
+
+
 class Known:
-    """The last `Catalog` read on one engine, until `forget`."""
+    """The catalog read once RESTORE has run, and what a checkpoint judges,
+    each kept until `forget`."""
 
     def __init__(self) -> None:
         self._kept: Catalog | None = None
+        self._checkpointing: Checkpointing | None = None
 
     def forget(self) -> None:
         self._kept = None
+        self._checkpointing = None
 
     def read(self, engine: Engine) -> Catalog:
-        """The object's database as it is now, in full: every table with its
-        definition, and every column (one engine query), kept. Made once
-        RESTORE has run, where the definitions are checked; a light read
-        (`of`, after `forget`) leaves both out, so what a statement's own
-        check reads grows with the tables, never with their columns or the
-        text of their definitions."""
-        return self._read(engine, _FULL, full=True)
-
-    def _read(self, engine: Engine, sql: str, *, full: bool) -> Catalog:
-        self._kept = None
+        """The object's database as it is now, in full (one engine query):
+        every table with its definition, every column, every detached
+        table. Kept, without the definitions' text, for the checks after it."""
+        self.forget()
         tables: dict[str, Table] = {}
         columns: dict[str, list[tuple[int, list[str]]]] = {}
         detached: list[str] = []
-        for kind, name, a, b, c, d, e, n in engine.json_rows(sql, {"db": engine.database}):
+        for kind, name, a, b, c, d, e, n in engine.json_rows(_FULL, {"db": engine.database}):
             if kind == "t":
-                tables[name] = Table(name, a, b, int(c), d, e, bool(int(n)))
+                tables[name] = Table(name, a, b, int(c), d, e)
             elif kind == "c":
                 columns.setdefault(name, []).append((int(n), [a, b, c, d]))
             else:
                 detached.append(name)
-        by_position = {
-            t: [row for _, row in sorted(rows, key=lambda r: r[0])] for t, rows in columns.items()
-        }
-        self._kept = Catalog(
+        full = Catalog(
             engine.logical,
             engine.database,
             {name: tables[name] for name in sorted(tables)},
-            by_position if full else None,
+            {
+                t: [row for _, row in sorted(rows, key=lambda r: r[0])]
+                for t, rows in columns.items()
+            },
             sorted(detached),
         )
-        return self._kept
-
-    def of(self, engine: Engine, db: str) -> Catalog | None:
-        """What is known of `db` (a logical name, as the checks pass it),
-        read now (a light read) if nothing is kept; None when `db` is not
-        the object's own database (the caller asks the engine itself)."""
-        if db != engine.logical:
-            return None
-        kept = self.kept(engine, db)
-        return kept if kept is not None else self._read(engine, _LIGHT, full=False)
+        self._kept = dataclasses.replace(
+            full,
+            tables={
+                name: dataclasses.replace(t, create_table_query="")
+                for name, t in full.tables.items()
+            },
+        )
+        self._checkpointing = _checkpointing(
+            detached, [(t.name, t.engine) for t in tables.values()]
+        )
+        return full
 
     def kept(self, engine: Engine, db: str) -> Catalog | None:
-        """What is kept of `db`, never read now; None if nothing is."""
+        """What is kept of `db` (a logical name, as the checks pass it); None
+        when nothing is, or `db` is not the object's own database: the
+        caller then asks the engine its own question."""
         kept = self._kept
-        if kept is None or kept.logical != db or kept.database != engine.database:
+        if kept is None or db != engine.logical or kept.logical != db:
             return None
-        return kept
+        return kept if kept.database == engine.database else None
+
+    def checkpointing(self, engine: Engine) -> Checkpointing:
+        """What a checkpoint judges of the object's tables: kept, or read now
+        (one engine query) and kept."""
+        if self._checkpointing is None:
+            rows = engine.json_rows(
+                _CHECKPOINT, {"db": engine.database, "no_rows": _array(_NO_ROWS)}
+            )
+            self._checkpointing = _checkpointing(
+                [name for kind, name, _ in rows if kind == "d"],
+                [(name, e) for kind, name, e in rows if kind == "t"],
+            )
+        return self._checkpointing
+
+
+def _array(names: frozenset[str]) -> str:
+    """`names` as a query parameter of type Array(String)."""
+    return "[" + ", ".join(f"'{name}'" for name in sorted(names)) + "]"

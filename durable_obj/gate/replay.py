@@ -2,11 +2,13 @@
 
 Statements are applied in manifest order, one segment after another. A run
 of consecutive plain `INSERT INTO t [(cols)] [SETTINGS ...] VALUES (...)`
-statements with the same text up to VALUES, whose rows hold literals (and
-the gate's pinned `CAST('...', 'type')` literals) only, becomes one INSERT
-with all their rows, when the target provably cannot tell the difference: a
-plain MergeTree/Log/Memory table with no dependent views and no insert
-deduplication. Everything else runs one by one. (chdb.durable runs each
+statements with the same text up to VALUES (text the engine reads as our
+lexer does), whose rows hold literals (and the gate's pinned
+`CAST('...', 'type')` literals) only, becomes one INSERT with all their
+rows, when the target provably cannot tell the difference: a plain
+MergeTree/Log/Memory table with no dependent views, no insert
+deduplication, no partitions (one INSERT may reach only so many) and no
+Memory caps. Everything else runs one by one. (chdb.durable runs each
 statement on its own: ~90 statements/s.)
 """
 
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
 from durable_obj.gate.pipeline import committed
+from durable_obj.gate.reading import is_plain
 from durable_obj.gate.sql import code_words, insert_shape, is_insert, split_rows, tokenize_head
 from durable_obj.gate.writes import LITERAL_WORDS
 
@@ -140,6 +143,8 @@ class Replayer:
         if shape is None or shape.values_at is None:
             return None
         prefix = sql[: head[shape.values_at].end]
+        if not is_plain(prefix):
+            return None  # the engine may read another table in it (nested comments)
         data = sql[len(prefix) :]
         code = code_words(data) - LITERAL_WORDS
         if code and (code != {"cast"} or "{" in data):
@@ -162,7 +167,7 @@ class Replayer:
     def _batchable(self, db: str, table: str) -> bool:
         key = (db, table)
         if key not in self._eligible:
-            known = self._engine.known.of(self._engine, db)
+            known = self._engine.known.kept(self._engine, db)
             if known is not None:
                 t = known.tables.get(table)
                 rows: list[list[Any]] = (
@@ -181,6 +186,12 @@ class Replayer:
                     engine in BATCHABLE_ENGINES
                     and int(dependents) == 0
                     and "deduplication" not in engine_full
+                    # one INSERT of many rows may reach more partitions than
+                    # the engine allows in one (100: the object would not
+                    # open), and a Memory table's caps (max_rows_to_keep, ...)
+                    # keep the last rows of each INSERT
+                    and "PARTITION BY" not in engine_full
+                    and (engine != "Memory" or engine_full == "Memory")
                 )
             self._eligible[key] = ok
         return self._eligible[key]

@@ -116,11 +116,10 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
     and while a Join or Set table exists: its rows do not come back from a
     base (measured: a RESTORE gives it empty), so a checkpoint would lose
     acknowledged rows."""
-    # what the gate last read of the tables, unless a statement since may
-    # have changed them (`gate.known`): no engine query when nothing did
-    known = engine.known.of(engine, engine.logical)
-    assert known is not None  # the object's own database
-    detached = known.detached
+    # kept until a statement changes the tables (`gate.known`): no engine
+    # query when none did since the open or the last checkpoint
+    judged = engine.known.checkpointing(engine)
+    detached = judged.detached
     if detached:
         names = ", ".join(name[:60] for name in detached[:5])
         raise InvalidArgument(
@@ -129,9 +128,8 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
             "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
             "buffered statements stay buffered, and flush() makes them durable."
         )
-    kept_aside = [t for t in known.tables.values() if t.engine in ("Join", "Set")]
-    if kept_aside:
-        names = ", ".join(f"{t.name} ({t.engine})"[:60] for t in kept_aside[:5])
+    if judged.aside:
+        names = ", ".join(f"{name} ({kind})"[:60] for name, kind in judged.aside[:5])
         raise InvalidArgument(
             f"the object's table(s) {names} keep their rows outside what BACKUP carries: "
             "restored from a checkpoint they came back empty (chDB 4.4), so a checkpoint "

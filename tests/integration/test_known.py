@@ -7,6 +7,7 @@ judges a statement by a table or view as it was before a change.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -105,12 +106,12 @@ def test_a_statement_that_fails_still_forgets(tmp_path: Path) -> None:
     it fails: what was known is dropped either way."""
     _, obj = _writer(tmp_path)
     with obj:
+        obj.checkpoint()  # what a checkpoint judges is kept
         engine = obj._local.engine
-        assert engine is not None
-        assert engine.known.of(engine, "default") is not None
+        assert engine is not None and engine.known._checkpointing is not None
         with pytest.raises(durable_obj.errors.DurableError):
             obj.execute("ALTER TABLE t ADD COLUMN k UInt8")  # k exists
-        assert engine.known._kept is None
+        assert engine.known._checkpointing is None
 
 
 def test_replay_does_not_merge_into_a_table_that_gained_a_view(tmp_path: Path) -> None:
@@ -230,3 +231,65 @@ def test_what_a_statement_reads_of_the_tables_does_not_grow_with_their_definitio
         assert obj.rows("SELECT k FROM s") == [(1,)]
     reads = _catalog_reads(sent)
     assert reads and not [sql for sql in reads if "create_table_query" in sql]
+
+
+def test_a_base_after_a_memory_table_is_full_and_opens(tmp_path: Path) -> None:
+    """A Memory table keeps no files of its own (has_own_data is 0), but
+    its rows change in place: an increment over a base that holds one did
+    not restore, and the object no longer opened."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("INSERT INTO t SELECT number FROM numbers(1000)")
+        obj.execute("CREATE TABLE m (k UInt64) ENGINE = Memory")
+        obj.execute("INSERT INTO m VALUES (1), (2)")
+        obj.checkpoint()
+        obj.execute("INSERT INTO t VALUES (5000)")
+        obj.checkpoint()
+    head = json.loads((tmp_path / "o" / "head.json").read_text())
+    assert not head["manifest"].get("durable_obj", {}).get("chain")  # a full base
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows("SELECT count() FROM t") == [(1001,)]
+        assert replica.rows("SELECT k FROM m ORDER BY k") == [(1,), (2,)]
+
+
+@pytest.mark.parametrize(
+    ("ddl", "inserts", "check"),
+    [
+        # one INSERT of them all would reach 101 partitions, over the engine's 100
+        ("ENGINE = MergeTree PARTITION BY k ORDER BY k", 101, "SELECT count() FROM t"),
+        # a Memory table that keeps its last 2 rows keeps the last 2 of each INSERT
+        ("ENGINE = Memory SETTINGS max_rows_to_keep = 2", 5, "SELECT k FROM t ORDER BY k"),
+    ],
+)
+def test_replay_does_not_merge_where_one_insert_differs(
+    tmp_path: Path, ddl: str, inserts: int, check: str
+) -> None:
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(f"CREATE TABLE t (k UInt64) {ddl}")
+        for k in range(inserts):
+            obj.execute(f"INSERT INTO t VALUES ({k})")
+        written = obj.rows(check)
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows(check) == written
+
+
+def test_replay_merges_only_what_the_engine_reads_as_we_do(tmp_path: Path) -> None:
+    """Lines whose head our lexer reads as an INSERT into one table (the
+    quoted name) and the engine, which nests comments, as an INSERT into
+    `b`, which a materialized view counts the blocks of: never merged."""
+    url = tmp_path / "o"
+    name = '"x*/ b /* */ VALUES /*"'
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute("CREATE TABLE b (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("CREATE TABLE agg (c UInt64) ENGINE = MergeTree ORDER BY c")
+        obj.execute("CREATE MATERIALIZED VIEW mv TO agg AS SELECT count() AS c FROM b")
+        obj.execute(f"CREATE TABLE {name} (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.flush()
+        obj.execute("INSERT INTO b VALUES (0)")
+        obj.flush()
+    _tamper(url, [f"INSERT INTO /* /* */ {name} VALUES ({n})" for n in (1, 2, 3)])
+    with durable_obj.open(str(url), read_only=True) as replica:
+        assert replica.rows("SELECT count() FROM b") == [(3,)]
+        assert replica.rows("SELECT c FROM agg") == [(1,), (1,), (1,)]
