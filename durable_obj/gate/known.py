@@ -59,7 +59,8 @@ _SETTINGS = "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow
 #: Every table with its definition, every column, every detached table.
 _FULL = (
     "SELECT 't', name, engine, engine_full, toString(length(dependencies_table)), "
-    "create_table_query, as_select, toUInt64(0) FROM system.tables "
+    "create_table_query, as_select, toUInt64(position(create_table_query, 'CONSTRAINT') > 0) "
+    "FROM system.tables "
     "WHERE database = {db:String} "
     "UNION ALL SELECT 'c', table, name, type, default_kind, default_expression, '', position "
     "FROM system.columns WHERE database = {db:String} "
@@ -90,6 +91,8 @@ class Table:
     #: The CREATE statement: in what `Known.read` returns; '' in what it keeps.
     create_table_query: str
     as_select: str
+    #: Does its definition name a CONSTRAINT (or hold the word anywhere)?
+    constrained: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,7 @@ class Known:
         detached: list[str] = []
         for kind, name, a, b, c, d, e, n in engine.json_rows(_FULL, {"db": engine.database}):
             if kind == "t":
-                tables[name] = Table(name, a, b, int(c), d, e)
+                tables[name] = Table(name, a, b, int(c), d, e, bool(int(n)))
             elif kind == "c":
                 columns.setdefault(name, []).append((int(n), [a, b, c, d]))
             else:

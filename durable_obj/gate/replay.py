@@ -7,8 +7,9 @@ lexer does), whose rows hold literals (and the gate's pinned
 `CAST('...', 'type')` literals) only, becomes one INSERT with all their
 rows, when the target provably cannot tell the difference: a plain
 MergeTree/Log/Memory table with no dependent views, no insert
-deduplication, no partitions (one INSERT may reach only so many) and no
-Memory caps. Everything else runs one by one. (chdb.durable runs each
+deduplication, no partitions (one INSERT may reach only so many), no
+Memory caps, no constraints and no stored block numbers. Everything else
+runs one by one. (chdb.durable runs each
 statement on its own: ~90 statements/s.)
 """
 
@@ -171,17 +172,18 @@ class Replayer:
             if known is not None:
                 t = known.tables.get(table)
                 rows: list[list[Any]] = (
-                    [] if t is None else [[t.engine, t.engine_full, t.dependents]]
+                    [] if t is None else [[t.engine, t.engine_full, t.dependents, t.constrained]]
                 )
             else:
                 rows = self._engine.json_rows(
-                    "SELECT engine, engine_full, length(dependencies_table) FROM system.tables "
+                    "SELECT engine, engine_full, length(dependencies_table), "
+                    "position(create_table_query, 'CONSTRAINT') > 0 FROM system.tables "
                     "WHERE database = {db:String} AND name = {t:String}",
                     {"db": db, "t": table},
                 )
             ok = False
             if rows:
-                engine, engine_full, dependents = rows[0]
+                engine, engine_full, dependents, constrained = rows[0]
                 ok = (
                     engine in BATCHABLE_ENGINES
                     and int(dependents) == 0
@@ -192,6 +194,10 @@ class Replayer:
                     # keep the last rows of each INSERT
                     and "PARTITION BY" not in engine_full
                     and (engine != "Memory" or engine_full == "Memory")
+                    # a CHECK may read the block (blockSize(), rowNumberInBlock()),
+                    # and the block number and offset columns store it
+                    and not constrained
+                    and "enable_block_" not in engine_full
                 )
             self._eligible[key] = ok
         return self._eligible[key]

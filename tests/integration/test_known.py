@@ -260,6 +260,19 @@ def test_a_base_after_a_memory_table_is_full_and_opens(tmp_path: Path) -> None:
         ("ENGINE = MergeTree PARTITION BY k ORDER BY k", 101, "SELECT count() FROM t"),
         # a Memory table that keeps its last 2 rows keeps the last 2 of each INSERT
         ("ENGINE = Memory SETTINGS max_rows_to_keep = 2", 5, "SELECT k FROM t ORDER BY k"),
+        # a CHECK that reads the block holds for each INSERT, not for them all
+        (
+            ", CONSTRAINT c CHECK blockSize() < 2) ENGINE = Log",
+            3,
+            "SELECT k FROM t ORDER BY k",
+        ),
+        # the block number and offset of each row are stored
+        (
+            "ENGINE = MergeTree ORDER BY tuple() SETTINGS enable_block_number_column = 1, "
+            "enable_block_offset_column = 1",
+            3,
+            "SELECT _block_number, _block_offset, k FROM t ORDER BY k",
+        ),
     ],
 )
 def test_replay_does_not_merge_where_one_insert_differs(
@@ -267,7 +280,8 @@ def test_replay_does_not_merge_where_one_insert_differs(
 ) -> None:
     url = str(tmp_path / "o")
     with durable_obj.open(url, owner="w") as obj:
-        obj.execute(f"CREATE TABLE t (k UInt64) {ddl}")
+        columns = "(k UInt64" + ("" if ddl.startswith(",") else ") ")
+        obj.execute(f"CREATE TABLE t {columns}{ddl}")
         for k in range(inserts):
             obj.execute(f"INSERT INTO t VALUES ({k})")
         written = obj.rows(check)
