@@ -107,8 +107,6 @@ class Catalog:
     #: [name, type, default_kind, default_expression] of each table's
     #: columns, in position order.
     columns: dict[str, list[list[str]]]
-    #: The names of its detached tables (`DETACH TABLE`), in name order.
-    detached: list[str]
 
     def views(self) -> list[Table]:
         return [t for t in self.tables.values() if t.engine == "View"]
@@ -150,8 +148,9 @@ class Known:
 
     def read(self, engine: Engine) -> Catalog:
         """The object's database as it is now, in full (one engine query):
-        every table with its definition, every column, every detached
-        table. Kept, without the definitions' text, for the checks after it."""
+        every table with its definition and every column, kept without the
+        definitions' text for the checks after it; and what a checkpoint
+        judges (the detached tables too), kept as well."""
         self.forget()
         tables: dict[str, Table] = {}
         columns: dict[str, list[tuple[int, list[str]]]] = {}
@@ -171,7 +170,6 @@ class Known:
                 t: [row for _, row in sorted(rows, key=lambda r: r[0])]
                 for t, rows in columns.items()
             },
-            sorted(detached),
         )
         self._kept = dataclasses.replace(
             full,
