@@ -15,7 +15,7 @@ Each is its own query on system.tables, system.columns or
 system.detached_tables, 2-4 ms apiece in chDB 26.9 (about 1 ms of it the
 engine's fixed cost of any query): four on every open of a base, and two
 on every checkpoint. Once RESTORE has run, `read` answers all of them in
-one query (6-7 ms at a few tables), for the restored base's check, and
+one query (7-8 ms at three tables in a bare engine), for the restored base's check, and
 keeps it (without the definitions' text) for the checks of the
 statements that follow, until the catalog may have changed (`forget`).
 Then each check asks the engine again its own narrow question, as it
