@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import Nondeterministic
+from durable_obj.gate import shipped
 from durable_obj.gate.defaults import ColumnRules
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
@@ -161,13 +162,10 @@ class Catalog:
 
     @classmethod
     def load(cls, engine: Engine) -> Catalog:
-        names = engine.text(
-            "SELECT name FROM system.functions WHERE deterministic = 0", "TSV"
-        ).split()
-        tfs = engine.text("SELECT name FROM system.table_functions", "TSV").split()
+        found = shipped.lists(engine)  # read once per process, or shipped
         return cls(
-            frozenset(n.lower() for n in names) - REPLAY_STABLE,
-            frozenset(n.lower() for n in tfs) - PURE_TABLE_FUNCTIONS,
+            frozenset(name for name, *_, det in found.functions if det == 0) - REPLAY_STABLE,
+            frozenset(found.table_functions) - PURE_TABLE_FUNCTIONS,
         )
 
 

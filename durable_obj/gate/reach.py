@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
+from durable_obj.gate import shipped
 from durable_obj.gate.control import DDL_SETTING
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
 from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
@@ -160,30 +161,29 @@ class Catalog:
 
     @classmethod
     def load(cls, engine: Engine) -> Catalog:
-        rows = engine.json_rows(
-            "SELECT lower(name), lower(alias_to), categories, is_aggregate FROM system.functions"
-        )
+        """Sorted from the engine's lists (`shipped.lists`: read once per
+        process, or the copy shipped for the pinned build)."""
+        found = shipped.lists(engine)
+        rows = found.functions
         refused = {
             name
-            for name, _alias, categories, _agg in rows
+            for name, _alias, categories, *_ in rows
             if name in REFUSED_FUNCTIONS
             or any(c.strip() in REFUSED_CATEGORIES for c in categories.split(","))
         }
-        refused |= {name for name, alias, _c, _a in rows if alias and alias in refused}
-        tfs = engine.text("SELECT lower(name) FROM system.table_functions", "TSV").split()
-        outside = frozenset(tfs) - PURE_TABLE_FUNCTIONS
+        refused |= {name for name, alias, *_ in rows if alias and alias in refused}
+        outside = frozenset(found.table_functions) - PURE_TABLE_FUNCTIONS
         refused |= outside
         # `format` is a string function too (`format('{} {}', a, b)`): allowed
         # as one; as a table function it is refused (`_format_pattern`)
         allowed = {name for name, *_ in rows} - refused | {"format"}
-        aggregates = {name for name, _al, _c, agg in rows if int(agg)}
-        settings = engine.text("SELECT lower(name) FROM system.merge_tree_settings", "TSV")
+        aggregates = {name for name, _al, _c, agg, _d in rows if agg}
         return cls(
             frozenset(refused),
             outside,
             frozenset(allowed),
             frozenset(aggregates),
-            frozenset(settings.split()),
+            frozenset(found.table_settings),
         )
 
     def allowed_in_tree(self, name: str) -> bool:
