@@ -180,6 +180,7 @@ class ColumnRules:
                 "Nothing was run."
             )
         self._check_aliases(tokens, calls)
+        self._check_constraints(tokens, calls)
         if words[0] == "alter":
             self._check_alter(tokens, calls, db)
             return
@@ -230,6 +231,39 @@ class ColumnRules:
                     "or UPDATE filtering on it, an INSERT ... SELECT of it, a TTL sweep) would "
                     "change different rows on every replay; store the value instead (a column "
                     "with DEFAULT, which an INSERT pins). Nothing was run."
+                )
+
+    def _check_constraints(self, tokens: list[Token], calls: list[Call]) -> None:
+        """Refuse a CHECK (or ASSUME) constraint whose expression is
+        non-deterministic, in a CREATE or an ALTER ... ADD CONSTRAINT: the
+        engine evaluates it on every INSERT, on the writer and again on
+        every replay, so `CHECK now() < '2027-01-01'` accepts an INSERT that
+        replay after that day refuses, and the object never opens again.
+        From the keyword to the end of the constraint (a `,` or the closing
+        parenthesis at its depth)."""
+        depth = 0
+        for i, tok in enumerate(tokens):
+            if tok.text == "(":
+                depth += 1
+            elif tok.text == ")":
+                depth -= 1
+            if _keyword(tokens, i) not in ("check", "assume") or not _names_constraint(tokens, i):
+                continue
+            end, level = len(tokens), depth
+            for j in range(i + 1, len(tokens)):
+                text = tokens[j].text
+                level += (text == "(") - (text == ")")
+                if level < depth or (level == depth and text == ","):
+                    end = j
+                    break
+            bad = self._culprits([c for c in calls if i < c.first < end])
+            if bad:
+                raise Nondeterministic(
+                    f"the constraint's expression {bad[0].shown}() (at position {tok.start}) "
+                    "is evaluated on every INSERT, on the writer and again on every replay, "
+                    "so an INSERT accepted now could be refused on replay and the object "
+                    "would not open; use a deterministic expression (compare a column with "
+                    "a literal). Nothing was run."
                 )
 
     def _check_alter(self, tokens: list[Token], calls: list[Call], db: str) -> None:
@@ -325,6 +359,19 @@ _COLUMN_VERBS = frozenset({"add", "modify", "materialize", "clear"})
 def _keyword(tokens: list[Token], i: int) -> str:
     """The lower-cased word at `i` if it is an unquoted identifier, else ''."""
     return tokens[i].text.lower() if i < len(tokens) and tokens[i].kind == "ident" else ""
+
+
+def _names_constraint(tokens: list[Token], i: int) -> bool:
+    """Is the keyword at `i` the CHECK / ASSUME of `CONSTRAINT [IF NOT
+    EXISTS] name`, not a column or table of that name?"""
+    if i < 2 or tokens[i - 1].kind not in ("ident", "quoted"):
+        return False
+    before = i - 2
+    if _keyword(tokens, before) == "exists" and before >= 3:
+        if (_keyword(tokens, before - 2), _keyword(tokens, before - 1)) != ("if", "not"):
+            return False
+        before -= 3
+    return _keyword(tokens, before) == "constraint"
 
 
 def _existing_rows(what: str) -> Nondeterministic:

@@ -399,6 +399,19 @@ class Pinner:
                     "which may differ on replay; load the rows in the caller and INSERT "
                     "literals. Nothing was run."
                 )
+        for i in range(len(tokens) - 1):
+            # ENGINE [=] GenerateRandom with no arguments is no call: a
+            # table whose every read gives other rows, so a write reading it
+            # (INSERT ... SELECT FROM it) would store other rows on replay.
+            if tokens[i].kind == "ident" and tokens[i].word == "engine":
+                at = i + 2 if tokens[i + 1].text == "=" else i + 1
+                if at < len(tokens) and tokens[at].word == "generaterandom":
+                    raise Nondeterministic(
+                        "a table with ENGINE = GenerateRandom gives other rows on every read, "
+                        "so a write that reads it would store other rows on every replay; "
+                        "read generateRandom(...) in query() instead, or INSERT the rows "
+                        "as literals. Nothing was run."
+                    )
         for i in range(len(tokens) - 2):
             if (
                 tokens[i].word in ("system", "information_schema")

@@ -218,6 +218,28 @@ CORPUS: list[tuple[str, str]] = [
         "CREATE TABLE c8 (id UInt32, r UInt32 MATERIALIZED rand()) ENGINE = MergeTree ORDER BY id AS SELECT 1 AS id",
         REFUSE,
     ),
+    # a constraint is evaluated on every INSERT, replay included: one of the
+    # clock or of chance would refuse on replay what the writer accepted
+    (
+        "CREATE TABLE k1 (id UInt32, CONSTRAINT c CHECK now() < '2100-01-01 00:00:00') ENGINE = MergeTree ORDER BY id",
+        REFUSE,
+    ),
+    ("CREATE TABLE k2 (id UInt32, CONSTRAINT `c` CHECK rand() % 2 = 0) ENGINE = Log", REFUSE),
+    ("ALTER TABLE e ADD CONSTRAINT c3 CHECK today() > '2020-01-01'", REFUSE),
+    ("ALTER TABLE e ADD CONSTRAINT IF NOT EXISTS c4 CHECK randConstant() > 0", REFUSE),
+    ("CREATE TABLE k5 (id UInt32, CONSTRAINT c ASSUME id < rand()) ENGINE = Log", REFUSE),
+    (
+        "CREATE TABLE k6 (id UInt32, CONSTRAINT c CHECK id < 100) ENGINE = MergeTree ORDER BY id",
+        KEEP,
+    ),
+    ("ALTER TABLE k6 ADD CONSTRAINT c2 CHECK id > 0", KEEP),
+    ("INSERT INTO k6 VALUES (5)", KEEP),
+    # a table whose every read gives other rows, with arguments or without
+    ("CREATE TABLE g1 (a UInt8) ENGINE = GenerateRandom", REFUSE),
+    ("CREATE TABLE g2 (a UInt8) ENGINE GenerateRandom", REFUSE),
+    ("CREATE TABLE g3 (a UInt8) ENGINE = GenerateRandom(1)", REFUSE),
+    ("CREATE TABLE g4 (a UInt8) ENGINE = /* x */ GenerateRandom -- y", REFUSE),
+    ("CREATE TABLE g5 (a UInt8) ENGINE = generateRANDOM", OUTSIDE),  # no such engine
 ]
 
 
