@@ -42,8 +42,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import ValidationError
-
 from durable_obj.errors import Corrupt, InvalidArgument, NotFound
 from durable_obj.wire.digest import bytes_digest
 from durable_obj.wire.head import Head, Manifest, ObjectRef, stamp_of
@@ -277,7 +275,7 @@ def encode_archive(manifest: Manifest, *, archived_at: float, owner: str | None)
         "format": HISTORY_FORMAT,
         "archived_at": archived_at,
         "owner": owner,
-        "manifest": manifest.model_dump(mode="json"),
+        "manifest": manifest.model_dump(),
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -308,7 +306,7 @@ def parse_archive(data: bytes, key: str) -> Chain:
         if not isinstance(doc, dict) or doc.get("format") != HISTORY_FORMAT:
             raise ValueError(f"not a {HISTORY_FORMAT} document")
         manifest = Manifest.model_validate(doc["manifest"])
-    except (ValueError, KeyError, ValidationError) as exc:
+    except (ValueError, KeyError) as exc:  # `Invalid` is a ValueError
         raise Corrupt(f"{key} is not a history file ({exc})") from None
     if len(manifest.wal) > manifest.seq:
         raise Corrupt(f"{key} archives more segments than its seq counts")
