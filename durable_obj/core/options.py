@@ -3,17 +3,11 @@ growth policies they set (when to auto-flush, when to fold the WAL)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import Bounds
@@ -25,6 +19,7 @@ from durable_obj.wire.protocol import (
     DEFAULT_RETENTION,
     DEFAULT_TIMEZONE,
     HEARTBEAT_TTL_FRACTION,
+    MAX_SAFE_INT,
 )
 
 if TYPE_CHECKING:
@@ -33,69 +28,74 @@ if TYPE_CHECKING:
 Seconds = float
 
 
-class Options(BaseModel):
+@dataclass(frozen=True)
+class Options:
     """What `open()` and `Namespace()` accept as keyword options.
 
     A service running SQL it does not trust sets both bounds:
     `query_bounds` for every read, `write_bounds` for every statement of a
-    write (`durable_obj.Bounds`; see docs/security.md)."""
+    write (`durable_obj.Bounds`; see docs/security.md).
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Each value is checked when the options are made (`make_options`; the
+    rules are `_RULES`): a number may be given as an int, a float or a
+    numeric string, never as a bool; a flag as a bool (or 0/1, "true"/"false").
+    Hand-written rather than a pydantic model: a fresh process makes them
+    on every open, and pydantic's import was most of a cold open's cost."""
 
     #: Seconds a writer's lease lasts without renewal.
-    lease_ttl: Seconds = Field(default=DEFAULT_LEASE_TTL, gt=0, allow_inf_nan=False)
+    lease_ttl: Seconds = DEFAULT_LEASE_TTL
     #: Seconds between renewals; at most lease_ttl / 3 (default exactly that).
-    heartbeat_interval: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    heartbeat_interval: Seconds | None = None
     #: Allowance added to another writer's expiry before a normal takeover.
-    clock_skew: Seconds = Field(default=DEFAULT_CLOCK_SKEW, ge=0, allow_inf_nan=False)
+    clock_skew: Seconds = DEFAULT_CLOCK_SKEW
     #: How long a commit retries before reporting commit_ambiguous or backend.
-    commit_deadline: Seconds = Field(default=DEFAULT_COMMIT_DEADLINE, gt=0, allow_inf_nan=False)
+    commit_deadline: Seconds = DEFAULT_COMMIT_DEADLINE
     #: Database name of a new object (an existing object's head decides).
-    db: str = Field(default=DEFAULT_DATABASE, min_length=1, max_length=200)
+    db: str = DEFAULT_DATABASE
     #: Parallel fetches of base and WAL segments during open.
-    fetch_concurrency: int = Field(default=32, ge=1, le=128)
+    fetch_concurrency: int = 32
     #: Growth policy: after a flush, fold the WAL into a new checkpoint when it
     #: holds this many segments (0: never) ...
-    fold_segments: int = Field(default=64, ge=0, le=100_000)
+    fold_segments: int = 64
     #: ... or this many bytes (0: never).
-    fold_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    fold_bytes: int = 32 * 1024 * 1024
     #: On close, fold instead of just flushing when the WAL holds more segments.
-    close_fold_segments: int = Field(default=8, ge=0)
+    close_fold_segments: int = 8
     #: Checkpoints: an increment over the base before it when the policy
     #: allows (False: every base is full, as chdb.durable reads them) ...
     incremental_checkpoints: bool = True
     #: ... while the chain holds fewer links than this (its full base included) ...
-    chain_links: int = Field(default=8, ge=1, le=64)
+    chain_links: int = 8
     #: ... and its increments fewer bytes than this fraction of its full base.
-    chain_ratio: float = Field(default=0.5, ge=0, le=100, allow_inf_nan=False)
+    chain_ratio: float = 0.5
     #: Growth policy with cheap checkpoints: fold after this many segments
     #: when the fold would be an increment (0: as fold_segments says).
-    cheap_fold_segments: int = Field(default=16, ge=0, le=100_000)
+    cheap_fold_segments: int = 16
     #: Flush by itself when the buffer reaches auto_flush_bytes or its oldest
     #: statement is auto_flush_age seconds old (checked on execute and on the
     #: heartbeat). Off by default: flush() stays the explicit durability boundary.
     auto_flush: bool = False
-    auto_flush_bytes: int = Field(default=1024 * 1024, gt=0)
-    auto_flush_age: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    auto_flush_bytes: int = 1024 * 1024
+    auto_flush_age: Seconds | None = None
     #: Backpressure: the most writes of this object in flight at once (a
     #: unit of `write()`/`batch()`/`awrite()`/`abatch()` from admission until
     #: it is durable or failed; an `aexecute()` until its statement ran).
     #: More writers wait for admission, first come first admitted, holding
     #: no worker thread (`core/admission.py`). 64: as many queued units as
     #: one async lane call merges, so the bound costs no merging.
-    max_units_in_flight: int = Field(default=64, ge=1, le=1_000_000)
+    max_units_in_flight: int = 64
     #: Session time zone of a new object (an existing object's head decides).
-    timezone: str = Field(default=DEFAULT_TIMEZONE, min_length=1, max_length=64)
+    timezone: str = DEFAULT_TIMEZONE
     #: A short description of a new object, shown by list() and `ls` (an
     #: existing object's head keeps its own).
-    description: str | None = Field(default=None, min_length=1, max_length=500)
+    description: str | None = None
     #: "pin": evaluate non-deterministic values once and log literals;
     #: "refuse": never rewrite a statement, refuse it instead.
     nondeterminism: Literal["pin", "refuse"] = "pin"
     #: Time travel: seconds of past states kept restorable (open at=, fork
     #: at=); a writer records it in the head, and gc keeps what it needs.
     #: 0: keep no history (superseded bases and segments go as before).
-    retention: Seconds = Field(default=DEFAULT_RETENTION, ge=0, le=2**53 - 1, allow_inf_nan=False)
+    retention: Seconds = DEFAULT_RETENTION
     #: What a read-only query() may read outside the object, off by default:
     #: "url" (the url() table function), "s3" (s3()), or absolute folders
     #: whose files file() may read. Never a mutation, never logged.
@@ -116,7 +116,7 @@ class Options(BaseModel):
     #: seconds on the process's heartbeat scheduler (`core/follow.py`); None:
     #: only refresh() moves it. `on_change(update)` is called, outside the
     #: object's lock, each time the view moved (a `follow.Update`).
-    follow: Seconds | None = Field(default=None, gt=0, allow_inf_nan=False)
+    follow: Seconds | None = None
     on_change: Callable[[Any], object] | None = None
     #: Client-side encryption of a new object (`durable_obj.StaticKey`,
     #: `EnvKey`, `KeyFile`, `AwsKms`, or any `KeyProvider`): every segment,
@@ -130,53 +130,37 @@ class Options(BaseModel):
     #: A writer sweeps its TTL policies (`set_ttl`, `core/expiry.py`) every
     #: this many seconds on the heartbeat scheduler; 0 or None: only
     #: `sweep_ttl()` sweeps. Read-only objects never sweep.
-    ttl_sweep_interval: Seconds | None = Field(default=60.0, ge=0, allow_inf_nan=False)
+    ttl_sweep_interval: Seconds | None = 60.0
 
-    @field_validator("encryption")
-    @classmethod
-    def _provider(cls, value: Any) -> Any:
-        if value is None:
-            return None
-        for name in ("key_id", "wrap", "unwrap"):
-            if not hasattr(value, name):
-                raise ValueError(
-                    "give a key provider (durable_obj.StaticKey, EnvKey, KeyFile, AwsKms, "
-                    f"or an object with key_id, wrap and unwrap), not {type(value).__name__}"
-                )
-        if not isinstance(value.key_id, str) or not value.key_id:
-            raise ValueError("the key provider's key_id must be a non-empty string")
-        return value
-
-    @field_validator("external_reads", mode="before")
-    @classmethod
-    def _external(cls, value: Any) -> tuple[str, ...]:
-        if isinstance(value, str):
-            value = (value,)
-        out = []
-        for item in value or ():
-            if not isinstance(item, str) or not (item in ("url", "s3") or item.startswith("/")):
-                raise ValueError(
-                    f"{item!r}: give 'url', 's3' or an absolute folder path for file()"
-                )
-            out.append(item if item in ("url", "s3") else item.rstrip("/") or "/")
-        return tuple(out)
-
-    @field_validator("description")
-    @classmethod
-    def _one_line(cls, text: str | None) -> str | None:
-        if text is not None and any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
-            raise ValueError("a description is one line of text, with no control character")
-        return text
-
-    @model_validator(mode="after")
-    def _heartbeat_fits(self) -> Options:
+    def __post_init__(self) -> None:
+        for name, rule in _RULES.items():
+            value = getattr(self, name)
+            try:
+                checked = rule(value)
+            except _Bad as exc:
+                raise InvalidArgument(f"option {name}: {exc}") from None
+            if checked is not value:
+                object.__setattr__(self, name, checked)
         limit = self.lease_ttl * HEARTBEAT_TTL_FRACTION
         if self.heartbeat_interval is not None and self.heartbeat_interval > limit + 1e-9:
-            raise ValueError(
-                f"heartbeat_interval {self.heartbeat_interval} s is over lease_ttl / 3 "
+            raise InvalidArgument(
+                f"option heartbeat_interval: {self.heartbeat_interval} s is over lease_ttl / 3 "
                 f"({limit:.3g} s): one lost renewal would let the lease lapse"
             )
-        return self
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every option's name, in declaration order."""
+        return tuple(f.name for f in dataclasses.fields(cls))
+
+    @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every option's default."""
+        return {f.name: f.default for f in dataclasses.fields(cls)}
+
+    def given(self) -> dict[str, Any]:
+        """The options given to `make_options` (checked), without the defaults."""
+        return {name: getattr(self, name) for name in getattr(self, "_given", ())}
 
     @property
     def heartbeat(self) -> float:
@@ -210,14 +194,220 @@ class Options(BaseModel):
 
 def make_options(values: dict[str, Any]) -> Options:
     """Validate keyword options; `InvalidArgument` names the bad one."""
-    try:
-        opts = Options(**values)
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        name = ".".join(str(p) for p in err["loc"]) or "options"
-        msg = str(err["msg"]).removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            known = ", ".join(sorted(Options.model_fields))
-            msg = f"unknown option; the options are {known}"
-        raise InvalidArgument(f"option {name}: {msg}") from None
+    unknown = sorted(set(values) - set(Options.names()))
+    if unknown:
+        known = ", ".join(sorted(Options.names()))
+        raise InvalidArgument(f"option {unknown[0]}: unknown option; the options are {known}")
+    opts = Options(**values)
+    object.__setattr__(opts, "_given", tuple(values))
     return opts
+
+
+class _Bad(ValueError):
+    """What is wrong with one option's value (made `InvalidArgument`)."""
+
+
+Rule = Callable[[Any], Any]
+
+
+def _number(
+    *, gt: float | None = None, ge: float | None = None, le: float | None = None, none: bool = False
+) -> Rule:
+    """A finite number (an int, a float or a numeric string; never a bool), as a float."""
+
+    def rule(value: Any) -> Any:
+        if value is None and none:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _Bad("Input should be a valid number")
+        try:
+            number = float(value)
+        except (ValueError, OverflowError):
+            raise _Bad(
+                "Input should be a valid number, unable to parse string as a number"
+            ) from None
+        if not math.isfinite(number):
+            raise _Bad("Input should be a finite number")
+        _bounded(number, gt, ge, le)
+        return number
+
+    return rule
+
+
+def _integer(*, ge: int | None = None, le: int | None = None) -> Rule:
+    """A whole number (an int, an integral float or a numeric string; never a bool)."""
+
+    def rule(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int | float | str):
+            raise _Bad("Input should be a valid integer")
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise _Bad("Input should be a valid integer, unable to parse string") from None
+        if isinstance(value, float):
+            if not value.is_integer():
+                raise _Bad("Input should be a valid integer, got a number with a fractional part")
+            value = int(value)
+        _bounded(value, None, ge, le)
+        return int(value)
+
+    return rule
+
+
+def _bounded(value: float, gt: float | None, ge: float | None, le: float | None) -> None:
+    if gt is not None and not value > gt:
+        raise _Bad(f"Input should be greater than {_shown(gt)}")
+    if ge is not None and not value >= ge:
+        raise _Bad(f"Input should be greater than or equal to {_shown(ge)}")
+    if le is not None and not value <= le:
+        raise _Bad(f"Input should be less than or equal to {_shown(le)}")
+
+
+def _shown(limit: float) -> str:
+    return str(int(limit)) if float(limit).is_integer() else str(limit)
+
+
+_TRUE = frozenset({"true", "t", "yes", "y", "on", "1"})
+_FALSE = frozenset({"false", "f", "no", "n", "off", "0"})
+
+
+def _flag(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise _Bad("Input should be a valid boolean")
+
+
+def _text(*, low: int = 1, high: int, none: bool = False) -> Rule:
+    def rule(value: Any) -> Any:
+        if value is None and none:
+            return None
+        if not isinstance(value, str):
+            raise _Bad("Input should be a valid string")
+        if len(value) < low:
+            raise _Bad(f"String should have at least {low} character")
+        if len(value) > high:
+            raise _Bad(f"String should have at most {high} characters")
+        return value
+
+    return rule
+
+
+def _choice(*choices: str | None) -> Rule:
+    def rule(value: Any) -> Any:
+        if value not in choices:
+            shown = " or ".join("None" if c is None else repr(c) for c in choices)
+            raise _Bad(f"Input should be {shown}")
+        return value
+
+    return rule
+
+
+def _description(value: Any) -> str | None:
+    text = _text(high=500, none=True)(value)
+    if text is not None and any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+        raise _Bad("a description is one line of text, with no control character")
+    return text  # type: ignore[no-any-return]
+
+
+def _external(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):
+        value = (value,)
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple | set | frozenset):
+        raise _Bad("give 'url', 's3' or absolute folder paths, as a string or a list of them")
+    out = []
+    for item in value:
+        if not isinstance(item, str) or not (item in ("url", "s3") or item.startswith("/")):
+            raise _Bad(f"{item!r}: give 'url', 's3' or an absolute folder path for file()")
+        out.append(item if item in ("url", "s3") else item.rstrip("/") or "/")
+    return tuple(out)
+
+
+_BOUND_FIELDS = {
+    "seconds": _number(ge=0),
+    "result_rows": _integer(ge=0),
+    "result_bytes": _integer(ge=0),
+    "memory_bytes": _integer(ge=0),
+}
+
+
+def _bounds(value: Any) -> Bounds | None:
+    """A `Bounds` (or a dict of its fields), each field a non-negative number."""
+    if value is None:
+        return None
+    if isinstance(value, Bounds):
+        given = {name: getattr(value, name) for name in _BOUND_FIELDS}
+    elif isinstance(value, dict):
+        given = dict(value)
+    else:
+        raise _Bad("Input should be a dictionary or an instance of Bounds")
+    checked = {}
+    for name, item in given.items():
+        rule = _BOUND_FIELDS.get(name)
+        if rule is None:
+            raise _Bad(f"{name!r} is not a bound; the bounds are {', '.join(_BOUND_FIELDS)}")
+        try:
+            checked[name] = rule(item)
+        except _Bad as exc:
+            raise _Bad(f"{name}: {exc}") from None
+    return Bounds(**checked)
+
+
+def _callable(value: Any) -> Any:
+    if value is not None and not callable(value):
+        raise _Bad("Input should be callable")
+    return value
+
+
+def _provider(value: Any) -> Any:
+    if value is None:
+        return None
+    for name in ("key_id", "wrap", "unwrap"):
+        if not hasattr(value, name):
+            raise _Bad(
+                "give a key provider (durable_obj.StaticKey, EnvKey, KeyFile, AwsKms, "
+                f"or an object with key_id, wrap and unwrap), not {type(value).__name__}"
+            )
+    if not isinstance(value.key_id, str) or not value.key_id:
+        raise _Bad("the key provider's key_id must be a non-empty string")
+    return value
+
+
+#: How each option's value is checked (and normalised: numbers to float or int).
+_RULES: dict[str, Rule] = {
+    "lease_ttl": _number(gt=0),
+    "heartbeat_interval": _number(gt=0, none=True),
+    "clock_skew": _number(ge=0),
+    "commit_deadline": _number(gt=0),
+    "db": _text(high=200),
+    "fetch_concurrency": _integer(ge=1, le=128),
+    "fold_segments": _integer(ge=0, le=100_000),
+    "fold_bytes": _integer(ge=0),
+    "close_fold_segments": _integer(ge=0),
+    "incremental_checkpoints": _flag,
+    "chain_links": _integer(ge=1, le=64),
+    "chain_ratio": _number(ge=0, le=100),
+    "cheap_fold_segments": _integer(ge=0, le=100_000),
+    "auto_flush": _flag,
+    "auto_flush_bytes": _integer(ge=1),
+    "auto_flush_age": _number(gt=0, none=True),
+    "max_units_in_flight": _integer(ge=1, le=1_000_000),
+    "timezone": _text(high=64),
+    "description": _description,
+    "nondeterminism": _choice("pin", "refuse"),
+    "retention": _number(ge=0, le=MAX_SAFE_INT),
+    "external_reads": _external,
+    "query_bounds": _bounds,
+    "write_bounds": _bounds,
+    "follow": _number(gt=0, none=True),
+    "on_change": _callable,
+    "encryption": _provider,
+    "compression": _choice("zstd", None),
+    "ttl_sweep_interval": _number(ge=0, none=True),
+}

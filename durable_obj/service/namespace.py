@@ -121,8 +121,7 @@ class Namespace:
         rule = reclaim_rule(self._reclaim if reclaim is None else reclaim, self._owner)
         options = self._options
         if description is not None:
-            given = options.model_dump(exclude_unset=True)
-            options = make_options({**given, "description": description})
+            options = make_options({**options.given(), "description": description})
         obj = DurableObject(
             self.store,
             oid,

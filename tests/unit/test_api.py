@@ -83,5 +83,5 @@ def test_options_defaults_and_errors() -> None:
 def test_namespace_documents_every_option() -> None:
     """The option list in Namespace's docstring does not go stale."""
     doc = durable_obj.Namespace.__doc__ or ""
-    missing = [name for name in Options.model_fields if name not in doc]
+    missing = [name for name in Options.names() if name not in doc]
     assert not missing, f"Namespace's docstring does not name {missing}"
