@@ -34,7 +34,6 @@ head, and no more (docs/guides/operations.md, "The catalog").
 
 from __future__ import annotations
 
-import json
 import logging
 import random
 import threading
@@ -47,7 +46,7 @@ from durable_obj.core.ops import ObjectInfo, live_refs
 from durable_obj.errors import DurableError
 from durable_obj.wire import keyring
 from durable_obj.wire.protocol import DEFAULT_TIMEZONE, valid_oid
-from durable_obj.wire.untrusted import parse_json
+from durable_obj.wire.untrusted import dump_json, parse_json
 
 if TYPE_CHECKING:
     from durable_obj.core.commit import HeadWriter
@@ -195,7 +194,7 @@ def load(data: bytes, where: str) -> dict[str, Any] | None:
 
 
 def dump(doc: dict[str, Any]) -> bytes:
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return dump_json(doc)  # a description read with a lone surrogate, written back escaped
 
 
 def new_doc(rows: Iterable[Row] = ()) -> dict[str, Any]:

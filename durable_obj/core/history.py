@@ -35,7 +35,6 @@ still stored. The newest point, the head, is always among them.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from dataclasses import dataclass, field
@@ -54,7 +53,7 @@ from durable_obj.wire.protocol import (
     object_key,
     seq_of,
 )
-from durable_obj.wire.untrusted import parse_json
+from durable_obj.wire.untrusted import dump_json, parse_json
 
 if TYPE_CHECKING:
     from durable_obj.stores.base import Entry, Store
@@ -277,7 +276,7 @@ def encode_archive(manifest: Manifest, *, archived_at: float, owner: str | None)
         "owner": owner,
         "manifest": manifest.model_dump(),
     }
-    return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    return dump_json(doc)  # an unknown field's lone surrogate written back escaped
 
 
 def archive_of(

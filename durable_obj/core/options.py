@@ -4,7 +4,10 @@ growth policies they set (when to auto-flush, when to fold the WAL)."""
 from __future__ import annotations
 
 import dataclasses
+import decimal
 import math
+import numbers
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
@@ -37,8 +40,9 @@ class Options:
     write (`durable_obj.Bounds`; see docs/security.md).
 
     Each value is checked when the options are made (`make_options`; the
-    rules are `_RULES`): a number may be given as an int, a float or a
-    numeric string, never as a bool; a flag as a bool (or 0/1, "true"/"false").
+    rules are `_RULES`): a number as any real number (numpy's, a Decimal)
+    or a string of ASCII digits, never as a bool; a flag as a bool (or 0/1,
+    "true"/"false"); text as valid Unicode (no lone surrogate).
     Hand-written rather than a pydantic model: a fresh process makes them
     on every open, and pydantic's import was most of a cold open's cost."""
 
@@ -213,19 +217,15 @@ Rule = Callable[[Any], Any]
 def _number(
     *, gt: float | None = None, ge: float | None = None, le: float | None = None, none: bool = False
 ) -> Rule:
-    """A finite number (an int, a float or a numeric string; never a bool), as a float."""
+    """A finite number, as a float: any real number but a bool (an int, a
+    float, numpy's, a Decimal, a Fraction) or a string of ASCII digits."""
 
     def rule(value: Any) -> Any:
         if value is None and none:
             return None
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
+        number = _real(value)
+        if number is None:
             raise _Bad("Input should be a valid number")
-        try:
-            number = float(value)
-        except (ValueError, OverflowError):
-            raise _Bad(
-                "Input should be a valid number, unable to parse string as a number"
-            ) from None
         if not math.isfinite(number):
             raise _Bad("Input should be a finite number")
         _bounded(number, gt, ge, le)
@@ -234,23 +234,55 @@ def _number(
     return rule
 
 
+def _real(value: Any) -> float | None:
+    """`value` as a float, or None when it is no number (a bool is none)."""
+    if isinstance(value, (bool, *np_bool_types())):
+        return None
+    if isinstance(value, str):
+        text = value.strip()
+        if not text.isascii():
+            return None  # int() and float() read other scripts' digits too
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    if isinstance(value, numbers.Real | decimal.Decimal):
+        try:
+            return float(value)
+        except (OverflowError, ValueError):
+            return math.inf
+    return None
+
+
+def np_bool_types() -> tuple[type, ...]:
+    """numpy's bool type when numpy is loaded (it is no int and no bool)."""
+    numpy = sys.modules.get("numpy")
+    return (numpy.bool_,) if numpy is not None else ()
+
+
 def _integer(*, ge: int | None = None, le: int | None = None) -> Rule:
-    """A whole number (an int, an integral float or a numeric string; never a bool)."""
+    """A whole number: an int (numpy's too), a real number with no
+    fractional part below 2**53, or a string of ASCII digits; never a bool."""
 
     def rule(value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int | float | str):
-            raise _Bad("Input should be a valid integer")
-        if isinstance(value, str):
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            whole = int(value)
+        elif isinstance(value, str) and value.strip().isascii():
             try:
-                value = int(value.strip())
+                whole = int(value.strip())
             except ValueError:
                 raise _Bad("Input should be a valid integer, unable to parse string") from None
-        if isinstance(value, float):
-            if not value.is_integer():
+        else:
+            number = _real(value)
+            if number is None:
+                raise _Bad("Input should be a valid integer")
+            if not math.isfinite(number) or abs(number) > MAX_SAFE_INT:
+                raise _Bad("Input should be a valid integer, not a number this large")
+            if not number.is_integer():
                 raise _Bad("Input should be a valid integer, got a number with a fractional part")
-            value = int(value)
-        _bounded(value, None, ge, le)
-        return int(value)
+            whole = int(number)
+        _bounded(whole, None, ge, le)
+        return whole
 
     return rule
 
@@ -273,12 +305,15 @@ _FALSE = frozenset({"false", "f", "no", "n", "off", "0"})
 
 
 def _flag(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int) and value in (0, 1):
+    """A bool (numpy's too), a number that is 0 or 1, or a word for one."""
+    if isinstance(value, (bool, *np_bool_types())):
         return bool(value)
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in _TRUE | _FALSE:
+            return word in _TRUE
+    elif (number := _real(value)) is not None and number in (0.0, 1.0):
+        return number == 1.0
     raise _Bad("Input should be a valid boolean")
 
 
@@ -288,6 +323,10 @@ def _text(*, low: int = 1, high: int, none: bool = False) -> Rule:
             return None
         if not isinstance(value, str):
             raise _Bad("Input should be a valid string")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _Bad("Input should be a valid string, not one with a lone surrogate") from None
         if len(value) < low:
             raise _Bad(f"String should have at least {low} character")
         if len(value) > high:
@@ -317,8 +356,8 @@ def _description(value: Any) -> str | None:
 def _external(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
-    if value is None:
-        return ()
+    if value is None or (not value and not isinstance(value, dict)):
+        return ()  # None, False, 0, an empty list: none
     if not isinstance(value, list | tuple | set | frozenset):
         raise _Bad("give 'url', 's3' or absolute folder paths, as a string or a list of them")
     out = []

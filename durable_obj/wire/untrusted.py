@@ -56,6 +56,17 @@ def json_depth(data: bytes) -> int:
     return max(accumulate(map(_DELTA.__getitem__, syntax)), default=0)
 
 
+def dump_json(doc: Any) -> bytes:
+    """`doc` as compact UTF-8 JSON, text as it is (not as escapes). Text
+    holding a lone surrogate (read from a document's `\\ud800` escape: valid
+    JSON, no UTF-8) makes the whole document be written with escapes, as
+    it was read, instead of failing (UnicodeEncodeError) where it is written."""
+    try:
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(doc, separators=(",", ":")).encode("ascii")
+
+
 def parse_json(data: bytes | str, what: str, *, safe: str = "nothing was changed") -> Any:
     """`data` parsed as UTF-8 JSON, or `Corrupt` naming `what` (e.g.
     "head.json of object 'a'") and saying what is still safe (`safe`).

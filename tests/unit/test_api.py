@@ -80,6 +80,57 @@ def test_options_defaults_and_errors() -> None:
         make_options({"lease_ttl": float("inf")})
 
 
+def test_options_take_any_real_number_and_refuse_what_is_no_value() -> None:
+    """Numbers as numpy's, Decimal or Fraction too; never a bool, digits of
+    other scripts, an integer past 2**53, text with a lone surrogate, or a
+    bound that is no non-negative number."""
+    import decimal
+    import fractions
+
+    import numpy as np
+
+    from durable_obj.gate.bounds import Bounds
+
+    opts = make_options(
+        {
+            "lease_ttl": np.int64(30),
+            "clock_skew": decimal.Decimal("2.5"),
+            "commit_deadline": fractions.Fraction(7, 2),
+            "fetch_concurrency": np.int32(4),
+            "fold_segments": 8.0,
+            "auto_flush": np.bool_(True),
+            "incremental_checkpoints": 0,
+            "external_reads": False,
+            "query_bounds": {"seconds": "2", "result_rows": np.int64(10)},
+        }
+    )
+    assert (opts.lease_ttl, opts.clock_skew, opts.commit_deadline) == (30.0, 2.5, 3.5)
+    assert (opts.fetch_concurrency, opts.fold_segments) == (4, 8)
+    assert opts.auto_flush is True and opts.incremental_checkpoints is False
+    assert opts.external_reads == () and opts.query_bounds == Bounds(2.0, 10)
+    assert type(opts.fetch_concurrency) is int and type(opts.query_bounds.result_rows) is int
+    assert opts.given()["lease_ttl"] == 30.0 and "db" not in opts.given()
+    bad: list[tuple[str, object, str]] = [
+        ("lease_ttl", True, "valid number"),
+        ("lease_ttl", "\u0663", "valid number"),  # ARABIC-INDIC DIGIT THREE
+        ("lease_ttl", "\uff11", "valid number"),  # FULLWIDTH DIGIT ONE
+        ("fetch_concurrency", False, "valid integer"),
+        ("fold_bytes", 1e300, "this large"),
+        ("auto_flush", 2, "boolean"),
+        ("db", "x\ud800", "lone surrogate"),
+        ("timezone", "x\ud800", "lone surrogate"),
+        ("description", "x\ud800", "lone surrogate"),
+        ("external_reads", 5, "list"),
+        ("external_reads", {"url": 1}, "list"),
+        ("query_bounds", Bounds(seconds=-1), "seconds"),
+        ("write_bounds", Bounds(seconds="x"), "seconds"),  # type: ignore[arg-type]
+        ("query_bounds", {"bogus": 1}, "not a bound"),
+    ]
+    for name, value, words in bad:
+        with pytest.raises(errors.InvalidArgument, match=f"option {name}: .*{words}"):
+            make_options({name: value})
+
+
 def test_namespace_documents_every_option() -> None:
     """The option list in Namespace's docstring does not go stale."""
     doc = durable_obj.Namespace.__doc__ or ""
