@@ -50,7 +50,7 @@ def commit_segment(
     head = writer.head
     assert head is not None
     manifest = head.manifest
-    seq = manifest.seq + 1
+    seq = manifest.next_seq()  # LimitExceeded at V1's largest, before anything is sent
     key = mint_wal_key(head.lease.generation, seq)
     payload = writer.codec().encode_lines(key, lines, frame)  # sealed and/or compressed, or joined
     size, sha256 = bytes_digest(payload)
@@ -102,6 +102,7 @@ def commit_base(
     (a sealer hashes what it writes); else it is hashed as it grows."""
     head = writer.head
     assert head is not None and writer.holder is not None
+    seq = head.manifest.next_seq()  # LimitExceeded at V1's largest, before anything is sent
     again = " The statements stay buffered; retry checkpoint()."
     # Hashed while BACKUP writes it and the store takes it (fsync,
     # upload): the ref exists once all three are done (growing.py).
@@ -143,7 +144,7 @@ def commit_base(
     saved = head.model_copy(deep=True)
     head.manifest.base = ref
     head.manifest.wal = []
-    head.manifest.seq += 1
+    head.manifest.seq = seq
     head.set_chain(chain or [])
     # This engine wrote the archive: it is now the oldest that reads it.
     head.engine.version = engine_version

@@ -111,7 +111,7 @@ def check_compatible(*, name: str, backup_format: int, min_reader: str, running:
     if older is None:
         raise EngineIncompatible(
             f"cannot order the running engine {running!r} against the object's min_reader "
-            f"{min_reader!r}; refusing rather than assuming compatibility"
+            f"{min_reader[:40]!r}; refusing rather than assuming compatibility"
         )
     if older:
         raise EngineIncompatible(

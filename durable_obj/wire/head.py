@@ -24,7 +24,7 @@ durable_obj commits carries its own `durable_obj` field: `committed_at`
 
 from __future__ import annotations
 
-import json
+import contextlib
 import uuid
 from typing import Any, ClassVar
 
@@ -54,7 +54,7 @@ from durable_obj.wire.protocol import (
     check_key,
     check_sha256,
 )
-from durable_obj.wire.untrusted import parse_json
+from durable_obj.wire.untrusted import dump_json, parse_json
 
 SafeInt = integer(0, MAX_SAFE_INT)
 Key = after(text, check_key)
@@ -102,7 +102,10 @@ def stamp_of(ref: ObjectRef) -> tuple[float | None, str | None]:
     if not isinstance(ext, dict):
         return None, None
     when, owner = ext.get(COMMITTED_AT), ext.get(OWNER)
-    at = float(when) if isinstance(when, int | float) and not isinstance(when, bool) else None
+    at = None
+    if isinstance(when, int | float) and not isinstance(when, bool):
+        with contextlib.suppress(OverflowError):  # a 400-digit int is no time
+            at = float(when)
     return at, (owner if isinstance(owner, str) else None)
 
 
@@ -193,6 +196,16 @@ class Manifest(Model):
             extra[EXTENSION] = ext
         else:
             extra.pop(EXTENSION, None)
+
+    def next_seq(self) -> int:
+        """The seq of the next commit. `LimitExceeded` when this one is V1's
+        largest (2**53 - 1; a head may say so, and no commit can follow)."""
+        if self.seq >= MAX_SAFE_INT:
+            raise LimitExceeded(
+                f"the manifest's seq is {self.seq}, the largest V1 allows, so no commit can "
+                "follow it; nothing was changed. Export the object and load it into a new one."
+            )
+        return self.seq + 1
 
     def all_bases(self) -> list[ObjectRef]:
         """Every archive the base is restored from: the chain, then `base`."""
@@ -287,10 +300,7 @@ class Head(Model):
         doc = self.document()  # a new dict: this head keeps its own extension
         ext = doc.get(EXTENSION)
         doc[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), NONCE: uuid.uuid4().hex}
-        try:
-            body = json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
-        except UnicodeEncodeError:
-            body = json.dumps(doc, separators=(",", ":")).encode("ascii")
+        body = dump_json(doc)
         if len(body) > MAX_HEAD_BYTES:
             raise LimitExceeded(
                 f"head.json would be {len(body)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "

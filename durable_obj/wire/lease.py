@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from durable_obj.errors import LeaseHeld
+from durable_obj.errors import LeaseHeld, LimitExceeded
 from durable_obj.wire.head import Lease
+from durable_obj.wire.protocol import MAX_SAFE_INT
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +85,12 @@ def acquire(
     forced = held_by_other(lease, me, now, clock_skew)
     if forced and not force:
         check_free(lease, me, now, clock_skew=clock_skew)
+    if lease.generation >= MAX_SAFE_INT:
+        raise LimitExceeded(
+            f"the lease's generation is {lease.generation}, the largest V1 allows, so no "
+            "writer can take the object over (a head with the next one would not be read "
+            "again); nothing was changed. Open it read-only and export it."
+        )
     taken = lease.model_copy(
         update={
             "generation": lease.generation + 1,

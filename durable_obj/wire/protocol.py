@@ -191,12 +191,16 @@ def parse_version(text: str) -> VersionKey | None:
     match = _VERSION_RE.match(text.strip())
     if not match:
         return None
-    release = tuple(int(p) for p in match.group("release").split("."))
+    try:  # 5,000 digits are over Python's limit for int(): not a version
+        release = tuple(int(p) for p in match.group("release").split("."))
+        pre_num = int(match.group("pre_num") or 0)
+    except ValueError:
+        return None
     pre = match.group("pre")
     rank = _PRE_RANK.get(pre.lower()) if pre else None
     if rank is None:
         return (release, len(_PRE_RANK), 0)
-    return (release, rank, int(match.group("pre_num") or 0))
+    return (release, rank, pre_num)
 
 
 def version_lt(left: str, right: str) -> bool | None:

@@ -233,3 +233,37 @@ def test_key_layout() -> None:
     assert seq_of("0-1-deadbeef.tar.gz") == 1  # chdb.durable's base names too
     for name in ("notes.txt", "x-1-ab.jsonl", "1-2.jsonl", "sub/1-2-ab.jsonl"):
         assert seq_of(name) is None
+
+
+def test_what_a_head_holds_at_v1s_limits_is_read_typed() -> None:
+    """Values the schema accepts but nothing can use: a stamp of 400 digits
+    is no time, a version of 5,000 digits is not ordered (Python refuses
+    such an int), and a seq at 2**53 - 1 has no next one."""
+    from durable_obj.wire.head import ObjectRef, stamp, stamp_of
+    from durable_obj.wire.protocol import parse_version, version_lt
+
+    ref = stamp(ObjectRef(key="wal/1-2-ab.jsonl", size=1, sha256=SHA), committed_at=1.0, owner="w")
+    ref.model_extra["durable_obj"]["committed_at"] = 10**400
+    assert stamp_of(ref) == (None, "w")
+    assert parse_version("9" * 5000) is None and version_lt("26.9.0", "9" * 5000) is None
+    head = Head.parse(encode(valid_doc()))
+    assert head.manifest.next_seq() == 3
+    head.manifest.seq = MAX_SAFE_INT
+    with pytest.raises(LimitExceeded, match="seq"):
+        head.manifest.next_seq()
+
+
+def test_a_lone_surrogate_read_is_written_back_escaped_everywhere() -> None:
+    """Read from a `\\ud800` escape in an unknown field: the head, the
+    history archive and the catalog write it back escaped, as read."""
+    from durable_obj.core import catalog, history
+
+    doc = valid_doc()
+    doc["manifest"]["zz"] = "\ud800"
+    head = Head.parse(encode(doc))
+    assert json.loads(head.to_bytes())["manifest"]["zz"] == "\ud800"
+    body = history.encode_archive(head.manifest, archived_at=1.0, owner="w")
+    assert history.parse_archive(body, "history/x.json").manifest.model_extra["zz"] == "\ud800"
+    assert json.loads(catalog.dump({"rows": [{"description": "\ud800"}]}))["rows"][0] == {
+        "description": "\ud800"
+    }

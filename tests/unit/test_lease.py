@@ -98,3 +98,17 @@ def test_lease_held_carries_the_holder_and_the_wait_and_names_reclaim_for_a_name
         leases.check_free(held(OTHER, 130.0), ME, 100.0, clock_skew=5, reclaiming=True)
     assert "reclaim=True takes only a lease held under this writer's own" in str(tried.value)
     assert "'other'" in str(tried.value) and "'me'" in str(tried.value)
+
+
+def test_no_takeover_past_the_largest_generation() -> None:
+    """A head may hold V1's largest generation (2**53 - 1): taking it over
+    would write one no reader accepts, so it is refused, typed."""
+    from durable_obj.errors import LimitExceeded
+    from durable_obj.wire.protocol import MAX_SAFE_INT
+
+    with pytest.raises(LimitExceeded, match="generation"):
+        leases.acquire(Lease(generation=MAX_SAFE_INT), ME, 100.0, 30.0, clock_skew=5, force=True)
+    taken, _ = leases.acquire(
+        Lease(generation=MAX_SAFE_INT - 1), ME, 1.0, 3.0, clock_skew=0, force=False
+    )
+    assert taken.generation == MAX_SAFE_INT
