@@ -203,3 +203,23 @@ def test_a_process_refused_at_once_exits_cleanly(tmp_path: Path) -> None:
             """
         )
         assert got == {"refused": True}
+
+
+def test_every_extension_module_the_import_loads_is_loaded_before_the_mapping() -> None:
+    """`preload.EXTENSIONS` names every extension module `import durable_obj`
+    loads: one it misses waits for chDB's library to map (the loader's lock)."""
+    got = fresh(
+        """
+        import json, sys
+        before = set(sys.modules)
+        import durable_obj
+        from durable_obj.replica import preload
+        loaded = sorted(
+            name for name, module in sys.modules.items()
+            if name not in before and (getattr(module, "__file__", None) or "").endswith(".so")
+            and "site-packages" not in (getattr(module, "__file__", None) or "")
+        )
+        print(json.dumps({"missed": [n for n in loaded if n not in preload.EXTENSIONS]}))
+        """
+    )
+    assert got["missed"] == []
