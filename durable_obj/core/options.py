@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj.errors import InvalidArgument
-from durable_obj.gate.bounds import Bounds
+from durable_obj.gate.bounds import MAX_BOUND_SECONDS, Bounds
 from durable_obj.wire.protocol import (
     DEFAULT_CLOCK_SKEW,
     DEFAULT_COMMIT_DEADLINE,
@@ -143,6 +143,11 @@ class Options:
                 checked = rule(value)
             except _Bad as exc:
                 raise InvalidArgument(f"option {name}: {exc}") from None
+            except Exception as exc:  # a value whose own methods fail (__float__, __eq__, ...)
+                raise InvalidArgument(
+                    f"option {name}: not a valid value of this option (reading it raised "
+                    f"{type(exc).__name__})"
+                ) from None
             if checked is not value:
                 object.__setattr__(self, name, checked)
         limit = self.lease_ttl * HEARTBEAT_TTL_FRACTION
@@ -281,6 +286,8 @@ def _integer(*, ge: int | None = None, le: int | None = None) -> Rule:
             if not number.is_integer():
                 raise _Bad("Input should be a valid integer, got a number with a fractional part")
             whole = int(number)
+        if abs(whole) > MAX_SAFE_INT:
+            raise _Bad(f"Input should be less than or equal to {MAX_SAFE_INT}")
         _bounded(whole, None, ge, le)
         return whole
 
@@ -323,6 +330,7 @@ def _text(*, low: int = 1, high: int, none: bool = False) -> Rule:
             return None
         if not isinstance(value, str):
             raise _Bad("Input should be a valid string")
+        value = str.__str__(value)  # a StrEnum member or numpy string: its text
         try:
             value.encode("utf-8")
         except UnicodeEncodeError:
@@ -338,17 +346,21 @@ def _text(*, low: int = 1, high: int, none: bool = False) -> Rule:
 
 def _choice(*choices: str | None) -> Rule:
     def rule(value: Any) -> Any:
-        if value not in choices:
-            shown = " or ".join("None" if c is None else repr(c) for c in choices)
-            raise _Bad(f"Input should be {shown}")
-        return value
+        if value is None and None in choices:
+            return None
+        if isinstance(value, str) and str.__str__(value) in choices:
+            return str.__str__(value)
+        shown = " or ".join("None" if c is None else repr(c) for c in choices)
+        raise _Bad(f"Input should be {shown}")
 
     return rule
 
 
 def _description(value: Any) -> str | None:
     text = _text(high=500, none=True)(value)
-    if text is not None and any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text):
+    if text is not None and any(
+        ord(ch) < 0x20 or 0x7F <= ord(ch) < 0xA0 or ch in "\u2028\u2029" for ch in text
+    ):
         raise _Bad("a description is one line of text, with no control character")
     return text  # type: ignore[no-any-return]
 
@@ -356,12 +368,14 @@ def _description(value: Any) -> str | None:
 def _external(value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = (value,)
-    if value is None or (not value and not isinstance(value, dict)):
-        return ()  # None, False, 0, an empty list: none
+    if value is None or value is False or (isinstance(value, int | float) and value == 0):
+        return ()  # None, False, 0: none
     if not isinstance(value, list | tuple | set | frozenset):
         raise _Bad("give 'url', 's3' or absolute folder paths, as a string or a list of them")
     out = []
     for item in value:
+        if isinstance(item, str):
+            item = _text(high=4096)(item)
         if not isinstance(item, str) or not (item in ("url", "s3") or item.startswith("/")):
             raise _Bad(f"{item!r}: give 'url', 's3' or an absolute folder path for file()")
         out.append(item if item in ("url", "s3") else item.rstrip("/") or "/")
@@ -369,7 +383,7 @@ def _external(value: Any) -> tuple[str, ...]:
 
 
 _BOUND_FIELDS = {
-    "seconds": _number(ge=0),
+    "seconds": _number(ge=0, le=MAX_BOUND_SECONDS),
     "result_rows": _integer(ge=0),
     "result_bytes": _integer(ge=0),
     "memory_bytes": _integer(ge=0),

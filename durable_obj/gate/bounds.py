@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from durable_obj.errors import InvalidArgument
 from durable_obj.gate.sql import code_words
 
 #: Elements `range()` may build per block, for each second of a time bound.
@@ -41,15 +42,45 @@ RESET = (
 )
 
 
+#: The longest time bound (about 31 years): the engine's setting and the
+#: range cap below are computed from it, and past ~1e302 s they overflow.
+MAX_BOUND_SECONDS = 1e9
+#: The largest row, byte and memory bound.
+MAX_BOUND = 2**53 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class Bounds:
     """Limits of one read or one statement of a write; 0 leaves that one
-    unbounded."""
+    unbounded. Each is a non-negative number (`InvalidArgument` otherwise,
+    when the bounds are made): seconds up to `MAX_BOUND_SECONDS`, the rest
+    whole numbers up to `MAX_BOUND`."""
 
     seconds: float = 30.0
     result_rows: int = 0
     result_bytes: int = 0
     memory_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        seconds = self.seconds
+        if (
+            isinstance(seconds, bool)
+            or not isinstance(seconds, int | float)
+            or not 0 <= seconds <= MAX_BOUND_SECONDS  # NaN fails this too
+        ):
+            raise InvalidArgument(
+                f"Bounds.seconds must be a number from 0 to {MAX_BOUND_SECONDS:g}, not {seconds!r}"[
+                    :200
+                ]
+            )
+        for name in ("result_rows", "result_bytes", "memory_bytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_BOUND:
+                raise InvalidArgument(
+                    f"Bounds.{name} must be a whole number from 0 to {MAX_BOUND}, not {value!r}"[
+                        :200
+                    ]
+                )
 
     def settings(self, *, write: bool = False) -> str:
         """The `SET` list that applies these bounds. A write returns no rows:

@@ -74,22 +74,25 @@ def integer(low: int = 0, high: int = MAX_SAFE_INT) -> Check:
 
 def text(value: Any, loc: Loc) -> str:
     """A string that is valid Unicode (no lone surrogate: it could not be
-    written back as UTF-8)."""
-    if type(value) is not str:
+    written back as UTF-8), as a plain `str` (a caller's StrEnum member or
+    numpy string is taken as its text)."""
+    if not isinstance(value, str):
         raise fail(loc, "Input should be a valid string")
+    plain: str = str.__str__(value)
     try:
-        value.encode("utf-8")
+        plain.encode("utf-8")
     except UnicodeEncodeError:
         raise fail(
             loc, "Input should be a valid string, unable to parse raw data as a unicode string"
         ) from None
-    return value
+    return plain
 
 
 def non_empty(value: Any, loc: Loc) -> str:
-    if not text(value, loc):
+    plain = text(value, loc)
+    if not plain:
         raise fail(loc, "String should have at least 1 character")
-    return str(value)
+    return plain
 
 
 def finite(value: Any, loc: Loc) -> float:

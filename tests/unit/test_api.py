@@ -122,13 +122,48 @@ def test_options_take_any_real_number_and_refuse_what_is_no_value() -> None:
         ("description", "x\ud800", "lone surrogate"),
         ("external_reads", 5, "list"),
         ("external_reads", {"url": 1}, "list"),
-        ("query_bounds", Bounds(seconds=-1), "seconds"),
-        ("write_bounds", Bounds(seconds="x"), "seconds"),  # type: ignore[arg-type]
+        ("query_bounds", {"seconds": -1}, "seconds"),
+        ("write_bounds", {"seconds": "x"}, "seconds"),
+        ("write_bounds", {"seconds": 1e303}, "seconds"),
+        ("query_bounds", {"result_rows": 10**100}, "result_rows"),
         ("query_bounds", {"bogus": 1}, "not a bound"),
+        ("nondeterminism", np.array(["pin"]), "'pin' or 'refuse'"),
+        ("external_reads", np.array(["url"]), "list"),
+        ("description", "a\u2028b", "one line"),
+        ("fold_bytes", 10**100, "less than or equal"),
     ]
     for name, value, words in bad:
         with pytest.raises(errors.InvalidArgument, match=f"option {name}: .*{words}"):
             make_options({name: value})
+
+    class Odd(float):
+        def __float__(self) -> float:
+            raise ZeroDivisionError
+
+    with pytest.raises(errors.InvalidArgument, match=r"option lease_ttl: .*ZeroDivisionError"):
+        make_options({"lease_ttl": Odd(3.0)})
+    for bounds in ({"seconds": "5"}, {"seconds": float("nan")}, {"memory_bytes": True}):
+        with pytest.raises(errors.InvalidArgument, match="Bounds"):
+            Bounds(**bounds)  # type: ignore[arg-type]  # also as query(bounds=...) takes it
+
+
+def test_a_str_subclass_is_taken_as_its_text() -> None:
+    """A StrEnum member or numpy string (an owner, a db, a choice) is its
+    text, a plain str, in options and in the head alike."""
+    import enum
+
+    import numpy as np
+
+    from durable_obj.wire.head import Lease
+
+    class Mode(enum.StrEnum):
+        PIN = "pin"
+
+    opts = make_options({"db": np.str_("mem"), "nondeterminism": Mode.PIN})
+    assert (opts.db, opts.nondeterminism) == ("mem", "pin")
+    assert type(opts.db) is str and type(opts.nondeterminism) is str
+    lease = Lease(generation=1, owner=Mode.PIN, instance=np.str_("i"), expires_at=1.0)
+    assert type(lease.owner) is str and type(lease.instance) is str
 
 
 def test_namespace_documents_every_option() -> None:
