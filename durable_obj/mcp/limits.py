@@ -8,6 +8,7 @@ into `InvalidArgument` before anything reaches SQL. `load_embedder` resolves
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import re
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable_obj.errors import InvalidArgument
+from durable_obj.gate.bounds import MAX_BOUND, MAX_BOUND_SECONDS
 
 #: A function from a text to its embedding.
 Embedder = Callable[[str], Sequence[float]]
@@ -42,6 +44,21 @@ class Limits:
     #: query past them is stopped, and the next call finds the memory free.
     sql_seconds: float = 10.0
     sql_memory_bytes: int = 1024 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        """`InvalidArgument` unless every limit is a positive number (`tags`
+        may be 0: no tags), the sql tool's within `Bounds`' own."""
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if field.name == "sql_seconds":
+                ok = isinstance(value, int | float) and 0 < value <= MAX_BOUND_SECONDS
+                want = f"a number of seconds above 0, at most {MAX_BOUND_SECONDS:g}"
+            else:
+                low = 0 if field.name == "tags" else 1
+                ok = isinstance(value, int) and low <= value <= MAX_BOUND
+                want = f"a whole number from {low} to {MAX_BOUND}"
+            if isinstance(value, bool) or not ok:
+                raise InvalidArgument(f"Limits.{field.name} must be {want}, not {value!r}"[:200])
 
 
 # -- validation -------------------------------------------------------------------

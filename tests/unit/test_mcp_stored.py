@@ -1,0 +1,47 @@
+"""The MCP server's limits are checked when made, and a row another writer
+stored with metadata that is not a JSON object is shown, not fatal."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from durable_obj.errors import InvalidArgument
+from durable_obj.mcp.limits import Limits
+from durable_obj.mcp.memory import _stored_metadata
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"sql_seconds": "10"},
+        {"sql_seconds": 1e308},
+        {"sql_seconds": math.nan},
+        {"sql_seconds": 0},
+        {"content_bytes": "x"},
+        {"tags": -1},
+        {"page": 0},
+        {"result_bytes": True},
+        {"sql_memory_bytes": 10**100},
+    ],
+)
+def test_limits_refuse_what_is_no_limit(bad: dict[str, object]) -> None:
+    with pytest.raises(InvalidArgument, match=f"Limits.{next(iter(bad))} must be"):
+        Limits(**bad)  # type: ignore[arg-type]
+
+
+def test_limits_take_what_they_did() -> None:
+    assert Limits(tags=0, sql_seconds=0.5, page=50).sql_seconds == 0.5
+
+
+@pytest.mark.parametrize(
+    "raw", ["not json", "NaN", '{"a": Infinity}', "[1, 2]", "1", "[" * 5000 + "]" * 5000, '"x']
+)
+def test_metadata_that_is_no_json_object_is_shown_as_text(raw: str) -> None:
+    assert _stored_metadata(raw) == {"unreadable": raw[:1024]}
+
+
+def test_metadata_as_stored() -> None:
+    assert _stored_metadata('{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
+    assert _stored_metadata(None) == {} and _stored_metadata("") == {}
