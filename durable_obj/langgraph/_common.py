@@ -89,6 +89,20 @@ class StaleWriteOwner(LeaseFenced):
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+
+
+def check_table_name(name: object, what: str) -> str:
+    """`name` if it is a table name the engine takes unquoted (an ASCII
+    letter or '_' first, then letters, digits and '_'); `InvalidArgument`
+    otherwise, before anything is opened."""
+    if isinstance(name, str) and _TABLE_NAME.fullmatch(name):
+        return name
+    raise InvalidArgument(
+        f"{what} must be ASCII letters, digits and '_', not starting with a digit: {name!r}"[:200]
+    )
+
+
 def lit_str(text: str) -> str:
     """`text` as a ClickHouse string literal that reads back exactly:
     backslash and quote escaped, control characters as \\xHH. A string that

@@ -37,6 +37,7 @@ The DDL, the statements and the row encodings are in `_checkpoint_sql`.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
@@ -58,7 +59,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from durable_obj.errors import InvalidArgument
 from durable_obj.langgraph import _checkpoint_sql as sql
 from durable_obj.langgraph._checkpoint_sql import lit_in, vkey
-from durable_obj.langgraph._common import FlushMode, Handle, lit_str, unb64
+from durable_obj.langgraph._common import FlushMode, Handle, check_table_name, lit_str, unb64
 
 _LOAD_BATCH = 200
 
@@ -121,8 +122,7 @@ class DurableSaver(BaseCheckpointSaver[str]):
         **options: Any,
     ) -> None:
         super().__init__(serde=serde)
-        if not table_prefix.replace("_", "").isalnum() or not table_prefix.isascii():
-            raise InvalidArgument("table_prefix must be ASCII letters, digits and '_'")
+        check_table_name(table_prefix, "table_prefix")
         self._h = Handle(
             target,
             what="DurableSaver",
@@ -139,7 +139,13 @@ class DurableSaver(BaseCheckpointSaver[str]):
         self._wr = f"{table_prefix}writes"
         self._bl = f"{table_prefix}blobs"
         if not self._h.read_only:
-            self.setup()
+            try:
+                self.setup()
+            except BaseException:
+                if self._h.owns:  # the object it opened, and its lease, go with it
+                    with contextlib.suppress(Exception):
+                        self._h.close()
+                raise
 
     # -- lifecycle -----------------------------------------------------------------
     @property

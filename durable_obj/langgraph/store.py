@@ -24,6 +24,7 @@ The DDL, the statements, the row encoding and the filters are in `_store_sql`.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
 import threading
@@ -47,7 +48,7 @@ from langgraph.store.base.embed import ensure_embeddings, get_text_at_path, toke
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.langgraph import _store_sql as sql
-from durable_obj.langgraph._common import FlushMode, Handle
+from durable_obj.langgraph._common import FlushMode, Handle, check_table_name
 from durable_obj.langgraph._store_sql import COLS, dt, keys_in, now_us, ns_key, where_live
 
 log = logging.getLogger("durable_obj")
@@ -86,8 +87,7 @@ class DurableStore(BaseStore):
         storage_options: dict[str, Any] | None = None,
         **options: Any,
     ) -> None:
-        if not table.replace("_", "").isalnum() or not table.isascii():
-            raise InvalidArgument("table must be ASCII letters, digits and '_'")
+        check_table_name(table, "table")
         self._h = Handle(
             target,
             what="DurableStore",
@@ -112,10 +112,16 @@ class DurableStore(BaseStore):
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
         if not self._h.read_only:
-            with self._h.writing():
-                self._h.execute(sql.create_table(self._t))
-                if self._h.obj.pending:
-                    self._h.flush_locked()
+            try:
+                with self._h.writing():
+                    self._h.execute(sql.create_table(self._t))
+                    if self._h.obj.pending:
+                        self._h.flush_locked()
+            except BaseException:
+                if self._h.owns:  # the object it opened, and its lease, go with it
+                    with contextlib.suppress(Exception):
+                        self._h.close()
+                raise
 
     @property
     def obj(self) -> Any:

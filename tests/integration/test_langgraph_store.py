@@ -191,3 +191,32 @@ def test_the_sweeper_follows_langgraphs_contract(tmp_path: Path) -> None:
     with DurableStore(url, read_only=True) as reader:
         done = reader.start_ttl_sweeper()  # a reader never sweeps
         assert done.done() and reader._sweeper is None
+
+
+@pytest.mark.parametrize("name", ["1abc", "1e5", "0x1", "", "a-b", "\u00e9t\u00e9", 123])
+def test_a_table_name_the_engine_would_not_take_is_refused_before_opening(
+    tmp_path: Path, name: Any
+) -> None:
+    url = str(tmp_path / "o")
+    with pytest.raises(durable_obj.InvalidArgument, match="table"):
+        DurableStore(url, owner="s", table=name)
+    with pytest.raises(durable_obj.InvalidArgument, match="table_prefix"):
+        DurableSaver(url, owner="s", table_prefix=name)
+    assert not (tmp_path / "o").exists()  # nothing was opened or created
+
+
+def test_a_failing_constructor_closes_what_it_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store whose table cannot be made releases the object it opened: the
+    corrected retry under the same owner opens at once."""
+    from durable_obj.langgraph import _store_sql
+
+    url = str(tmp_path / "o")
+    monkeypatch.setattr(_store_sql, "create_table", lambda t: "CREATE TABLE x AS url('u')")
+    with pytest.raises(durable_obj.ClassificationRefused):
+        DurableStore(url, owner="s")
+    monkeypatch.undo()
+    with DurableStore(url, owner="s") as store:
+        store.put(("a",), "k", {"v": 1})
+        assert store.get(("a",), "k") is not None
