@@ -21,7 +21,7 @@ and then it matters:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -205,23 +205,10 @@ class ColumnRules:
         INSERT omits it, unseen by the pinning of omitted columns. From the
         keyword to the end of its column (a `,` or the closing parenthesis
         at its depth)."""
-        depth = 0
-        for i, tok in enumerate(tokens):
-            if tok.text == "(":
-                depth += 1
-            elif tok.text == ")":
-                depth -= 1
-            if _keyword(tokens, i) not in ("alias", "ephemeral") or i == 0:
-                continue
-            if tokens[i - 1].text in (",", "("):
+        for i, end in _elements(tokens, ("alias", "ephemeral")):
+            if i == 0 or tokens[i - 1].text in (",", "("):
                 continue  # a column named `alias` starts its definition
-            end, level = len(tokens), depth
-            for j in range(i + 1, len(tokens)):
-                text = tokens[j].text
-                level += (text == "(") - (text == ")")
-                if level < depth or (level == depth and text == ","):
-                    end = j
-                    break
+            tok = tokens[i]
             bad = self._culprits([c for c in calls if i < c.first < end])
             if bad:
                 raise Nondeterministic(
@@ -241,21 +228,10 @@ class ColumnRules:
         replay after that day refuses, and the object never opens again.
         From the keyword to the end of the constraint (a `,` or the closing
         parenthesis at its depth)."""
-        depth = 0
-        for i, tok in enumerate(tokens):
-            if tok.text == "(":
-                depth += 1
-            elif tok.text == ")":
-                depth -= 1
-            if _keyword(tokens, i) not in ("check", "assume") or not _names_constraint(tokens, i):
+        for i, end in _elements(tokens, ("check", "assume")):
+            if not _names_constraint(tokens, i):
                 continue
-            end, level = len(tokens), depth
-            for j in range(i + 1, len(tokens)):
-                text = tokens[j].text
-                level += (text == "(") - (text == ")")
-                if level < depth or (level == depth and text == ","):
-                    end = j
-                    break
+            tok = tokens[i]
             bad = self._culprits([c for c in calls if i < c.first < end])
             if bad:
                 raise Nondeterministic(
@@ -359,6 +335,28 @@ _COLUMN_VERBS = frozenset({"add", "modify", "materialize", "clear"})
 def _keyword(tokens: list[Token], i: int) -> str:
     """The lower-cased word at `i` if it is an unquoted identifier, else ''."""
     return tokens[i].text.lower() if i < len(tokens) and tokens[i].kind == "ident" else ""
+
+
+def _elements(tokens: list[Token], keywords: tuple[str, ...]) -> Iterator[tuple[int, int]]:
+    """(i, end) for each unquoted keyword of `keywords` at `i`: `end` is
+    where its element ends (the `,` or the closing parenthesis at its depth,
+    or the statement's end)."""
+    depth = 0
+    for i, tok in enumerate(tokens):
+        if tok.text == "(":
+            depth += 1
+        elif tok.text == ")":
+            depth -= 1
+        if _keyword(tokens, i) not in keywords:
+            continue
+        end, level = len(tokens), depth
+        for j in range(i + 1, len(tokens)):
+            text = tokens[j].text
+            level += (text == "(") - (text == ")")
+            if level < depth or (level == depth and text == ","):
+                end = j
+                break
+        yield i, end
 
 
 def _names_constraint(tokens: list[Token], i: int) -> bool:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -28,20 +27,6 @@ def engine() -> Iterator[Engine]:
         eng.close(orphan=False)
 
 
-@pytest.fixture
-def sent(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
-    """Every statement sent to the engine while the test runs."""
-    out: list[str] = []
-    query = turn.Turned.query
-
-    def spy(self: Any, sql: str, *args: Any, **kwargs: Any) -> Any:
-        out.append(sql)
-        return query(self, sql, *args, **kwargs)
-
-    monkeypatch.setattr(turn.Turned, "query", spy)
-    yield out
-
-
 def test_the_shipped_lists_are_what_the_pinned_engine_answers(engine: Engine) -> None:
     build = shipped.build_of(engine)
     copy = shipped.load_shipped(build)
@@ -55,11 +40,16 @@ def test_the_shipped_lists_are_what_the_pinned_engine_answers(engine: Engine) ->
     assert "index_granularity" in copy.table_settings
 
 
-def test_another_build_reads_the_engine(
-    engine: Engine, sent: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_another_build_reads_the_engine(engine: Engine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A build the copy is not for (another git hash of the same version)
     is read from the engine, and gives the same catalogues here."""
+    sent: list[str] = []
+    query = turn.Turned.query
+    monkeypatch.setattr(
+        turn.Turned,
+        "query",
+        lambda self, sql, *a, **k: sent.append(sql) or query(self, sql, *a, **k),
+    )
     assert shipped.load_shipped(shipped.build_of(engine) + "x") is None
     monkeypatch.setattr(shipped, "_LISTS", {})
     monkeypatch.setattr(shipped, "BUILD_QUERY", "SELECT 'another-build'")
