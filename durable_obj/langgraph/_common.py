@@ -178,10 +178,18 @@ class Handle:
     ) -> None:
         if flush not in _MODES:
             raise InvalidArgument(f"flush must be one of {', '.join(_MODES)}, not {flush!r}")
-        if batch_puts < 1:
-            raise InvalidArgument("batch_puts must be at least 1")
-        if batch_seconds is not None and batch_seconds < 0:
-            raise InvalidArgument("batch_seconds must be >= 0 or None")
+        if isinstance(batch_puts, bool) or not isinstance(batch_puts, int) or batch_puts < 1:
+            raise InvalidArgument(
+                f"batch_puts must be a whole number >= 1, not {batch_puts!r}"[:120]
+            )
+        if batch_seconds is not None and (
+            isinstance(batch_seconds, bool)
+            or not isinstance(batch_seconds, int | float)
+            or not 0 <= batch_seconds < math.inf  # NaN fails this too
+        ):
+            raise InvalidArgument(
+                f"batch_seconds must be a finite number >= 0 or None, not {batch_seconds!r}"[:120]
+            )
         self.what = what
         self.flush_mode: FlushMode = flush
         self.batch_puts = batch_puts

@@ -117,8 +117,9 @@ def _check_tags(tags: Sequence[str] | None, limits: Limits) -> list[str]:
 def _check_metadata(metadata: dict[str, Any] | None, limits: Limits) -> str:
     try:
         text = json.dumps(metadata or {}, sort_keys=True, ensure_ascii=False, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidArgument(f"metadata is not a JSON object: {exc}") from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+        raise InvalidArgument(f"metadata is not a JSON object: {reason}") from None
     if len(text.encode("utf-8", "surrogatepass")) > limits.metadata_bytes:
         raise InvalidArgument(f"metadata is over the limit of {limits.metadata_bytes} bytes")
     return text

@@ -220,3 +220,18 @@ def test_a_failing_constructor_closes_what_it_opened(
     with DurableStore(url, owner="s") as store:
         store.put(("a",), "k", {"v": 1})
         assert store.get(("a",), "k") is not None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"batch_puts": "5"},
+        {"batch_puts": True},
+        {"batch_seconds": "x"},
+        {"batch_seconds": float("nan")},
+    ],
+)
+def test_batching_takes_numbers_only(tmp_path: Path, bad: dict[str, Any]) -> None:
+    with pytest.raises(durable_obj.InvalidArgument, match="batch_"):
+        DurableStore(str(tmp_path / "o"), owner="s", flush="batch", **bad)
+    assert not (tmp_path / "o").exists()

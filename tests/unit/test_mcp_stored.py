@@ -45,3 +45,15 @@ def test_metadata_that_is_no_json_object_is_shown_as_text(raw: str) -> None:
 def test_metadata_as_stored() -> None:
     assert _stored_metadata('{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
     assert _stored_metadata(None) == {} and _stored_metadata("") == {}
+
+
+def test_metadata_nested_past_the_interpreter_is_refused_typed() -> None:
+    from durable_obj.mcp.limits import _check_metadata
+
+    deep: dict[str, object] = {}
+    node = deep
+    for _ in range(5000):
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    with pytest.raises(InvalidArgument, match="nested too deep"):
+        _check_metadata(deep, Limits())
