@@ -34,6 +34,7 @@ parse (`EXPLAIN AST`), never from the caller's spelling.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from typing import TYPE_CHECKING
 
@@ -149,3 +150,31 @@ def _set_names(canonical: str) -> list[str]:
         if depth == 0 and named and after in ("SET", ","):
             names.append(tok.word)
     return names
+
+
+def check_parts_kept(canonical: str) -> None:
+    """`ClassificationRefused` for an ALTER that detaches a partition or a
+    part (`canonical`: the engine's own text, `formatQuerySingleLine`). Its
+    rows go to the table's `detached` folder, which no checkpoint carries
+    (BACKUP takes a table's active parts): after a checkpoint a replica
+    would not have them, and a later ATTACH would fail there. A live write
+    only: a committed line that does it still replays, as it did (an object
+    written before, or by chdb.durable)."""
+    tokens = tokenize(canonical)
+    if not tokens or tokens[0].word != "alter":
+        return
+    # At any depth: the engine prints a command list in parentheses when the
+    # statement had a comment before it (`ALTER TABLE t (DETACH PARTITION
+    # ...)`); in its text an alias always follows AS, so these two words
+    # side by side are the command.
+    for tok, nxt in itertools.pairwise(tokens):
+        detaching = tok.word == "detach" and nxt.word in ("partition", "part")
+        if tok.kind == nxt.kind == "ident" and detaching:
+            raise ClassificationRefused(
+                f"ALTER ... DETACH {nxt.word.upper()} moves rows into the table's detached "
+                "folder, which no checkpoint carries (a BACKUP takes a table's active "
+                "parts): after the next checkpoint a replica would not have them. Use "
+                "ALTER TABLE ... DROP PARTITION to remove rows, or MOVE PARTITION ... TO "
+                "TABLE another of the object's tables to set them aside. Nothing was run "
+                "or logged."
+            )

@@ -26,8 +26,9 @@ from tests.corpus.run_corpus import (
     run_hostile,
 )
 
-#: Writes accepted per script when last measured (issue 36's gate): 751 of
-#: 776 statements the raw engine accepts, 96.8% (740 of 774, 95.6%, on cc8f843).
+#: Writes accepted per script when last measured: 750 of 776 statements the
+#: raw engine accepts, 96.6% (751 with issue 36's gate, before DETACH
+#: PARTITION was refused: its rows no checkpoint carried; 740 of 774 on cc8f843).
 ACCEPTED_FLOOR = {
     "01_integers.sql": 25,
     "02_floats_decimals.sql": 24,
@@ -39,7 +40,7 @@ ACCEPTED_FLOOR = {
     "08_maps_nested.sql": 26,
     "09_uuid_ip.sql": 25,
     "10_json_variant_dynamic.sql": 23,
-    "11_mergetree_keys.sql": 20,
+    "11_mergetree_keys.sql": 19,  # DETACH PARTITION refused
     "12_replacing_summing.sql": 27,
     "13_aggregating_collapsing.sql": 26,
     "14_small_engines.sql": 32,
