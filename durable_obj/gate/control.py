@@ -34,12 +34,12 @@ parse (`EXPLAIN AST`), never from the caller's spelling.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate.sql import code_words, tokenize
+from durable_obj.gate.defaults import alter_target
+from durable_obj.gate.sql import code_words, depth_zero, tokenize
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Analysis, Engine
@@ -161,13 +161,21 @@ def check_parts_kept(canonical: str) -> None:
     only: a committed line that does it still replays, as it did (an object
     written before, or by chdb.durable)."""
     tokens = tokenize(canonical)
-    if not tokens or tokens[0].word != "alter":
+    target = alter_target(tokens) if tokens and tokens[0].word == "alter" else None
+    if target is None:
         return
-    # At any depth: the engine prints a command list in parentheses when the
-    # statement had a comment before it (`ALTER TABLE t (DETACH PARTITION
-    # ...)`); in its text an alias always follows AS, so these two words
-    # side by side are the command.
-    for tok, nxt in itertools.pairwise(tokens):
+    # Where each command begins: after the table's name, and after each
+    # comma between commands; a command may stand in parentheses (the
+    # engine prints them so when a comment came before it). Only there are
+    # DETACH PARTITION|PART the command: elsewhere the words may be names
+    # (an index `detach` on a column `part`, an alias in a subquery).
+    first = target[2]
+    for begin in (first, *(i + 1 for i, tok in depth_zero(tokens, first) if tok.text == ",")):
+        while begin < len(tokens) and tokens[begin].text == "(":
+            begin += 1
+        if begin + 1 >= len(tokens):
+            continue
+        tok, nxt = tokens[begin], tokens[begin + 1]
         detaching = tok.word == "detach" and nxt.word in ("partition", "part")
         if tok.kind == nxt.kind == "ident" and detaching:
             raise ClassificationRefused(

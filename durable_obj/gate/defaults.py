@@ -243,7 +243,7 @@ class ColumnRules:
                 )
 
     def _check_alter(self, tokens: list[Token], calls: list[Call], db: str) -> None:
-        target = _alter_target(tokens)
+        target = alter_target(tokens)
         if target is None:
             return
         database, table, start = target
@@ -382,7 +382,7 @@ def _existing_rows(what: str) -> Nondeterministic:
     )
 
 
-def _alter_target(tokens: list[Token]) -> tuple[str | None, str, int] | None:
+def alter_target(tokens: list[Token]) -> tuple[str | None, str, int] | None:
     """(database, table, index of the first command) of `ALTER TABLE [db.]t [ON CLUSTER c]`."""
     if len(tokens) < 4 or tokens[1].word != "table":
         return None

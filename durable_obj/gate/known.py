@@ -74,6 +74,8 @@ _NO_ROWS = frozenset({"View", "MaterializedView", "Dictionary", "Null", "Generat
 #: family nor without rows (their files change in place).
 _CHECKPOINT = (
     "SELECT 'd', table, '' FROM system.detached_tables WHERE database = {db:String} "
+    "UNION ALL SELECT 'p', table, name FROM system.detached_parts WHERE database = {db:String} "
+    "AND reason = '' "  # detached by a statement (the engine's own carry a reason: broken, ...)
     "UNION ALL SELECT 't', name, engine FROM system.tables WHERE database = {db:String} "
     "AND NOT endsWith(engine, 'MergeTree') AND engine NOT IN {no_rows:Array(String)} " + _SETTINGS
 )
@@ -118,6 +120,10 @@ class Checkpointing:
 
     #: Detached tables, by name: BACKUP DATABASE would leave them out.
     detached: list[str]
+    #: Parts a statement detached, as "table/part": BACKUP leaves them out
+    #: too (it takes a table's active parts), and an ATTACH would bring back
+    #: rows no replica of the base has.
+    detached_parts: list[str]
     #: (name, engine) of Join and Set tables: RESTORE gives them back empty.
     aside: list[tuple[str, str]]
     #: Is there a table whose files change in place (Log, Memory, ...)?
@@ -125,10 +131,14 @@ class Checkpointing:
     in_place: bool
 
 
-def _checkpointing(detached: list[str], tables: list[tuple[str, str]]) -> Checkpointing:
-    """From the detached tables' names and (name, engine) of every table."""
+def _checkpointing(
+    detached: list[str], tables: list[tuple[str, str]], parts: list[str] | None = None
+) -> Checkpointing:
+    """From the detached tables' names, (name, engine) of every table and
+    the detached parts ("table/part")."""
     return Checkpointing(
         sorted(detached),
+        sorted(parts or []),
         sorted((n, e) for n, e in tables if e in ("Join", "Set")),
         any(not e.endswith("MergeTree") and e not in _NO_ROWS for _, e in tables),
     )
@@ -202,6 +212,7 @@ class Known:
             self._checkpointing = _checkpointing(
                 [name for kind, name, _ in rows if kind == "d"],
                 [(name, e) for kind, name, e in rows if kind == "t"],
+                [f"{name}/{part}" for kind, name, part in rows if kind == "p"],
             )
         return self._checkpointing
 

@@ -128,6 +128,15 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
             "ATTACH TABLE (or DROP) it first, then checkpoint. Nothing was written; "
             "buffered statements stay buffered, and flush() makes them durable."
         )
+    if judged.detached_parts:
+        names = ", ".join(part[:60] for part in judged.detached_parts[:5])
+        raise InvalidArgument(
+            f"the object has detached part(s) {names}, and a checkpoint (a BACKUP of the "
+            "database) carries a table's active parts only: their rows would be in no "
+            "replica of the new base, and a later ATTACH would bring them back here alone. "
+            "ATTACH PARTITION (or PART) them first, then checkpoint. Nothing was written; "
+            "buffered statements stay buffered, and flush() makes them durable."
+        )
     if judged.aside:
         names = ", ".join(f"{name} ({kind})"[:60] for name, kind in judged.aside[:5])
         raise InvalidArgument(

@@ -63,6 +63,31 @@ def test_what_moves_rows_within_the_object_is_kept_and_replays(tmp_path: Path) -
         assert replica.rows("SELECT * FROM detach") == written[1]
 
 
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "ALTER TABLE t ADD INDEX detach part TYPE minmax GRANULARITY 1",
+        "ALTER TABLE t ADD INDEX detach partition TYPE minmax GRANULARITY 1",
+        "ALTER TABLE t /* c */ ADD INDEX detach part TYPE minmax GRANULARITY 1",
+        "ALTER TABLE t UPDATE v = 1 WHERE k IN (SELECT detach part FROM t)",
+        "ALTER TABLE t DELETE WHERE k IN (SELECT k FROM detach part)",
+        "ALTER TABLE t ADD PROJECTION pr (SELECT detach part, k ORDER BY part)",
+    ],
+)
+def test_the_words_as_names_are_not_the_command(tmp_path: Path, sql: str) -> None:
+    """An index named `detach` on a column `part`, an alias in a subquery:
+    the words side by side, but not where a command begins (the attack's
+    false refusals of the first form of the check)."""
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE t (k UInt64, part UInt64, partition UInt64, detach UInt64, v UInt64) "
+            "ENGINE = MergeTree ORDER BY k"
+        )
+        obj.execute("CREATE TABLE detach (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("INSERT INTO t VALUES (1, 2, 3, 1, 5)")
+        obj.execute(sql)
+
+
 def test_a_committed_line_that_detaches_still_replays(tmp_path: Path) -> None:
     url = tmp_path / "o"
     with durable_obj.open(str(url), owner="w") as obj:
@@ -74,3 +99,28 @@ def test_a_committed_line_that_detaches_still_replays(tmp_path: Path) -> None:
     _tamper(url, ["ALTER TABLE t DETACH PARTITION 1"])
     with durable_obj.open(str(url), read_only=True) as replica:
         assert replica.rows("SELECT k FROM t ORDER BY k") == [(2,)]
+
+
+def test_no_checkpoint_while_a_statement_detached_a_part(tmp_path: Path) -> None:
+    """An object whose WAL detaches (written before the refusal, or by
+    chdb.durable): its writer's checkpoint is refused while the parts are
+    detached (the base would leave them out, and an ATTACH then brought
+    their rows back on the writer alone); once attached, it checkpoints and
+    every replica agrees."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO t VALUES (1), (2), (3)")
+        obj.flush()
+        obj.execute("INSERT INTO t VALUES (5)")
+        obj.flush()
+    _tamper(url, ["ALTER TABLE t DETACH PARTITION 1"])
+    with durable_obj.open(str(url), owner="w", close_fold_segments=0) as obj:
+        with pytest.raises(durable_obj.InvalidArgument, match="detached part"):
+            obj.checkpoint()
+        obj.execute("ALTER TABLE t ATTACH PARTITION 1")
+        obj.checkpoint()
+        written = obj.rows("SELECT k FROM t ORDER BY k")
+    assert written == [(1,), (2,), (3,)]
+    with durable_obj.open(str(url), read_only=True) as replica:
+        assert replica.rows("SELECT k FROM t ORDER BY k") == written
