@@ -88,7 +88,8 @@ def test_the_words_as_names_are_not_the_command(tmp_path: Path, sql: str) -> Non
         obj.execute(sql)
 
 
-def test_a_committed_line_that_detaches_still_replays(tmp_path: Path) -> None:
+def _detached_by_a_committed_line(tmp_path: Path) -> Path:
+    """An object whose last segment's line detaches partition 1 (rows 1, 3)."""
     url = tmp_path / "o"
     with durable_obj.open(str(url), owner="w") as obj:
         obj.execute(DDL)
@@ -97,6 +98,11 @@ def test_a_committed_line_that_detaches_still_replays(tmp_path: Path) -> None:
         obj.execute("INSERT INTO t VALUES (5)")
         obj.flush()
     _tamper(url, ["ALTER TABLE t DETACH PARTITION 1"])
+    return url
+
+
+def test_a_committed_line_that_detaches_still_replays(tmp_path: Path) -> None:
+    url = _detached_by_a_committed_line(tmp_path)
     with durable_obj.open(str(url), read_only=True) as replica:
         assert replica.rows("SELECT k FROM t ORDER BY k") == [(2,)]
 
@@ -107,14 +113,7 @@ def test_no_checkpoint_while_a_statement_detached_a_part(tmp_path: Path) -> None
     detached (the base would leave them out, and an ATTACH then brought
     their rows back on the writer alone); once attached, it checkpoints and
     every replica agrees."""
-    url = tmp_path / "o"
-    with durable_obj.open(str(url), owner="w") as obj:
-        obj.execute(DDL)
-        obj.execute("INSERT INTO t VALUES (1), (2), (3)")
-        obj.flush()
-        obj.execute("INSERT INTO t VALUES (5)")
-        obj.flush()
-    _tamper(url, ["ALTER TABLE t DETACH PARTITION 1"])
+    url = _detached_by_a_committed_line(tmp_path)
     with durable_obj.open(str(url), owner="w", close_fold_segments=0) as obj:
         with pytest.raises(durable_obj.InvalidArgument, match="detached part"):
             obj.checkpoint()
