@@ -35,11 +35,12 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.defaults import alter_target
-from durable_obj.gate.sql import code_words, depth_zero, tokenize
+from durable_obj.gate.sql import Token, code_words, depth_zero, tokenize
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Analysis, Engine
@@ -161,8 +162,11 @@ def check_parts_kept(canonical: str) -> None:
     only: a committed line that does it still replays, as it did (an object
     written before, or by chdb.durable)."""
     tokens = tokenize(canonical)
-    target = alter_target(tokens) if tokens and tokens[0].word == "alter" else None
-    if target is None:
+    if not tokens or tokens[0].word != "alter":
+        return
+    target = alter_target(tokens)
+    if target is None:  # a shape not known here: the words side by side anywhere
+        _refuse_detaching(tokens, range(len(tokens)))
         return
     # Where each command begins: after the table's name, and after each
     # comma between commands; a command may stand in parentheses (the
@@ -170,9 +174,17 @@ def check_parts_kept(canonical: str) -> None:
     # DETACH PARTITION|PART the command: elsewhere the words may be names
     # (an index `detach` on a column `part`, an alias in a subquery).
     first = target[2]
-    for begin in (first, *(i + 1 for i, tok in depth_zero(tokens, first) if tok.text == ",")):
+    begins = [first, *(i + 1 for i, tok in depth_zero(tokens, first) if tok.text == ",")]
+    for n, begin in enumerate(begins):
         while begin < len(tokens) and tokens[begin].text == "(":
             begin += 1
+        begins[n] = begin
+    _refuse_detaching(tokens, begins)
+
+
+def _refuse_detaching(tokens: list[Token], begins: Iterable[int]) -> None:
+    """`ClassificationRefused` if DETACH PARTITION|PART begins at one of `begins`."""
+    for begin in begins:
         if begin + 1 >= len(tokens):
             continue
         tok, nxt = tokens[begin], tokens[begin + 1]

@@ -383,10 +383,12 @@ def _existing_rows(what: str) -> Nondeterministic:
 
 
 def alter_target(tokens: list[Token]) -> tuple[str | None, str, int] | None:
-    """(database, table, index of the first command) of `ALTER TABLE [db.]t [ON CLUSTER c]`."""
-    if len(tokens) < 4 or tokens[1].word != "table":
+    """(database, table, index of the first command) of `ALTER [TEMPORARY]
+    TABLE [db.]t [ON CLUSTER c]`."""
+    i = 2 if len(tokens) > 2 and tokens[1].word == "temporary" else 1
+    if len(tokens) < i + 3 or tokens[i].word != "table":
         return None
-    i = 2
+    i += 1
     database: str | None = None
     table = tokens[i].name
     if i + 2 < len(tokens) and tokens[i + 1].text == ".":
