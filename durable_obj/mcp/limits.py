@@ -18,6 +18,7 @@ from typing import Any
 
 from durable_obj.errors import InvalidArgument
 from durable_obj.gate.bounds import MAX_BOUND, MAX_BOUND_SECONDS
+from durable_obj.wire.untrusted import MAX_JSON_DEPTH, json_depth
 
 #: A function from a text to its embedding.
 Embedder = Callable[[str], Sequence[float]]
@@ -120,8 +121,13 @@ def _check_metadata(metadata: dict[str, Any] | None, limits: Limits) -> str:
     except (TypeError, ValueError, RecursionError) as exc:
         reason = "nested too deep" if isinstance(exc, RecursionError) else str(exc)
         raise InvalidArgument(f"metadata is not a JSON object: {reason}") from None
-    if len(text.encode("utf-8", "surrogatepass")) > limits.metadata_bytes:
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) > limits.metadata_bytes:
         raise InvalidArgument(f"metadata is over the limit of {limits.metadata_bytes} bytes")
+    if (depth := json_depth(data)) > MAX_JSON_DEPTH:  # what a read of the row would refuse
+        raise InvalidArgument(
+            f"metadata is nested {depth} levels deep, more than the {MAX_JSON_DEPTH} allowed"
+        )
     return text
 
 

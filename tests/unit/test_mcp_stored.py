@@ -55,5 +55,12 @@ def test_metadata_nested_past_the_interpreter_is_refused_typed() -> None:
     for _ in range(5000):
         node["a"] = {}
         node = node["a"]  # type: ignore[assignment]
-    with pytest.raises(InvalidArgument, match="nested too deep"):
-        _check_metadata(deep, Limits())
+    with pytest.raises(InvalidArgument, match="nested"):  # RecursionError on 3.11, not 3.13
+        _check_metadata(deep, Limits(metadata_bytes=1 << 20))
+    shallow: dict[str, object] = {}
+    node = shallow
+    for _ in range(100):  # under the interpreter's limit, over the stored documents' bound
+        node["a"] = {}
+        node = node["a"]  # type: ignore[assignment]
+    with pytest.raises(InvalidArgument, match="nested 101 levels deep"):
+        _check_metadata(shallow, Limits())
