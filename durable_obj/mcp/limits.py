@@ -2,7 +2,8 @@
 
 `Limits` bounds every input and answer; the `_check_*` functions turn a bad
 argument (a huge string, a bad id, too many tags, metadata that is not JSON)
-into `InvalidArgument` before anything reaches SQL. `load_embedder` resolves
+into `InvalidArgument` before anything reaches SQL; `stored_metadata` reads
+back what a row holds, whoever wrote it. `load_embedder` resolves
 `--embed module:function`.
 """
 
@@ -129,6 +130,25 @@ def _check_metadata(metadata: dict[str, Any] | None, limits: Limits) -> str:
             f"metadata is nested {depth} levels deep, more than the {MAX_JSON_DEPTH} allowed"
         )
     return text
+
+
+def stored_metadata(raw: str | None) -> Any:
+    """A row's metadata as stored. What is not a JSON object of finite
+    numbers (another writer's row: text that is no JSON, `NaN`, nested past
+    the bound) is shown as `{"unreadable": <its first KiB>}`, so one such
+    row never fails a get, list or search of the others."""
+    text = raw or "{}"
+
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        if json_depth(text.encode("utf-8", "surrogatepass")) > MAX_JSON_DEPTH:
+            raise ValueError("too deep")
+        value = json.loads(text, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return {"unreadable": text[:1024]}
+    return value if isinstance(value, dict) else {"unreadable": text[:1024]}
 
 
 def _check_page(limit: int, offset: int, limits: Limits) -> None:

@@ -32,8 +32,8 @@ from durable_obj.mcp.limits import (
     _check_metadata,
     _check_page,
     _check_tags,
+    stored_metadata,
 )
-from durable_obj.wire.untrusted import MAX_JSON_DEPTH, json_depth
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 #: The library method a gate refusal names first (`query() takes ...`).
@@ -213,7 +213,7 @@ class MemoryServer:
             "id": row["id"],
             "content": row["content"],
             "tags": row["tags"],
-            "metadata": _stored_metadata(row["metadata"]),
+            "metadata": stored_metadata(row["metadata"]),
             "created_at": _iso(row["created_at"]),
             "updated_at": _iso(row["updated_at"]),
             "version": int(row["version"]),
@@ -486,22 +486,3 @@ class MemoryServer:
             )
             raise ClassificationRefused(text) from None
         return {"rows": rows, "truncated": cut}
-
-
-def _stored_metadata(raw: str | None) -> Any:
-    """A row's metadata as stored. What is not a JSON object of finite
-    numbers (another writer's row: text that is no JSON, `NaN`, nested past
-    the bound) is shown as `{"unreadable": <its first KiB>}`, so one such
-    row never fails a get, list or search of the others."""
-    text = raw or "{}"
-
-    def refuse(constant: str) -> Any:
-        raise ValueError(constant)
-
-    try:
-        if json_depth(text.encode("utf-8", "surrogatepass")) > MAX_JSON_DEPTH:
-            raise ValueError("too deep")
-        value = json.loads(text, parse_constant=refuse)
-    except (ValueError, RecursionError):
-        return {"unreadable": text[:1024]}
-    return value if isinstance(value, dict) else {"unreadable": text[:1024]}

@@ -8,8 +8,7 @@ import math
 import pytest
 
 from durable_obj.errors import InvalidArgument
-from durable_obj.mcp.limits import Limits
-from durable_obj.mcp.memory import _stored_metadata
+from durable_obj.mcp.limits import Limits, stored_metadata
 
 
 @pytest.mark.parametrize(
@@ -39,12 +38,12 @@ def test_limits_take_what_they_did() -> None:
     "raw", ["not json", "NaN", '{"a": Infinity}', "[1, 2]", "1", "[" * 5000 + "]" * 5000, '"x']
 )
 def test_metadata_that_is_no_json_object_is_shown_as_text(raw: str) -> None:
-    assert _stored_metadata(raw) == {"unreadable": raw[:1024]}
+    assert stored_metadata(raw) == {"unreadable": raw[:1024]}
 
 
 def test_metadata_as_stored() -> None:
-    assert _stored_metadata('{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
-    assert _stored_metadata(None) == {} and _stored_metadata("") == {}
+    assert stored_metadata('{"a": [1, {"b": null}]}') == {"a": [1, {"b": None}]}
+    assert stored_metadata(None) == {} and stored_metadata("") == {}
 
 
 def test_metadata_nested_past_the_interpreter_is_refused_typed() -> None:
