@@ -40,7 +40,8 @@ _THREADS: list[threading.Thread] = []
 #: that `import durable_obj` loads, loaded first: glibc's loader holds one
 #: lock for a whole `dlopen`, so each of them imported while chdb's library
 #: maps waited for it (the first, `_opcode`, 12-18 ms). Loading them costs
-#: about 3 ms; one left out only waits as before.
+#: about 10 ms (measured in a fresh interpreter, under load), time the
+#: import spends on them anyway; one left out only waits as before.
 EXTENSIONS = (
     "_typing", "_ctypes", "_struct", "_opcode", "math", "_datetime", "_json", "_hashlib", "_blake2",
     "mmap", "_uuid", "_heapq", "_queue", "_decimal", "_zoneinfo", "zlib", "_bz2", "_lzma",
