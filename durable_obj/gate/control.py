@@ -154,15 +154,30 @@ def _set_names(canonical: str) -> list[str]:
     return names
 
 
-def check_parts_kept(canonical: str) -> None:
-    """`ClassificationRefused` for an ALTER that detaches a partition or a
-    part (`canonical`: the engine's own text, `formatQuerySingleLine`). Its
-    rows go to the table's `detached` folder, which no checkpoint carries
-    (BACKUP takes a table's active parts): after a checkpoint a replica
-    would not have them, and a later ATTACH would fail there. A live write
+def check_kept(canonical: str) -> None:
+    """`ClassificationRefused` for a write whose effect a checkpoint cannot
+    carry (`canonical`: the gate's text of it, `reading.engine_text`): an
+    UNDROP, or an ALTER that detaches a partition or a part. A live write
     only: a committed line that does it still replays, as it did (an object
-    written before, or by chdb.durable)."""
+    written before, or by chdb.durable).
+
+    * UNDROP TABLE brings back a table from the engine's dropped tables,
+      which no checkpoint carries (BACKUP takes the live tables): after a
+      checkpoint between the DROP and the UNDROP, replaying the UNDROP from
+      that base fails, and the object would never open again.
+    * DETACH PARTITION|PART moves rows to the table's `detached` folder,
+      which no checkpoint carries (BACKUP takes a table's active parts):
+      after a checkpoint a replica would not have them, and a later ATTACH
+      would fail there."""
     tokens = tokenize(canonical)
+    if tokens and tokens[0].word == "undrop":
+        raise ClassificationRefused(
+            "UNDROP TABLE brings a table back from the engine's dropped tables, which no "
+            "checkpoint carries (a BACKUP takes the live tables): replayed from a base taken "
+            "after the DROP, it would fail, and the object would not open again. To keep a "
+            "table's rows, RENAME it aside (or EXCHANGE TABLES) instead of dropping it; a "
+            "table dropped is gone. Nothing was run or logged."
+        )
     if not tokens or tokens[0].word != "alter":
         return
     target = alter_target(tokens)

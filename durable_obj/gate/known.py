@@ -77,7 +77,19 @@ _CHECKPOINT = (
     "UNION ALL SELECT 'p', table, name FROM system.detached_parts WHERE database = {db:String} "
     "AND reason = '' "  # detached by a statement (the engine's own carry a reason: broken, ...)
     "UNION ALL SELECT 't', name, engine FROM system.tables WHERE database = {db:String} "
-    "AND NOT endsWith(engine, 'MergeTree') AND engine NOT IN {no_rows:Array(String)} " + _SETTINGS
+    "AND NOT endsWith(engine, 'MergeTree') AND engine NOT IN {no_rows:Array(String)} "
+    # a lightweight UPDATE's patch part: its partition is `patch-...`
+    "UNION ALL SELECT DISTINCT 'u', table, '' FROM system.parts WHERE database = {db:String} "
+    "AND active AND startsWith(partition_id, 'patch-') " + _SETTINGS
+)
+#: The tables with a patch part the engine applies to some part when
+#: reading it: a patch's block is newer than the part's data version. (A
+#: merge that applied it may leave a data version behind: then it is
+#: applied again, which changes nothing.)
+UNAPPLIED = (
+    "SELECT table FROM system.parts WHERE database = {db:String} AND active GROUP BY table "
+    "HAVING maxIf(max_block_number, startsWith(partition_id, 'patch-')) > "
+    "minIf(toInt64(data_version), NOT startsWith(partition_id, 'patch-')) " + _SETTINGS
 )
 
 
@@ -129,18 +141,26 @@ class Checkpointing:
     #: Is there a table whose files change in place (Log, Memory, ...)?
     #: Then a base must be full, never an increment.
     in_place: bool
+    #: Tables holding a lightweight UPDATE's patch part: BACKUP leaves them
+    #: out, so a patch not yet applied to the parts it updates would be in
+    #: no replica of the base (`archives.backup` applies them first).
+    patched: list[str] = dataclasses.field(default_factory=list)
 
 
 def _checkpointing(
-    detached: list[str], tables: list[tuple[str, str]], parts: list[str] | None = None
+    detached: list[str],
+    tables: list[tuple[str, str]],
+    parts: list[str] | None = None,
+    patched: list[str] | None = None,
 ) -> Checkpointing:
-    """From the detached tables' names, (name, engine) of every table and
-    the detached parts ("table/part")."""
+    """From the detached tables' names, (name, engine) of every table, the
+    detached parts ("table/part") and the tables holding patch parts."""
     return Checkpointing(
         sorted(detached),
         sorted(parts or []),
         sorted((n, e) for n, e in tables if e in ("Join", "Set")),
         any(not e.endswith("MergeTree") and e not in _NO_ROWS for _, e in tables),
+        sorted(patched or []),
     )
 
 
@@ -188,6 +208,7 @@ class Known:
                 for name, t in full.tables.items()
             },
         )
+        # no patch part: a base holds none (BACKUP leaves them out)
         self._checkpointing = _checkpointing(
             detached, [(t.name, t.engine) for t in tables.values()]
         )
@@ -213,6 +234,7 @@ class Known:
                 [name for kind, name, _ in rows if kind == "d"],
                 [(name, e) for kind, name, e in rows if kind == "t"],
                 [f"{name}/{part}" for kind, name, part in rows if kind == "p"],
+                [name for kind, name, _ in rows if kind == "u"],
             )
         return self._checkpointing
 

@@ -43,7 +43,7 @@ from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach, writes
 from durable_obj.gate.bounds import unstoppable
 from durable_obj.gate.classify import check_mutation, check_read
-from durable_obj.gate.control import admitted, check_parts_kept
+from durable_obj.gate.control import admitted, check_kept
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.reading import engine_text
 from durable_obj.gate.sql import tokenize_head
@@ -137,7 +137,7 @@ class Gate:
                 engine.check_implicit_select(local)
         check_mutation(analysis, db, syntax)  # V1's categories first (a secret, ...)
         reach.check(engine, text)
-        check_parts_kept(text)  # a live write only: a committed line replays as it did
+        check_kept(text)  # a live write only: a committed line replays as it did
         if self.bounded and first_word(text) in _DEFINING and (name := unstoppable(text)):
             raise ClassificationRefused(
                 f"{name}() in a definition of an object that runs under a time bound: a view, "

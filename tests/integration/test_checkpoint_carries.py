@@ -1,0 +1,161 @@
+"""What a write does, a checkpoint carries, or the write is refused.
+
+* A lightweight UPDATE keeps its new values in a patch part, which BACKUP leaves out
+  (measured, chDB 26.9): a replica restored from the next base read the
+  values from before the UPDATE. A checkpoint now applies the patches
+  first (`archives._apply_patches`).
+* UNDROP TABLE brings a table back from the engine's dropped tables, which
+  no base carries: a checkpoint between the DROP and the UNDROP left an
+  object that never opened again (`Corrupt` at replay). A live UNDROP is
+  refused; a committed one (an object written before, or by chdb.durable)
+  still replays as it did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import durable_obj
+from tests.integration.test_gate_round3 import _tamper
+
+PATCHED = (
+    "CREATE TABLE t (k UInt64, v UInt64) ENGINE = MergeTree PARTITION BY k % 2 ORDER BY k "
+    "SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1"
+)
+ROWS = "SELECT k, v FROM t ORDER BY k"
+
+_OPS = st.one_of(
+    st.tuples(st.just("insert"), st.lists(st.integers(0, 40), min_size=1, max_size=4), st.just(0)),
+    st.tuples(st.just("update"), st.integers(0, 2), st.integers(0, 99)),
+    st.tuples(st.just("alter_heavy"), st.integers(0, 2), st.integers(0, 99)),
+    st.tuples(st.just("delete"), st.integers(0, 4), st.just(0)),
+    st.tuples(st.just("optimize"), st.just(0), st.just(0)),
+    st.tuples(st.just("checkpoint"), st.just(0), st.just(0)),
+)
+
+
+def _run(obj: durable_obj.DurableObject, op: tuple[str, object, object]) -> None:
+    kind, a, b = op
+    if kind == "insert":
+        assert isinstance(a, list)
+        obj.execute("INSERT INTO t VALUES " + ", ".join(f"({k}, {k})" for k in a))
+    elif kind == "update":
+        obj.execute(f"UPDATE t SET v = v + {b} WHERE k % 3 = {a}")
+    elif kind == "alter_heavy":
+        obj.execute(f"ALTER TABLE t UPDATE v = v * 2 + {b} WHERE k % 3 = {a}")
+    elif kind == "delete":
+        obj.execute(f"DELETE FROM t WHERE k % 5 = {a}")
+    elif kind == "optimize":
+        obj.execute("OPTIMIZE TABLE t FINAL")
+    else:
+        obj.checkpoint()
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(ops=st.lists(_OPS, min_size=1, max_size=10))
+def test_a_replica_of_every_checkpoint_holds_the_updated_rows(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[tuple[str, object, object]]
+) -> None:
+    """Any run of lightweight and heavy updates, deletes, merges and
+    checkpoints, ending in a checkpoint: a replica restored from the base
+    (and from the base with the WAL after it, mid-way) reads what the
+    writer reads."""
+    url = str(tmp_path_factory.mktemp("lw") / "o")
+    with durable_obj.open(url, owner="w", close_fold_segments=0) as obj:
+        obj.execute(PATCHED)
+        obj.execute("INSERT INTO t VALUES (1, 1), (2, 2), (3, 3), (4, 4)")
+        for op in ops:
+            _run(obj, op)
+        obj.flush()
+        mid_way = obj.rows(ROWS)
+        with durable_obj.open(url, read_only=True) as replica:
+            assert replica.rows(ROWS) == mid_way
+        obj.checkpoint()
+        assert obj.rows(ROWS) == mid_way
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows(ROWS) == mid_way
+
+
+def test_an_update_before_a_checkpoint_reaches_the_replica(tmp_path: Path) -> None:
+    """The attack's repro: one UPDATE, one checkpoint. A second checkpoint
+    with nothing new applies nothing again (the patch is judged applied
+    once every part's data version is past it)."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(PATCHED)
+        obj.execute("INSERT INTO t VALUES (1, 1), (2, 2)")
+        obj.execute("UPDATE t SET v = 10 WHERE k = 1")
+        obj.checkpoint()
+        applied = obj.rows("SELECT count() FROM system.mutations WHERE table = 't'")
+        obj.checkpoint()
+        assert obj.rows("SELECT count() FROM system.mutations WHERE table = 't'") == applied
+        assert applied != [(0,)]
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows(ROWS) == [(1, 10), (2, 2)]
+
+
+UNDROPS = [
+    "UNDROP TABLE t",
+    "undrop table t",
+    "/* c */ UNDROP TABLE t",
+    "UNDROP -- c\n TABLE `t`",
+    "UNDROP TABLE default.t",
+    "UNDROP TABLE t ON CLUSTER default",
+    "  UNDROP TABLE t;",
+]
+
+
+@pytest.mark.parametrize("sql", UNDROPS)
+def test_undrop_is_refused(tmp_path: Path, sql: str) -> None:
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        obj.execute("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("INSERT INTO t VALUES (1)")
+        obj.execute("DROP TABLE t")
+        obj.checkpoint()
+        pending = obj.pending
+        for run in (obj.execute, obj.write):
+            with pytest.raises(durable_obj.ClassificationRefused, match="UNDROP"):
+                run(sql)
+        assert obj.pending == pending  # nothing logged
+        assert obj.rows("SELECT count() FROM system.tables WHERE name = 't'") == [(0,)]
+    with durable_obj.open(str(tmp_path / "o"), read_only=True) as replica:
+        assert replica.rows("SELECT count() FROM system.tables WHERE name = 't'") == [(0,)]
+
+
+def test_undrop_is_refused_async(tmp_path: Path) -> None:
+    async def main() -> None:
+        obj = await durable_obj.aopen(str(tmp_path / "o"), owner="w")
+        try:
+            await obj.aexecute("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k")
+            await obj.aexecute("DROP TABLE t")
+            with pytest.raises(durable_obj.ClassificationRefused, match="UNDROP"):
+                await obj.aexecute("UNDROP TABLE t")
+        finally:
+            await obj.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_committed_undrop_still_replays(tmp_path: Path) -> None:
+    """An object whose WAL drops and undrops a table with no checkpoint
+    between (written before the refusal, or by chdb.durable) opens as it
+    did, with the table's rows."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute("CREATE TABLE t (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute("INSERT INTO t VALUES (1), (2)")
+        obj.flush()
+        obj.execute("INSERT INTO t VALUES (3)")
+        obj.flush()
+    _tamper(url, ["DROP TABLE t", "UNDROP TABLE t"])
+    with durable_obj.open(str(url), read_only=True) as replica:
+        assert replica.rows("SELECT k FROM t ORDER BY k") == [(1,), (2,)]
