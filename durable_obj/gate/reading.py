@@ -10,15 +10,18 @@ literal to the lexer and like a call of `file` to the engine.
 So the lexer reads only text on which the two cannot differ: *plain* text,
 where outside quoted tokens (strings, quoted names, by the same rules in
 both: a backslash escapes the next character, a doubled quote is a quote)
-there is nothing but printable ASCII and ASCII white space, and no `--`,
-`/*`, `#`, `$` or backslash. Both lexers then open and close every quoted
+there is nothing but printable ASCII and ASCII white space, no `--`,
+`/*`, `#`, `$` or backslash, and no number run into a name's character
+(the engine reads `1t` as a name and `0b101`, `1_000` as one number, ours
+a number, then a name). Both lexers then open and close every quoted
 token at the same places, so every token is the same token in both. Plain
 text is used as it is (no engine call: the common statement costs nothing).
 
 Anything else is handed to the engine's own formatter,
 `formatQuerySingleLine` (as a query parameter: nothing is spliced): the
 engine parses it and prints it back canonically, comments dropped,
-heredocs turned into quoted literals, names quoted as it reads them. That
+heredocs turned into quoted literals, names quoted as it reads them
+(`1t` as `` `1t` ``), numbers as it reads them (`0b101` as 5). That
 text must be plain itself, or the statement is refused: whatever the gate
 cannot read the way the engine reads it is never run. The text returned is
 the text every later check reads, the text that runs and the text logged.
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.quoting import quote_string
+from durable_obj.gate.sql import NUMBER as _NUMBER
 from durable_obj.gate.sql import tokenize, tokenize_head
 
 if TYPE_CHECKING:
@@ -53,9 +57,20 @@ _SAFE_CHARS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x2e\x30-\x5b\x5d-\x5f\x6
 #: unrolled so a long string costs one scan): a backslash escapes the next
 #: character, a doubled quote is a quote.
 _QUOTED_TOKEN = "|".join(rf"{q}[^{q}\\]*(?:(?:\\.|{q}{q})[^{q}\\]*)*{q}" for q in ("'", '"', "`"))
+#: Of those, the ones that never start or end a number: no digit, no `.`.
+_SAFE_WORDS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x3a-\x5b\x5d-\x5f\x61-\x7e"
+#: A number where our lexer starts one (a digit no name character comes
+#: before; a `.` before a digit), whole (atomic: the lexer's own number,
+#: never a shorter one), that no name character follows: the engine reads
+#: `1t`, `0xAt`, `1e5t` as one name and `1_000`, `0b101` as one number,
+#: where ours reads a number, then a name.
+_LONE_NUMBER = (
+    rf"(?<![A-Za-z0-9_])(?>{_NUMBER})(?![A-Za-z0-9_$])|(?>\.\d+(?:[eE][+-]?\d+)?)(?![A-Za-z0-9_$])"
+)
 _PLAIN = re.compile(
-    rf"(?:[{_SAFE_CHARS}]+|{_QUOTED_TOKEN}|-(?!-)|/(?!\*))*",
-    re.DOTALL,
+    rf"(?:[{_SAFE_WORDS}]+|(?<=[A-Za-z0-9_])[0-9]+|{_LONE_NUMBER}|\.(?![0-9])|{_QUOTED_TOKEN}"
+    r"|-(?!-)|/(?!\*))*",
+    re.DOTALL | re.ASCII,  # `\d` is an ASCII digit only
 )
 #: `FORMAT <name>` at the end of the engine's canonical INSERT: it prints
 #: `VALUES` as `FORMAT Values`, and a format name as written, unquoted (the
@@ -116,7 +131,21 @@ def _split_data(sql: str) -> tuple[str, str, str]:
     return sql, "", ""
 
 
+#: A number the engine prints (`5`, `1000.`, `-1e-7`).
+_NUMBER_ALONE = re.compile(r"-?[0-9]+\.?[0-9]*(?:e[+-]?[0-9]+)?", re.ASCII)
 _HEREDOC_BODY = re.compile(r"\$(\w*)\$(.*)\$\1\$", re.DOTALL)
+
+
+def _number_as_read(engine: Engine, run: str) -> str:
+    """`run` (a number run into letters) as the engine prints the number it
+    reads (`0b101` as 5, `1_000` as 1000); `run` itself when it is not
+    one number (then the rows are not plain, and refused)."""
+    try:
+        canonical = engine.canonical("SELECT " + run)
+    except ClassificationRefused:
+        return run
+    number = canonical.removeprefix("SELECT ")
+    return number if _NUMBER_ALONE.fullmatch(number) else run
 
 
 def _rows_as_literals(engine: Engine, data: str) -> str:
@@ -128,12 +157,27 @@ def _rows_as_literals(engine: Engine, data: str) -> str:
     and logged. Anything else is refused."""
     out: list[str] = []
     pos = 0
-    for tok in tokenize(data):
+    tokens = tokenize(data)
+    i = 0
+    while i < len(tokens):
+        tok = tokens[i]
         gap = data[pos : tok.start]
         out.append(gap if not gap or gap.isspace() else " ")
         body = _HEREDOC_BODY.fullmatch(tok.text) if tok.text.startswith("$") else None
         out.append(quote_string(body.group(2)) if body is not None else tok.text)
         pos = tok.end
+        i += 1
+        if tok.kind == "number":
+            # a number run into letters (`0b101`, `1_000`): one token to the
+            # engine, two to our lexer; written as the engine reads it
+            j = i
+            while j < len(tokens) and tokens[j].start == tokens[j - 1].end:
+                if tokens[j].kind not in ("number", "ident"):
+                    break
+                j += 1
+            if j > i:
+                out[-1] = _number_as_read(engine, data[tok.start : tokens[j - 1].end])
+                pos, i = tokens[j - 1].end, j
     plain = "".join(out)
     same = False
     if is_plain(plain):
@@ -145,8 +189,9 @@ def _rows_as_literals(engine: Engine, data: str) -> str:
     if not same:
         raise _refuse(
             "the VALUES rows hold a backslash outside a string, a character that is not "
-            "ASCII outside a string, or a comment or heredoc the engine reads otherwise; "
-            "write each value as a plain quoted literal instead"
+            "ASCII outside a string, a number run into letters (1_000, 0b101, 1e5x: the "
+            "engine reads one token where the gate reads two), or a comment or heredoc the "
+            "engine reads otherwise; write each value as a plain literal instead (1000, 5)"
         )
     return plain
 

@@ -30,6 +30,8 @@ _HEREDOC = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
 _QUOTED = r'"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`'
 _NUMBER = r"0[xX][0-9A-Fa-f]+|\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?"
 _IDENT = r"[A-Za-z_][A-Za-z0-9_$]*"
+#: A number as the lexer reads it (`reading.is_plain` holds it unglued).
+NUMBER = _NUMBER
 
 _TOKEN = re.compile(
     rf"""
