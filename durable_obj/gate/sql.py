@@ -292,13 +292,52 @@ BARE_CALLS = frozenset(
 )  # fmt: skip
 
 
+#: Words before the name a CREATE, ATTACH or REPLACE defines.
+_DEFINES = frozenset({"or", "replace", "temporary", "table", "materialized", "view", "dictionary"})
+
+
+def defined_name(tokens: list[Token]) -> int | None:
+    """The index of the name that `INSERT INTO [TABLE] [db.]name (` writes,
+    or that `CREATE|ATTACH|REPLACE [OR REPLACE] [TEMPORARY] TABLE|[MATERIALIZED]
+    VIEW|DICTIONARY [IF NOT EXISTS] [db.]name (` defines, when a `(` (its
+    columns) follows it: a name, not a call (a table may be named `cluster`)."""
+    words = [t.word if t.kind == "ident" else "" for t in tokens[:12]]
+    if len(words) < 3:
+        return None
+    i = 1
+    if words[0] == "insert" and words[1] == "into":
+        i = 3 if words[2] == "table" else 2
+        if i < len(words) and words[i] == "function":
+            return None
+    elif words[0] in ("create", "attach", "replace"):
+        defining = False
+        while i < len(words) and words[i] in _DEFINES:
+            defining = defining or words[i] in ("table", "view", "dictionary")
+            i += 1
+        if not defining:
+            return None
+        if words[i : i + 3] == ["if", "not", "exists"]:
+            i += 3
+    else:
+        return None
+    if i + 2 < len(tokens) and tokens[i + 1].text == ".":
+        i += 2
+    if i + 1 < len(tokens) and tokens[i].kind in ("ident", "quoted") and tokens[i + 1].text == "(":
+        return i
+    return None
+
+
 def find_calls(tokens: list[Token]) -> list[Call]:
-    """Every `name(` ... `)` in the statement, nested ones included, and
-    every bare word of `BARE_CALLS` (not after a `.`: a qualified name)."""
+    """Every `name(` ... `)` in the statement, nested ones included (but the
+    name a statement writes or defines, `defined_name`), and every bare word
+    of `BARE_CALLS` (not after a `.`: a qualified name)."""
     closing = match_parens(tokens)
     calls = []
+    defined = defined_name(tokens)
     for i, tok in enumerate(tokens):
         after = tokens[i + 1].text if i + 1 < len(tokens) else ""
+        if i == defined:
+            continue
         if tok.kind in ("ident", "quoted") and after == "(":
             # `a.b(` is still a call of b (a qualified name, e.g. a table function)
             j = closing.get(i + 1)
