@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from numbers import Real
 from datetime import UTC, datetime
 from typing import Any
 
@@ -139,13 +140,26 @@ def item_row(
 ) -> str:
     """One table row for a put of a live value, with its embedded paths."""
     nk = ns_key(ns)
-    ttl = op.ttl if isinstance(op.ttl, (int, float)) else None
-    if ttl is not None and not 0 <= ttl <= 1e9:  # also refuses NaN
-        raise InvalidArgument("ttl must be between 0 and 1e9 minutes, or None")
+    ttl = op.ttl
+    if ttl is not None and (
+        isinstance(ttl, bool) or not isinstance(ttl, Real) or not 0 <= ttl <= 1e9  # NaN too
+    ):
+        raise InvalidArgument(
+            f"ttl of item {key[:60]!r} must be a number of minutes from 0 to 1e9, or None; "
+            f"got {type(ttl).__name__}. Nothing of this batch was written."
+        )
     expires = "NULL" if ttl is None else lit_int(now + int(ttl * 60_000_000))
+    try:
+        value = json.dumps(op.value, ensure_ascii=False)
+    except (TypeError, ValueError) as exc:
+        raise InvalidArgument(
+            f"the value of item {key[:60]!r} is not JSON ({type(exc).__name__}: "
+            f"{str(exc)[:80]}): a store keeps dicts of JSON values. Nothing of this batch "
+            "was written."
+        ) from None
     return (
         f"({lit_str(nk)}, {lit_str_array(ns)}, {lit_str(key)}, "
-        f"{lit_str(json.dumps(op.value, ensure_ascii=False))}, "
+        f"{lit_str(value)}, "
         f"{lit_int(created)}, {lit_int(now)}, {expires}, "
         f"{'NULL' if ttl is None else lit_float(float(ttl))}, "
         f"{lit_str_array([p for p, _ in vecs])}, "

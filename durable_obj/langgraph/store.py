@@ -392,13 +392,13 @@ class DurableStore(BaseStore):
                     f"WHERE {keys_in(keys)} AND {where_live(now)}"
                 )
             }
-        if gone:
-            self._h.execute(f"DELETE FROM {self._t} WHERE {keys_in(gone)}")
-        rows = []
+        rows = []  # made first: a put refused (its ttl, its value) changes nothing
         for (ns, key), op in sorted(live.items()):
             made, kept = existing.get((ns_key(ns), key), (now, {}))
             kept = {**kept, **dict(vectors.get((ns, key), []))}
             rows.append(sql.item_row(ns, key, op, made, now, list(kept.items())))
+        if gone:
+            self._h.execute(f"DELETE FROM {self._t} WHERE {keys_in(gone)}")
         if rows:
             self._h.execute(f"INSERT INTO {self._t} VALUES " + ", ".join(rows))
         return True

@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 import durable_obj
+from langgraph.store.base import PutOp
+
 from durable_obj.langgraph import DurableSaver, DurableStore, WriteOwnerHeld
 
 CALLS: list[str] = []
@@ -40,6 +42,31 @@ def test_ttl_expired_items_are_omitted_and_swept(tmp_path: Path) -> None:
             '"forever"',
             '"kept"',
         ]
+
+
+@pytest.mark.parametrize("ttl", ["5", True, float("nan"), -1.0, 1e10, [1]])
+def test_a_put_with_a_bad_ttl_is_refused_and_writes_nothing(tmp_path: Path, ttl: Any) -> None:
+    """Before, a ttl that was not an int or a float (`"5"`) was dropped: the
+    item was stored with no TTL at all, silently."""
+    with DurableStore(str(tmp_path / "ns" / "mem")) as store:
+        store.put(("u",), "old", {"v": 0})
+        with pytest.raises(durable_obj.InvalidArgument, match="ttl of item 'k'"):
+            store.batch(
+                [
+                    PutOp(("u",), "old", None),  # a delete in the same batch: not run either
+                    PutOp(("u",), "k", {"v": 1}, ttl=ttl),
+                ]
+            )
+        assert [i.key for i in store.search(("u",))] == ["old"]
+
+
+def test_a_value_that_is_not_json_is_refused_and_writes_nothing(tmp_path: Path) -> None:
+    with DurableStore(str(tmp_path / "ns" / "mem")) as store:
+        with pytest.raises(durable_obj.InvalidArgument, match="not JSON"):
+            store.put(("u",), "k", {"v": {1, 2}})
+        assert store.get(("u",), "k") is None
+        store.put(("u",), "k", {"v": [1, 2]}, ttl=1)  # an int of minutes is a number too
+        assert store.get(("u",), "k") is not None
 
 
 def test_refresh_on_read_moves_the_expiry(tmp_path: Path) -> None:
