@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
-from numbers import Real
 from datetime import UTC, datetime
+from numbers import Real
 from typing import Any
 
 from langgraph.store.base import MatchCondition, PutOp

@@ -10,10 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-import durable_obj
 from langgraph.store.base import PutOp
 
+import durable_obj
 from durable_obj.langgraph import DurableSaver, DurableStore, WriteOwnerHeld
 
 CALLS: list[str] = []
