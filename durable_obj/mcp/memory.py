@@ -226,8 +226,10 @@ class MemoryServer:
         rows: list[dict[str, Any]] = []
         if await self._exists():
             rows, _ = await self._rows(
-                f"SELECT {self._columns()}, embedding FROM {self.table} FINAL "
-                f"WHERE id = {_quote(mid)}"
+                # as text: JSON has no NaN or infinity (the engine writes null),
+                # and a revise keeps the stored vector as it is
+                f"SELECT {self._columns()}, arrayMap(x -> toString(x), embedding) AS embedding "
+                f"FROM {self.table} FINAL WHERE id = {_quote(mid)}"
             )
         if not rows:
             raise NotFound(f"no memory with id {mid}")

@@ -23,6 +23,7 @@ from mcp.types import CallToolResult, TextContent
 
 import durable_obj
 from durable_obj.mcp import Limits, build_server, open_for_serving
+from durable_obj.mcp.memory import memories_ddl
 from tests.integration.mcp_child import embed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,6 +227,29 @@ def test_embedding_function_failure_is_a_tool_error(url: str) -> None:
                 assert len(ok(await client.call_tool("list", {}))["memories"]) == 1
 
     run(main)
+
+
+def test_a_stored_vector_with_nan_or_infinity_is_kept_by_a_revise(url: str) -> None:
+    """A row of the store is untrusted: one whose embedding holds NaN or an
+    infinity (JSON has neither: the engine answered null) made a revise of
+    its tags fail with a TypeError. It is now kept as stored."""
+    mid = "0123456789abcdef0123456789abcdef"
+    with durable_obj.open(url, owner="t") as obj:
+        obj.execute(memories_ddl("memories"))
+        obj.execute(
+            f"INSERT INTO memories VALUES ('{mid}', 'odd', [], '{{}}', now64(6), now64(6), "
+            "[nan, inf, -inf, 0.1], 1)"
+        )
+        obj.flush()
+
+    async def main() -> None:
+        with durable_obj.open(url, owner="t") as obj:
+            async with Client(build_server(obj, embed=embed)) as client:
+                ok(await client.call_tool("revise", {"memory_id": mid, "tags": ["x"]}))
+
+    run(main)
+    rows = read_back(url, "SELECT tags, toString(embedding) AS e FROM memories FINAL")
+    assert rows == [{"tags": ["x"], "e": "[nan,inf,-inf,0.1]"}]
 
 
 def test_hostile_input_is_a_tool_error_and_the_server_lives(url: str) -> None:
