@@ -46,9 +46,10 @@ class Options:
     Hand-written rather than a pydantic model: a fresh process makes them
     on every open, and pydantic's import was most of a cold open's cost."""
 
-    #: Seconds a writer's lease lasts without renewal.
+    #: Seconds a writer's lease lasts without renewal (at least 0.1).
     lease_ttl: Seconds = DEFAULT_LEASE_TTL
-    #: Seconds between renewals; at most lease_ttl / 3 (default exactly that).
+    #: Seconds between renewals; at most lease_ttl / 3 (default exactly that),
+    #: at least 0.01.
     heartbeat_interval: Seconds | None = None
     #: Allowance added to another writer's expiry before a normal takeover.
     clock_skew: Seconds = DEFAULT_CLOCK_SKEW
@@ -117,7 +118,8 @@ class Options:
     #: open and checkpoints never run under it.
     write_bounds: Bounds | None = None
     #: Followers (read-only opens only): refresh the view every `follow`
-    #: seconds on the process's heartbeat scheduler (`core/follow.py`); None:
+    #: seconds (at least 0.001) on the process's heartbeat scheduler
+    #: (`core/follow.py`); None:
     #: only refresh() moves it. `on_change(update)` is called, outside the
     #: object's lock, each time the view moved (a `follow.Update`).
     follow: Seconds | None = None
@@ -132,7 +134,7 @@ class Options:
     #: the head's feature list), and interop with it is the default promise.
     compression: Literal["zstd"] | None = None
     #: A writer sweeps its TTL policies (`set_ttl`, `core/expiry.py`) every
-    #: this many seconds on the heartbeat scheduler; 0 or None: only
+    #: this many seconds (at least 0.01) on the heartbeat scheduler; 0 or None: only
     #: `sweep_ttl()` sweeps. Read-only objects never sweep.
     ttl_sweep_interval: Seconds | None = 60.0
 
@@ -220,10 +222,17 @@ Rule = Callable[[Any], Any]
 
 
 def _number(
-    *, gt: float | None = None, ge: float | None = None, le: float | None = None, none: bool = False
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    none: bool = False,
+    period: float | None = None,
 ) -> Rule:
     """A finite number, as a float: any real number but a bool (an int, a
-    float, numpy's, a Decimal, a Fraction) or a string of ASCII digits."""
+    float, numpy's, a Decimal, a Fraction) or a string of ASCII digits.
+    `period`: the least seconds of a period something runs at (0 stays 0:
+    off), so a tiny one (1e-300) cannot keep a thread busy."""
 
     def rule(value: Any) -> Any:
         if value is None and none:
@@ -234,6 +243,10 @@ def _number(
         if not math.isfinite(number):
             raise _Bad("Input should be a finite number")
         _bounded(number, gt, ge, le)
+        if period is not None and 0 < number < period:
+            raise _Bad(
+                f"Input should be at least {period} (seconds): a shorter period keeps a thread busy"
+            )
         return number
 
     return rule
@@ -434,8 +447,8 @@ def _provider(value: Any) -> Any:
 
 #: How each option's value is checked (and normalised: numbers to float or int).
 _RULES: dict[str, Rule] = {
-    "lease_ttl": _number(gt=0),
-    "heartbeat_interval": _number(gt=0, none=True),
+    "lease_ttl": _number(gt=0, period=0.1),
+    "heartbeat_interval": _number(gt=0, none=True, period=0.01),
     "clock_skew": _number(ge=0),
     "commit_deadline": _number(gt=0),
     "db": _text(high=200),
@@ -458,9 +471,9 @@ _RULES: dict[str, Rule] = {
     "external_reads": _external,
     "query_bounds": _bounds,
     "write_bounds": _bounds,
-    "follow": _number(gt=0, none=True),
+    "follow": _number(gt=0, none=True, period=0.001),
     "on_change": _callable,
     "encryption": _provider,
     "compression": _choice("zstd", None),
-    "ttl_sweep_interval": _number(ge=0, none=True),
+    "ttl_sweep_interval": _number(ge=0, none=True, period=0.01),
 }

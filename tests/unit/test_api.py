@@ -80,6 +80,25 @@ def test_options_defaults_and_errors() -> None:
         make_options({"lease_ttl": float("inf")})
 
 
+@pytest.mark.parametrize(
+    ("name", "least"),
+    [
+        ("lease_ttl", 0.1),
+        ("heartbeat_interval", 0.01),
+        ("follow", 0.001),
+        ("ttl_sweep_interval", 0.01),
+    ],
+)
+def test_a_period_too_short_to_run_at_is_refused(name: str, least: float) -> None:
+    """A period of 1e-300 s made a busy loop of the heartbeat scheduler."""
+    for tiny in (1e-300, least / 2):
+        with pytest.raises(errors.InvalidArgument, match=f"{name}: .*at least {least}"):
+            make_options({name: tiny})
+    assert getattr(make_options({name: least}), name) == least
+    if name == "ttl_sweep_interval":
+        assert make_options({name: 0}).ttl_sweep_interval == 0  # off
+
+
 def test_options_take_any_real_number_and_refuse_what_is_no_value() -> None:
     """Numbers as numpy's, Decimal or Fraction too; never a bool, digits of
     other scripts, an integer past 2**53, text with a lone surrogate, or a
