@@ -7,6 +7,7 @@ import dataclasses
 import decimal
 import math
 import numbers
+import posixpath
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -391,7 +392,9 @@ def _external(value: Any) -> tuple[str, ...]:
             item = _text(high=4096)(item)
         if not isinstance(item, str) or not (item in ("url", "s3") or item.startswith("/")):
             raise _Bad(f"{item!r}: give 'url', 's3' or an absolute folder path for file()")
-        out.append(item if item in ("url", "s3") else item.rstrip("/") or "/")
+        # a folder as the path it names (`/a/../b` is `/b`); links are
+        # resolved where a file() path is judged (`reach.file_allowed`)
+        out.append(item if item in ("url", "s3") else posixpath.normpath("/" + item.lstrip("/")))
     return tuple(out)
 
 

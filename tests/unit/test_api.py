@@ -99,6 +99,11 @@ def test_a_period_too_short_to_run_at_is_refused(name: str, least: float) -> Non
         assert make_options({name: 0}).ttl_sweep_interval == 0  # off
 
 
+def test_an_external_folder_is_kept_as_the_path_it_names() -> None:
+    opts = make_options({"external_reads": ["/a/../b/", "//data//in/", "url", "/"]})
+    assert opts.external_reads == ("/b", "/data/in", "url", "/")
+
+
 def test_options_take_any_real_number_and_refuse_what_is_no_value() -> None:
     """Numbers as numpy's, Decimal or Fraction too; never a bool, digits of
     other scripts, an integer past 2**53, text with a lone surrogate, or a
