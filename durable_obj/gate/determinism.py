@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import Nondeterministic
-from durable_obj.gate import shipped
+from durable_obj.gate import shipped, volatile
 from durable_obj.gate.defaults import ColumnRules
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
@@ -49,6 +49,7 @@ from durable_obj.gate.sql import (
     tokenize,
     tokenize_head,
 )
+from durable_obj.gate.volatile import Volatile
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -198,8 +199,8 @@ class Pinner:
             mode=mode,
         )
         self._suspicious: frozenset[str] | None = None
-        #: Views of the object whose SELECT reads the clock or chance (by db).
-        self._volatile: dict[str, frozenset[str]] = {}
+        #: What of the object reads the clock or chance when run (by db).
+        self._volatile: dict[str, Volatile] = {}
 
     @property
     def _catalog(self) -> Catalog:
@@ -225,14 +226,26 @@ class Pinner:
         if self._suspicious is None:
             self._suspicious = self._catalog.suspicious
         words = code_words(sql)
-        volatile = words & self._volatile_views(db) if _reads_rows(sql, words) else set()
-        if volatile:
-            name = sorted(volatile)[0]
+        found = self._volatile_of(db)
+        if _reads_rows(sql, words):
+            read = sorted(words & found.views.keys())
+            if read:
+                raise Nondeterministic(found.refusal(read[0]))
+            if column := volatile.layout_read(words):
+                raise Nondeterministic(
+                    f"{column} is where a row lies in the table's parts, which a restore "
+                    "renumbers and a replay merges otherwise, so a write that reads it would "
+                    "change other rows on every replay; name rows by their columns instead. "
+                    "Nothing was run."
+                )
+        if found.triggers and (table := _inserted(sql, db)) in found.triggers:
             raise Nondeterministic(
-                f"the view {name} computes a value of the clock or of chance when it is read, "
-                "so a write that reads it would store other values on every replay; read "
-                "its tables in the statement instead (where now() and the like are pinned). "
-                "Nothing was run."
+                f"an INSERT into {table} runs the materialized view "
+                f"{found.triggers[table]}, which reads the clock, chance, a dictionary or a "
+                "part's layout (directly, through a view, or down a chain of views), so every "
+                "replay would store other values; make what it reads deterministic (or drop "
+                "the materialized view), and compute such values in the INSERT, where they "
+                "are pinned. Nothing was run."
             )
         if not words & self._suspicious:
             # The common case, in regex scans rather than a full lexing: no
@@ -244,37 +257,13 @@ class Pinner:
                 return fast
         return self._prepare_full(sql, db)
 
-    def _volatile_views(self, db: str) -> frozenset[str]:
-        """Names (lower-cased) of `db`'s views whose SELECT calls a
-        non-deterministic function, or reads such a view: a plain view is
-        computed on every read, so a write that reads it is not pinned by
-        anything in its own text."""
+    def _volatile_of(self, db: str) -> Volatile:
+        """What of `db` reads the clock or chance when run (`gate.volatile`)."""
         found = self._volatile.get(db)
-        if found is not None:
-            return found
-        known = self._engine.known.kept(self._engine, db)
-        if known is not None:
-            rows = [[view.name, view.as_select] for view in known.views()]
-        else:
-            rows = self._engine.json_rows(
-                "SELECT name, as_select FROM system.tables WHERE database = {db:String} "
-                "AND engine = 'View'",
-                {"db": db},
+        if found is None:
+            found = self._volatile[db] = volatile.read(
+                self._engine, db, self._catalog.nondeterministic
             )
-        nondeterministic = self._catalog.nondeterministic
-        words = {str(name).lower(): code_words(str(body)) for name, body in rows}
-        volatile = {
-            name
-            for name, body in rows
-            if any(c.name in nondeterministic for c in find_calls(tokenize(str(body))))
-        }
-        volatile = {str(name).lower() for name in volatile}
-        while True:  # a view that reads a volatile view is volatile
-            more = {n for n, used in words.items() if n not in volatile and used & volatile}
-            if not more:
-                break
-            volatile |= more
-        self._volatile[db] = found = frozenset(volatile)
         return found
 
     def _prepare_plain(self, sql: str, db: str, has_settings: bool) -> str | None:
@@ -467,10 +456,19 @@ class Pinner:
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
 
 
+def _inserted(sql: str, db: str) -> str | None:
+    """The table an INSERT into the object's database writes, or None."""
+    shape = insert_shape(tokenize_head(sql))
+    if shape is None or shape.database not in (None, db):
+        return None
+    return shape.table
+
+
 def _reads_rows(sql: str, words: frozenset[str] | set[str]) -> bool:
     """Does this statement write rows computed from what it reads (an
-    INSERT, an UPDATE or DELETE, a CREATE TABLE ... AS SELECT)? A view's
-    own DDL (CREATE VIEW over it, DROP, RENAME) reads no rows."""
+    INSERT, an UPDATE or DELETE, a CREATE TABLE ... AS SELECT, a
+    MATERIALIZED VIEW)? A plain view's own DDL (CREATE VIEW over it, DROP,
+    RENAME) reads no rows."""
     head = [t.word for t in tokenize_head(sql)[:4] if t.kind == "ident"]
     if not head:
         return False
@@ -478,4 +476,6 @@ def _reads_rows(sql: str, words: frozenset[str] | set[str]) -> bool:
         return True
     if head[0] == "alter":
         return bool(words & {"update", "delete"})
-    return head[0] in ("create", "replace") and "select" in words and "view" not in head
+    # a MATERIALIZED VIEW runs its SELECT on every future INSERT
+    plain_view = "view" in head and "materialized" not in head
+    return head[0] in ("create", "replace") and "select" in words and not plain_view
