@@ -466,38 +466,3 @@ def evaluated_from(tokens: list[Token]) -> tuple[int, bool]:
             return 0, True
         return len(tokens), True
     return 0, True
-
-
-#: Words after which `ttl` is a name (of a column, a table, an alias), not a
-#: TTL clause: they expect a name or an expression next.
-_BEFORE_A_NAME = frozenset(
-    {"by", "select", "where", "prewhere", "having", "and", "or", "not", "as", "on", "using"}
-    | {"set", "column", "exists", "distinct", "then", "else", "when", "case", "in", "like"}
-    | {"ilike", "between", "is", "with", "from", "join", "table", "into", "to", "after"}
-    | {"update", "delete", "order", "group", "limit", "values", "key", "primary", "partition"}
-    | {"sample", "index", "projection", "default", "materialized", "alias", "ephemeral"}
-    | {"codec", "comment", "remove", "drop", "clear", "rename", "database", "dictionary"}
-    | {"view", "create", "alter", "final", "if", "first", "interval", "array", "global"}
-    | {"any", "all", "offset", "over", "filter", "cluster", "return", "describe", "exchange"}
-)
-
-
-def ttl_clause(tokens: list[Token]) -> int | None:
-    """Index of the first TTL keyword (a table or column TTL, `MODIFY TTL`,
-    `MATERIALIZE TTL`; `REMOVE TTL` excluded) of a CREATE / ALTER TABLE, or
-    None. A column or alias named `ttl` is told apart by its neighbours: a
-    TTL keyword follows the end of a type or expression and starts one."""
-    for i, tok in enumerate(tokens):
-        if tok.kind != "ident" or tok.text.lower() != "ttl" or i == 0:
-            continue
-        before = tokens[i - 1]
-        if before.kind == "ident" and before.text.lower() in ("modify", "materialize"):
-            return i
-        if i + 1 >= len(tokens) or tokens[i + 1].text in (",", ")", "]", "=", ".", ";"):
-            continue
-        if before.kind == "ident" and before.text.lower() in _BEFORE_A_NAME:
-            continue
-        if before.kind == "punct" and before.text not in (")", "]"):
-            continue
-        return i
-    return None

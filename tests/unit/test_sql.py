@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from durable_obj.gate.defaults import ttl_clause
 from durable_obj.gate.quoting import (
     quote_ident,
     quote_string,
@@ -27,7 +28,6 @@ from durable_obj.gate.sql import (
     split_rows,
     tokenize,
     tokenize_head,
-    ttl_clause,
 )
 from durable_obj.replica import engine as engine_mod
 from durable_obj.replica.engine import Engine
