@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.defaults import alter_target
-from durable_obj.gate.sql import Token, code_words, depth_zero, tokenize
+from durable_obj.gate.sql import Token, code_words, depth_zero, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Analysis, Engine
@@ -169,8 +169,13 @@ def check_kept(canonical: str) -> None:
       which no checkpoint carries (BACKUP takes a table's active parts):
       after a checkpoint a replica would not have them, and a later ATTACH
       would fail there."""
-    tokens = tokenize(canonical)
-    if tokens and tokens[0].word == "undrop":
+    head = tokenize_head(canonical)
+    first = head[0].word if head else ""
+    # an INSERT's names are in its head (what it reads, `writes.check` has
+    # resolved); its rows are never lexed here
+    tokens = head if first == "insert" else tokenize(canonical)
+    _check_names(tokens, defining=first in ("create", "attach", "replace"))
+    if first == "undrop":
         raise ClassificationRefused(
             "UNDROP TABLE brings a table back from the engine's dropped tables, which no "
             "checkpoint carries (a BACKUP takes the live tables): replayed from a base taken "
@@ -178,7 +183,7 @@ def check_kept(canonical: str) -> None:
             "table's rows, RENAME it aside (or EXCHANGE TABLES) instead of dropping it; a "
             "table dropped is gone. Nothing was run or logged."
         )
-    if not tokens or tokens[0].word != "alter":
+    if first != "alter":
         return
     target = alter_target(tokens)
     if target is None or _glued(tokens, target[2]):
@@ -192,13 +197,60 @@ def check_kept(canonical: str) -> None:
     # engine prints them so when a comment came before it). Only there are
     # DETACH PARTITION|PART the command: elsewhere the words may be names
     # (an index `detach` on a column `part`, an alias in a subquery).
-    first = target[2]
-    begins = [first, *(i + 1 for i, tok in depth_zero(tokens, first) if tok.text == ",")]
+    command = target[2]
+    begins = [command, *(i + 1 for i, tok in depth_zero(tokens, command) if tok.text == ",")]
     for n, begin in enumerate(begins):
         while begin < len(tokens) and tokens[begin].text == "(":
             begin += 1
         begins[n] = begin
     _refuse_detaching(tokens, begins)
+
+
+def _check_names(tokens: list[Token], *, defining: bool) -> None:
+    """`ClassificationRefused` for a name no checkpoint carries, or none
+    that replays: one holding a backtick, a backslash or a control character
+    (the engine writes it escaped in the definition a base carries, which a
+    restored base's check refuses: after a checkpoint the object would not
+    open); a materialized view's inner table by name (`.inner_id.<uuid>`: a
+    replay makes another uuid); a definition's own UUID (the process's
+    engine shares UUIDs: a replica in the same process could not make it)."""
+    for i, tok in enumerate(tokens):
+        uuid = defining and tok.kind == "ident" and tok.word == "uuid"
+        if uuid and i + 1 < len(tokens) and tokens[i + 1].kind == "string":
+            raise ClassificationRefused(
+                "a definition's own UUID '...' names its files in the process's engine, "
+                "which every object and replica in the process shares: a replica here "
+                "could not make it again. Leave it out (the engine picks one). Nothing "
+                "was run or logged."
+            )
+        if tok.kind != "quoted":
+            continue
+        if "\\" in tok.text or _ESCAPED.search(tok.name):
+            raise ClassificationRefused(
+                f"the name {tok.text[:60]!r} holds a backtick, a backslash or a control "
+                "character, which the engine writes escaped in the definition a checkpoint "
+                "carries, and a restored base with an escaped name is refused: the object "
+                "would not open after a checkpoint. Choose a name without them. Nothing was "
+                "run or logged."
+            )
+        if tok.name.startswith(INNER):
+            raise ClassificationRefused(inner_refused(tok.name))
+
+
+#: What the engine writes escaped in a name (`a\`b`, `a\tb`).
+_ESCAPED = re.compile(r"[`\\\x00-\x1f\x7f]")
+#: The start of a materialized view's inner table's name.
+INNER = ".inner_id."
+
+
+def inner_refused(name: str) -> str:
+    """Why a write may not name `name`, a materialized view's inner table."""
+    return (
+        f"{name[:60]} is a materialized view's inner table, whose name holds a UUID "
+        "the engine picks anew on every replay, so a logged statement naming it would "
+        "fail there and the object would not open. Name the materialized view instead "
+        "(INSERT INTO mv, SELECT ... FROM mv). Nothing was run or logged."
+    )
 
 
 def _glued(tokens: list[Token], end: int) -> bool:

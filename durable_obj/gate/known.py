@@ -88,7 +88,8 @@ _CHECKPOINT = (
 #: applied again, which changes nothing.)
 UNAPPLIED = (
     "SELECT table FROM system.parts WHERE database = {db:String} AND active GROUP BY table "
-    "HAVING maxIf(max_block_number, startsWith(partition_id, 'patch-')) > "
+    "HAVING countIf(NOT startsWith(partition_id, 'patch-')) > 0 "  # a part to apply them to
+    "AND maxIf(max_block_number, startsWith(partition_id, 'patch-')) > "
     "minIf(toInt64(data_version), NOT startsWith(partition_id, 'patch-')) " + _SETTINGS
 )
 

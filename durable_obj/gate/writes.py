@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import reach
+from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
 from durable_obj.gate.quoting import splice
 from durable_obj.gate.sql import (
@@ -69,6 +70,8 @@ def check(engine: Engine, local: str) -> None:
                 "analyse it on its own); write it as INSERT ... SELECT or a read first. "
                 "Nothing was run or logged."
             )
+        if INNER in tree:  # a materialized view's inner table: another name on replay
+            raise ClassificationRefused(inner_refused(tree[tree.index(INNER) :].split()[0]))
         resolved(engine, tree)
 
 

@@ -176,11 +176,26 @@ def _apply_patches(engine: Engine) -> None:
     26.9), so a base would hold the rows as they were before the UPDATE.
     What the tables hold does not change, only how their parts keep it."""
     for (table,) in engine.json_rows(UNAPPLIED, {"db": engine.database}):
-        engine.archive(
-            f"ALTER TABLE {quote_ident(engine.database)}.{quote_ident(table)} APPLY PATCHES "
-            "SETTINGS mutations_sync = 2",
-            f"applying the UPDATE patches of table {table[:60]!r} before a checkpoint",
-        )
+        name = f"{quote_ident(engine.database)}.{quote_ident(table)}"
+        try:
+            engine.archive(f"ALTER TABLE {name} APPLY PATCHES SETTINGS mutations_sync = 2", "it")
+        except EngineError as exc:
+            # the failed mutation would fail the table's next ALTER, DELETE
+            # or OPTIMIZE too: it goes (a statement's own mutation never
+            # stays behind: a failed one has the local copy rebuilt)
+            with contextlib.suppress(EngineError):
+                engine.run(
+                    f"KILL MUTATION WHERE database = {quote_string(engine.database)} AND "
+                    f"table = {quote_string(table)} AND NOT is_done SYNC"
+                )
+            raise EngineError(
+                f"the UPDATE patches of table {table[:60]!r} cannot be applied to its parts "
+                f"({str(exc)[:300]}): an expression of a projection or an index fails on "
+                "the updated values. A checkpoint cannot carry them until they apply: UPDATE "
+                "those rows to values the expression takes (or drop the projection or index), "
+                "then checkpoint. Nothing was written; buffered statements stay buffered, "
+                "and flush() makes them durable."
+            ) from None
 
 
 def restore(engine: Engine, db: str, path: str, chain: Sequence[tuple[str, str]] = ()) -> None:

@@ -159,3 +159,109 @@ def test_a_committed_undrop_still_replays(tmp_path: Path) -> None:
     _tamper(url, ["DROP TABLE t", "UNDROP TABLE t"])
     with durable_obj.open(str(url), read_only=True) as replica:
         assert replica.rows("SELECT k FROM t ORDER BY k") == [(1,), (2,)]
+
+
+def test_a_patch_the_parts_cannot_take_fails_the_checkpoint_clearly(tmp_path: Path) -> None:
+    """An UPDATE a projection's expression cannot compute (intDiv by the
+    new 0) is accepted, but its patch cannot be applied: the checkpoint
+    says so and what to do, leaves no failed mutation behind (it failed the
+    table's next ALTER before), and takes the base once the rows are fixed."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE t (k UInt64, v UInt64, "
+            "PROJECTION p (SELECT k, intDiv(100, v) AS q ORDER BY q)) ENGINE = MergeTree "
+            "ORDER BY k SETTINGS enable_block_number_column = 1, enable_block_offset_column = 1"
+        )
+        obj.execute("INSERT INTO t VALUES (1, 1), (2, 2)")
+        obj.execute("UPDATE t SET v = 0 WHERE k = 1")
+        with pytest.raises(durable_obj.EngineError, match=r"cannot be applied.*UPDATE those rows"):
+            obj.checkpoint()
+        assert obj.rows("SELECT count() FROM system.mutations WHERE NOT is_done") == [(0,)]
+        obj.execute("UPDATE t SET v = 4 WHERE k = 1")
+        obj.checkpoint()
+        written = obj.rows(ROWS)
+    assert written == [(1, 4), (2, 2)]
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows(ROWS) == written
+
+
+@pytest.mark.parametrize("tail", ["TRUNCATE TABLE t", "ALTER TABLE t DROP PARTITION 1"])
+def test_a_patch_with_no_part_left_is_not_applied_again(tmp_path: Path, tail: str) -> None:
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        obj.execute(PATCHED)
+        obj.execute("INSERT INTO t VALUES (1, 1), (3, 3)")
+        obj.execute("UPDATE t SET v = 9 WHERE k = 1")
+        obj.execute(tail)
+        for _ in range(3):
+            obj.checkpoint()
+        applied = "SELECT count() FROM system.mutations WHERE command = '(APPLY PATCHES)'"
+        assert obj.rows(applied) == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "CREATE TABLE `a``b` (k UInt8) ENGINE = Memory",
+        'CREATE TABLE "a`b" (k UInt8) ENGINE = Memory',
+        "CREATE TABLE `a\tb` (k UInt8) ENGINE = Memory",
+        "CREATE TABLE `a\nb` (k UInt8) ENGINE = Memory",
+        "CREATE TABLE c (`x``y` UInt8) ENGINE = Memory",
+        "CREATE VIEW v AS SELECT 1 AS `a``b`",
+        "ALTER TABLE t RENAME COLUMN v TO `v``2`",
+        "RENAME TABLE t TO `t``2`",
+    ],
+)
+def test_a_name_the_engine_writes_escaped_is_refused(tmp_path: Path, sql: str) -> None:
+    """The engine writes such a name escaped in the definition a base
+    carries, and a restored base with an escaped name is refused: before,
+    the object never opened again after its next checkpoint."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(PATCHED)
+        with pytest.raises(durable_obj.ClassificationRefused, match="backtick"):
+            obj.execute(sql)
+        obj.execute('CREATE TABLE "a""b" (k UInt8) ENGINE = Memory')  # printed unescaped
+        obj.checkpoint()
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows('SELECT count() FROM `a"b`') == [(0,)]
+
+
+def test_a_materialized_view_s_inner_table_is_not_named_by_a_write(tmp_path: Path) -> None:
+    """Its name holds a UUID a replay picks anew: a logged statement naming
+    it failed there, and the object never opened again."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE src (k UInt64) ENGINE = MergeTree ORDER BY k")
+        obj.execute(
+            "CREATE MATERIALIZED VIEW mv ENGINE = MergeTree ORDER BY k AS SELECT k FROM src"
+        )
+        (inner,) = obj.rows("SELECT name FROM system.tables WHERE name LIKE '.inner%'")[0]
+        for sql in (
+            f"INSERT INTO `{inner}` VALUES (1)",
+            f"INSERT INTO src SELECT k FROM `{inner}`",
+            f"INSERT INTO src VALUES ((SELECT count() FROM `{inner}`))",
+            f"ALTER TABLE `{inner}` DELETE WHERE 1",
+            f"CREATE VIEW v AS SELECT * FROM `{inner}`",
+        ):
+            with pytest.raises(durable_obj.ClassificationRefused, match="inner table"):
+                obj.execute(sql)
+        obj.execute("INSERT INTO mv VALUES (5)")
+        assert obj.rows(f"SELECT k FROM `{inner}`") == [(5,)]  # a read may
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows("SELECT k FROM mv") == [(5,)]
+
+
+def test_a_definition_s_own_uuid_is_refused(tmp_path: Path) -> None:
+    """The process's engine shares UUIDs: a replica in the same process
+    could not make the table again (`Corrupt`, a folder already exists)."""
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        with pytest.raises(durable_obj.ClassificationRefused, match="UUID"):
+            obj.execute(
+                "CREATE TABLE u UUID '11111111-1111-1111-1111-111111111111' (k UInt8) "
+                "ENGINE = Memory"
+            )
+        obj.execute(
+            "CREATE TABLE w (uuid UUID DEFAULT '11111111-1111-1111-1111-111111111111') "
+            "ENGINE = Memory"
+        )
