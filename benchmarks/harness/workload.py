@@ -46,6 +46,13 @@ BULK = (
 )
 
 
+def values_sql(start: int, count: int) -> str:
+    """One INSERT of `count` rows as `row_sql` writes each (~2.3 KB a row:
+    a bulk load of an agent's memories, its rows as literals)."""
+    rows = [row_sql(i).split(" VALUES ", 1)[1] for i in range(start, start + count)]
+    return "INSERT INTO memories VALUES " + ", ".join(rows)
+
+
 def row_sql(i: int) -> str:
     """One single-row INSERT like an agent writes: 256-dim embedding, ~200-byte text."""
     rng = random.Random(i)

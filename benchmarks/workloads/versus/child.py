@@ -19,7 +19,7 @@ import resource  # noqa: E402
 import sys  # noqa: E402
 from typing import Any  # noqa: E402
 
-from harness.workload import BULK, DDL, row_sql  # noqa: E402
+from harness.workload import BULK, DDL, row_sql, values_sql  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
@@ -96,8 +96,27 @@ def phase_write() -> dict[str, Any]:
                 obj.execute(row_sql(n))
             times.append(timed(obj.flush))
         out[f"flush_{size}_ms"] = times
+    out["bulk_ms"] = bulk_latencies(obj.execute, obj.flush)
     obj.close()
     return out
+
+
+#: Rows of the bulk VALUES INSERT (`values_sql`), and how many are timed.
+BULK_ROWS, BULK_TIMES = 1_000, 4
+
+
+def bulk_latencies(run: Any, flush: Any = None) -> list[float]:
+    """execute() of one `BULK_ROWS`-row VALUES INSERT, `BULK_TIMES` times
+    (after one untimed), each flushed after it is timed."""
+    times = []
+    for rep in range(BULK_TIMES + 1):
+        sql = values_sql(2_000_000 + rep * BULK_ROWS, BULK_ROWS)
+        took = timed(lambda sql=sql: run(sql))
+        if rep:
+            times.append(took)
+        if flush is not None:
+            flush()
+    return times
 
 
 def phase_write_variants() -> dict[str, Any]:
@@ -141,6 +160,7 @@ def phase_raw() -> dict[str, Any]:
         conn.query("USE bench")
         conn.query(DDL)
         out = {"execute_ms": execute_latencies(conn.query, SPEC["executes"])}
+        out["bulk_ms"] = bulk_latencies(conn.query)
         conn.close()
     return out
 

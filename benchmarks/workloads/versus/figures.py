@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import time
 from typing import Any
@@ -141,6 +142,7 @@ class Bench:
             if raw:
                 got = run_child({"impl": "raw", "phase": "raw", **n})
                 self.keep("execute_ms", "raw", got["execute_ms"])
+                self.keep("bulk_ms", "raw", got["bulk_ms"])
             # the floor: the same publishes with nothing of durable_obj (on a
             # folder fsync'd in plain Python, also in the V1 layout; on S3 two
             # bare conditional PUTs through obstore)
@@ -166,6 +168,14 @@ class Bench:
             note = f"raw chdb {median(lat):.2f} / {p99(lat):.2f}"
         self.row("execute p50, single-row INSERT", "ms", "execute_ms", goal=1.05, note=note)
         self.row("execute p99, single-row INSERT", "ms", "execute_ms", stat=p99)
+        self.row(
+            "execute, one 1,000-row VALUES INSERT (2.3 MB)",
+            "ms",
+            "bulk_ms",
+            floor=median(self.samples["bulk_ms"]["raw"]) if raw else math.nan,
+            floor_goal=GOAL_FLOOR if raw else None,
+            note="floor: the same INSERT on a bare chdb connection" if raw else "",
+        )
         how = "2 files fsync'd, rename, dir fsync" if lean else "2 bare conditional PUTs"
         for size in (1, 10, 100):
             key = f"flush_{size}_ms"
