@@ -139,11 +139,15 @@ def match_parens(tokens: list[Token]) -> dict[int, int]:
 # -- fast scans ---------------------------------------------------------------
 
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Numbers one after another, apart only by what the lexer skips (white
+#: space, `,`, brackets, a `-` that starts no comment): one match for a
+#: whole vector of them, where each was a match (256 floats a row).
+_NUMBERS = rf"(?:{_NUMBER})(?:(?:[\s,()\[\]]|-(?!-))+(?:{_NUMBER}))*"
 #: What `_TOKEN` skips as data, its numbers and identifiers: matched from the same
 #: positions as the lexer (an identifier is consumed whole, so a `$` in it
 #: never opens a heredoc), so text the lexer reads as code is never skipped.
 _CODE_SCAN = re.compile(
-    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBER}|(?P<ident>{_IDENT})",
+    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBERS}|(?P<ident>{_IDENT})",
     re.DOTALL,
 )
 
@@ -167,7 +171,7 @@ def _cached_long(sql: str) -> frozenset[str]:
 
 
 _CODE_SHAPES = re.compile(
-    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBER}"
+    rf"{_COMMENT}|{_STRING}|{_HEREDOC}|(?P<quoted>{_QUOTED})|{_NUMBERS}"
     rf"|(?P<dot>\.\s*)?(?P<ident>{_IDENT})(?P<call>\s*\()?",
     re.DOTALL,
 )

@@ -143,12 +143,12 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
 
 def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
     """The VALUES rows of `data` that hold code, as SELECTs to resolve."""
-    words = code_words(data) - _VALUE_WORDS
-    if not words:
+    quoted, shapes = code_shapes(data)  # one scan of the rows
+    if not quoted and all(ident.lower() in _VALUE_WORDS for ident, _, _ in shapes):
         return []  # literals only: nothing is evaluated
     known = reach.catalog(engine)
-    if _all_literal_calls(data, known):
-        return []  # every row's code is allowed calls: one scan, no row lexed
+    if not quoted and _all_literal_calls(shapes, known):
+        return []  # every row's code is allowed calls: no row lexed
     rows = split_rows(data)
     if rows is None:
         # Not a list of rows the splitter reads: resolve the data as one
@@ -181,14 +181,11 @@ def _without_default(row: str) -> str:
     )
 
 
-def _all_literal_calls(data: str, known: reach.Catalog) -> bool:
-    """`_literal_calls` of every row of `data` at once, from the distinct
-    shapes of its code: no quoted name, and each word a literal, a row's
-    DEFAULT, or a call of an allowed function (never qualified). False
-    sends the rows one by one."""
-    quoted, shapes = code_shapes(data)
-    if quoted:
-        return False
+def _all_literal_calls(shapes: frozenset[tuple[str, bool, bool]], known: reach.Catalog) -> bool:
+    """`_literal_calls` of every row at once, from the distinct shapes of
+    their code (`sql.code_shapes`, the rows holding no quoted name): each
+    word a literal, a row's DEFAULT, or a call of an allowed function
+    (never qualified). False sends the rows one by one."""
     for ident, called, dotted in shapes:
         word = ident.lower()
         if word in LITERAL_WORDS or (word == "default" and not called and not dotted):

@@ -103,6 +103,8 @@ class Engine:
         self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
         self.scope = Scope("default", self.database)
         self.known = Known()  # what the gate's checks last read of the database
+        #: The last `localize` asked and answered.
+        self._localized: tuple[str, frozenset[str], Scope, str] | None = None
         #: When the bounded block running now must end (`bounded`); None: unbounded.
         self._deadline: float | None = None
         #: Whether the bounded block runs a caller's statement (`bounded`).
@@ -118,8 +120,15 @@ class Engine:
 
     def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
         """`sql` as it runs in this object's database (`isolation.Scope`);
-        `vouched`: table functions a read's opt-in let through."""
-        return self.scope.localize(sql, vouched)
+        `vouched`: table functions a read's opt-in let through. The last
+        answer is kept: the gate, then the run, ask of the same statement
+        (a scan of a long INSERT's text each)."""
+        last = self._localized
+        if last is not None and last[0] is sql and last[1] == vouched and last[2] == self.scope:
+            return last[3]
+        local = self.scope.localize(sql, vouched)
+        self._localized = (sql, vouched, self.scope, local)
+        return local
 
     def message(self, exc: BaseException) -> str:
         """The engine's message about this object's statement, as this object
