@@ -11,10 +11,11 @@ So the lexer reads only text on which the two cannot differ: *plain* text,
 where outside quoted tokens (strings, quoted names, by the same rules in
 both: a backslash escapes the next character, a doubled quote is a quote)
 there is nothing but printable ASCII and ASCII white space, no `--`,
-`/*`, `#`, `$` or backslash, and no number run into a name's character
-(the engine reads `1t` as a name and `0b101`, `1_000` as one number, ours
-a number, then a name). Both lexers then open and close every quoted
-token at the same places, so every token is the same token in both. Plain
+`//` (a line comment to ClickHouse too), `/*`, `#`, `$` or backslash, and
+no number run into a name's character (the engine reads `1t` as a name
+and `0b101`, `1_000` as one number, ours a number, then a name). Both
+lexers then open and close every quoted token at the same places, so
+every token is the same token in both. Plain
 text is used as it is (no engine call: the common statement costs nothing).
 
 Anything else is handed to the engine's own formatter,
@@ -50,8 +51,8 @@ if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
 
 #: Printable ASCII but the characters that open a quoted token, a comment, a
-#: heredoc or an escape (' " ` # $ \ and the - and / of -- and /*), and ASCII
-#: white space.
+#: heredoc or an escape (' " ` # $ \ and the - and / of --, // and /*), and
+#: ASCII white space.
 _SAFE_CHARS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x2e\x30-\x5b\x5d-\x5f\x61-\x7e"
 #: A quoted token as both lexers read it (the lexer's `_STRING` / `_QUOTED`,
 #: unrolled so a long string costs one scan): a backslash escapes the next
@@ -69,7 +70,7 @@ _LONE_NUMBER = (
 )
 _PLAIN = re.compile(
     rf"(?:[{_SAFE_WORDS}]+|(?<=[A-Za-z0-9_])[0-9]+|{_LONE_NUMBER}|\.(?![0-9])|{_QUOTED_TOKEN}"
-    r"|-(?!-)|/(?!\*))*",
+    r"|-(?!-)|/(?![*/]))*",
     re.DOTALL | re.ASCII,  # `\d` is an ASCII digit only
 )
 #: `FORMAT <name>` at the end of the engine's canonical INSERT: it prints
@@ -87,9 +88,9 @@ def is_plain(text: str) -> bool:
     return found is not None and found.end() == len(text)
 
 
-#: Line comments and white space, to the end: both lexers read `--` to the
-#: end of its line.
-_TRAILING = re.compile(r"(?:\s*--[^\n]*(?:\n|$))*\s*")
+#: Line comments and white space, to the end: both lexers read `--` (and
+#: `//`) to the end of its line.
+_TRAILING = re.compile(r"(?:\s*(?:--|//)[^\n]*(?:\n|$))*\s*")
 
 
 def _without_trailing_comments(data: str) -> str:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 # The lexer's rules, one fragment each: _TOKEN, and the two fast scans
 # that must skip exactly what it skips (_CODE_SCAN, _ROW_SKIP), are built
 # from these, so they cannot drift apart.
-_COMMENT = r"--[^\n]*|\#[^\n]*|/\*.*?\*/"
+_COMMENT = r"--[^\n]*|//[^\n]*|\#[^\n]*|/\*.*?\*/"  # `//` too: ClickHouse's Lexer.cpp
 _STRING = r"'(?:[^'\\]|\\.|'')*'"
 _HEREDOC = r"\$(?P<tag>[A-Za-z_]*)\$.*?\$(?P=tag)\$"
 _QUOTED = r'"(?:[^"\\]|\\.|"")*"|`(?:[^`\\]|\\.|``)*`'
@@ -268,7 +268,7 @@ def split_rows(tail: str) -> list[str] | None:
                     break
             elif (skip := _ROW_SKIP.match(tail, pos)) is not None:
                 pos = skip.end()
-            elif ch in "'\"`" or tail.startswith(("/*", "--"), pos):
+            elif ch in "'\"`" or tail.startswith(("/*", "--", "//"), pos):
                 return None  # unterminated
             else:
                 pos += 1  # a lone '-', '/' or '$'

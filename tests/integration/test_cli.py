@@ -623,7 +623,8 @@ def test_export_encodes_table_names_into_the_destination(tmp_path: Path, ns: Pat
     """Statements choose table names: each file lands directly in DEST_URL,
     its name the table's percent-encoded unless plain, for --overwrite too."""
     url = str(ns / "h")
-    tables = ["../../escaped/pwn", "a/b", "tab\there", "%41", "A", "m"]
+    # (a tab in a name is refused: the engine writes it escaped in a base)
+    tables = ["../../escaped/pwn", "a/b", "sp ace", "%41", "A", "m"]
     ok(
         "exec",
         url,
@@ -639,7 +640,7 @@ def test_export_encodes_table_names_into_the_destination(tmp_path: Path, ns: Pat
         [
             "%2E.%2F..%2Fescaped%2Fpwn.csv",
             "a%2Fb.csv",
-            "tab%09here.csv",
+            "sp%20ace.csv",
             "%2541.csv",
             "A.csv",
             "m.csv",

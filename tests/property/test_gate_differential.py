@@ -52,6 +52,9 @@ NOISE = [
     "/* ' */",
     "-- '\n",
     "-- x\n",
+    "// '\n",  # a line comment to ClickHouse too (the second attack of stop 53)
+    "// x\n",
+    "// '\nhostName(),\n// '\n",  # a call the engine runs inside what looks like a string
     "$a1$ ' $a1$,",
     "$$ ' $$,",
     "$tag$ /* $tag$,",
@@ -139,7 +142,7 @@ def test_the_gate_reads_what_the_engine_reads(engine: Engine, sql: str) -> None:
 
 #: Pieces inside or after VALUES rows, where the gate must read the data the
 #: way the engine does or refuse the statement.
-ROW_NOISE = ["", " ", "\n", " /* c */ ", " -- c\n", " $$d$$ ", " 'it''s' ", " '\\'' "]
+ROW_NOISE = ["", " ", "\n", " /* c */ ", " -- c\n", " // c\n", " $$d$$ ", " 'it''s' ", " '\\'' "]
 VALUES_ = [
     "'a'",
     "'b''c'",
