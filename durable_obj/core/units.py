@@ -43,7 +43,9 @@ from durable_obj.core.rebuild import rebuild
 from durable_obj.core.surface import Surface, refuse_in_transaction
 from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced, Timeout
 from durable_obj.gate.classify import speaking_as
+from durable_obj.gate.control import DEFINING, escaped_names
 from durable_obj.gate.params import placeholders
+from durable_obj.gate.pipeline import first_word
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert, tokenize_head
 
@@ -248,6 +250,7 @@ class Units(Surface):
         WAL line, or None when it provably changed nothing and is not logged.
         `_Stopped` when the bounds stopped it while it ran."""
         engine = self._require_writable()
+        sql = self._local.bind(sql, None)  # a str, or InvalidArgument
         self._buf.buf.admit(sql, extra)  # limits before anything runs
         ran = False
         try:
@@ -267,6 +270,8 @@ class Units(Surface):
                 engine.known.forget()
                 if self._local.pinner is not None:
                     self._local.pinner.schema_changed()
+        if logged and first_word(text) in DEFINING and (refused := escaped_names(engine)):
+            raise _Stopped(refused)  # it ran: the copy is rebuilt without it
         return line if logged else None
 
     def _undo(self, stopped: _Stopped) -> DurableError:

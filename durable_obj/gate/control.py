@@ -237,6 +237,36 @@ def _check_names(tokens: list[Token], *, defining: bool) -> None:
             raise ClassificationRefused(inner_refused(tok.name))
 
 
+#: The object's tables and columns whose names the engine writes escaped.
+_ESCAPED_RE = r"'[\\x00-\\x1f\\x7f\\x60\\x5c]'"  # re2 reads the escapes
+_ESCAPED_NAMES = (
+    f"SELECT name FROM system.tables WHERE database = {{db:String}} AND match(name, {_ESCAPED_RE}) "
+    "UNION ALL SELECT concat(table, '.', name) FROM system.columns "
+    f"WHERE database = {{db:String}} AND match(name, {_ESCAPED_RE}) "
+    "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
+)
+#: First words of a statement that may name a table or a column.
+DEFINING = frozenset({"create", "attach", "replace", "alter", "rename", "exchange"})
+
+
+def escaped_names(engine: Engine) -> ClassificationRefused | None:
+    """After a statement that defines (`DEFINING`) ran: the refusal to give
+    when a table or a column it named holds what the engine writes escaped,
+    a name no token showed (a view's column named by its expression,
+    `concat(s, '\\n')`; `CREATE TABLE ... AS SELECT 'a`b'`). Its base would be
+    refused on the next open."""
+    rows = engine.json_rows(_ESCAPED_NAMES, {"db": engine.database})
+    if not rows:
+        return None
+    return ClassificationRefused(
+        f"the statement names a table or column {str(rows[0][0])[:60]!r} holding a backtick, "
+        "a backslash or a control character (a column named by its expression takes the "
+        "expression's text), which the engine writes escaped in the definition a "
+        "checkpoint carries, and a restored base with an escaped name is refused: the "
+        "object would not open after a checkpoint. Name it with AS and a plain name"
+    )
+
+
 #: What the engine writes escaped in a name (`a\`b`, `a\tb`).
 _ESCAPED = re.compile(r"[`\\\x00-\x1f\x7f]")
 #: The start of a materialized view's inner table's name.

@@ -15,6 +15,7 @@ import json
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from numbers import Real
 from typing import Any
 
@@ -142,7 +143,7 @@ def item_row(
     nk = ns_key(ns)
     ttl = op.ttl
     if ttl is not None and (
-        isinstance(ttl, bool) or not isinstance(ttl, Real) or not 0 <= ttl <= 1e9  # NaN too
+        isinstance(ttl, bool) or not isinstance(ttl, Real | Decimal) or not 0 <= ttl <= 1e9
     ):
         raise InvalidArgument(
             f"ttl of item {key[:60]!r} must be a number of minutes from 0 to 1e9, or None; "
@@ -150,7 +151,7 @@ def item_row(
         )
     expires = "NULL" if ttl is None else lit_int(now + int(ttl * 60_000_000))
     try:
-        value = json.dumps(op.value, ensure_ascii=False)
+        value = json.dumps(op.value, ensure_ascii=False, allow_nan=False)  # JSON has no NaN
     except (TypeError, ValueError) as exc:
         raise InvalidArgument(
             f"the value of item {key[:60]!r} is not JSON ({type(exc).__name__}: "

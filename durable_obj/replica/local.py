@@ -149,7 +149,15 @@ class LocalCopy:
     # -- statements -----------------------------------------------------------
     def bind(self, sql: str, params: Mapping[str, Any] | None) -> str:
         """`sql` with its `{name:Type}` placeholders bound to `params` as exact
-        literals (`durable_obj.gate.params`); `sql` itself when `params` is None."""
+        literals (`durable_obj.gate.params`); `sql` itself when `params` is None.
+        `InvalidArgument` when `sql` is no str (None, bytes): every read and
+        write passes here first."""
+        if not isinstance(sql, str):
+            raise InvalidArgument(
+                f"a statement is a str of SQL, not {type(sql).__name__}; nothing was run"
+            )
+        if type(sql) is not str:
+            sql = str.__str__(sql)  # a subclass's own methods never read it for the gate
         if params is None:
             return sql
         assert self.pinner is not None and self.engine is not None

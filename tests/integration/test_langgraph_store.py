@@ -6,6 +6,7 @@ the checkpointer, and the lease as write ownership."""
 from __future__ import annotations
 
 import asyncio
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -61,10 +62,13 @@ def test_a_put_with_a_bad_ttl_is_refused_and_writes_nothing(tmp_path: Path, ttl:
 
 def test_a_value_that_is_not_json_is_refused_and_writes_nothing(tmp_path: Path) -> None:
     with DurableStore(str(tmp_path / "ns" / "mem")) as store:
-        with pytest.raises(durable_obj.InvalidArgument, match="not JSON"):
-            store.put(("u",), "k", {"v": {1, 2}})
+        for bad in ({1, 2}, float("nan"), float("inf")):
+            with pytest.raises(durable_obj.InvalidArgument, match="not JSON"):
+                store.put(("u",), "k", {"v": bad})
         assert store.get(("u",), "k") is None
         store.put(("u",), "k", {"v": [1, 2]}, ttl=1)  # an int of minutes is a number too
+        store.put(("u",), "d", {"v": 1}, ttl=Decimal("1.5"))  # and a Decimal
+        assert store.get(("u",), "d") is not None
         assert store.get(("u",), "k") is not None
 
 
