@@ -237,12 +237,11 @@ def _check_names(tokens: list[Token], *, defining: bool) -> None:
             raise ClassificationRefused(inner_refused(tok.name))
 
 
-#: The object's tables and columns whose names the engine writes escaped.
-_ESCAPED_RE = r"'[\\x00-\\x1f\\x7f\\x60\\x5c]'"  # re2 reads the escapes
-_ESCAPED_NAMES = (
-    f"SELECT name FROM system.tables WHERE database = {{db:String}} AND match(name, {_ESCAPED_RE}) "
-    "UNION ALL SELECT concat(table, '.', name) FROM system.columns "
-    f"WHERE database = {{db:String}} AND match(name, {_ESCAPED_RE}) "
+#: The object's definitions holding a backslash anywhere (rare: an escape
+#: in a string, or a name the engine printed escaped).
+_WITH_BACKSLASH = (
+    "SELECT name, create_table_query FROM system.tables WHERE database = {db:String} "
+    "AND position(create_table_query, '\\\\') > 0 "
     "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
 )
 #: First words of a statement that may name a table or a column.
@@ -251,20 +250,22 @@ DEFINING = frozenset({"create", "attach", "replace", "alter", "rename", "exchang
 
 def escaped_names(engine: Engine) -> ClassificationRefused | None:
     """After a statement that defines (`DEFINING`) ran: the refusal to give
-    when a table or a column it named holds what the engine writes escaped,
-    a name no token showed (a view's column named by its expression,
-    `concat(s, '\\n')`; `CREATE TABLE ... AS SELECT 'a`b'`). Its base would be
-    refused on the next open."""
-    rows = engine.json_rows(_ESCAPED_NAMES, {"db": engine.database})
-    if not rows:
-        return None
-    return ClassificationRefused(
-        f"the statement names a table or column {str(rows[0][0])[:60]!r} holding a backtick, "
-        "a backslash or a control character (a column named by its expression takes the "
-        "expression's text), which the engine writes escaped in the definition a "
-        "checkpoint carries, and a restored base with an escaped name is refused: the "
-        "object would not open after a checkpoint. Name it with AS and a plain name"
-    )
+    when a definition now holds a quoted name with a backslash, which a
+    restored base's check refuses (`isolation.Scope.localize`): a name the
+    engine printed escaped that no token of the statement showed (a view's
+    column named by its expression, `concat(s, '\\n')`; a tuple's element
+    named in a CAST's type string). The next open of its base would fail."""
+    for table, create in engine.json_rows(_WITH_BACKSLASH, {"db": engine.database}):
+        if any(t.kind == "quoted" and "\\" in t.text for t in tokenize(str(create))):
+            return ClassificationRefused(
+                f"the statement leaves table {str(table)[:60]!r} with a name holding a "
+                "backtick, a backslash or a control character (a column named by its "
+                "expression takes the expression's text; a type names its elements), "
+                "which the engine writes escaped in the definition a checkpoint carries, "
+                "and a restored base with an escaped name is refused: the object would "
+                "not open after a checkpoint. Name it with AS and a plain name"
+            )
+    return None
 
 
 #: What the engine writes escaped in a name (`a\`b`, `a\tb`).

@@ -172,10 +172,14 @@ class Known:
     def __init__(self) -> None:
         self._kept: Catalog | None = None
         self._checkpointing: Checkpointing | None = None
+        #: Has every definition passed what a restored base's pass
+        #: (`restored.check_restored`) since the catalog last changed?
+        self.verified = False
 
     def forget(self) -> None:
         self._kept = None
         self._checkpointing = None
+        self.verified = False
 
     def read(self, engine: Engine) -> Catalog:
         """The object's database as it is now, in full (one engine query):

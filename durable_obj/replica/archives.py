@@ -55,7 +55,14 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import Corrupt, EngineError, InvalidArgument, LimitExceeded
+from durable_obj.errors import (
+    ClassificationRefused,
+    Corrupt,
+    EngineError,
+    InvalidArgument,
+    LimitExceeded,
+)
+from durable_obj.gate import restored
 from durable_obj.gate.known import UNAPPLIED
 from durable_obj.gate.quoting import quote_ident, quote_string
 from durable_obj.replica import links
@@ -148,6 +155,8 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
             "flush() makes them durable. To checkpoint, keep the rows in a MergeTree table "
             "(JOIN it, or IN it) and DROP the Join/Set table."
         )
+    if not engine.known.verified:
+        _check_definitions(engine)
     if judged.patched:
         _apply_patches(engine)
     sql = (
@@ -167,6 +176,24 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
             if _NOT_PACKED not in str(exc):
                 raise
             raise NotIncremental(str(exc)) from None
+
+
+def _check_definitions(engine: Engine) -> None:
+    """`InvalidArgument` unless every definition passes what the open of the
+    new base will check (`restored.check_restored`): a definition that
+    passed the gate as a statement can still fail there as the engine prints
+    it (a name it escapes), or arrive by replay of a line written before a
+    check existed; such a base would never open. Run when a statement
+    changed the catalog since the last check (`Known.verified`)."""
+    try:
+        restored.check_restored(engine)
+    except ClassificationRefused as exc:
+        why = str(exc).replace(" Nothing was run or logged.", "").rstrip(".")
+        raise InvalidArgument(
+            f"{why}. A base holding it would not open, so no checkpoint is taken while it "
+            "exists: DROP it (or re-create it with plain names), then checkpoint. Nothing "
+            "was written; buffered statements stay buffered, and flush() makes them durable."
+        ) from None
 
 
 def _apply_patches(engine: Engine) -> None:

@@ -301,3 +301,36 @@ def test_a_statement_that_is_no_str_is_an_invalid_argument(tmp_path: Path) -> No
             for value in (None, b"SELECT 1", 5):
                 with pytest.raises(durable_obj.InvalidArgument, match="a str of SQL"):
                     call(value)  # type: ignore[arg-type]
+
+
+def test_a_name_inside_a_type_the_engine_escapes_is_refused(tmp_path: Path) -> None:
+    """A tuple's element named in a CAST's type string: no token shows it,
+    and the engine prints it escaped in the definition."""
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as obj:
+        with pytest.raises(durable_obj.ClassificationRefused, match="Name it with AS"):
+            obj.execute("CREATE VIEW v AS SELECT CAST(tuple(1), 'Tuple(`a\\\\nb` Int8)') AS x")
+        obj.execute("CREATE VIEW w AS SELECT CAST(tuple(1), 'Tuple(`a b` Int8)') AS x")
+        obj.checkpoint()
+
+
+def test_a_replayed_definition_no_base_could_hold_refuses_the_checkpoint(tmp_path: Path) -> None:
+    """A committed line (written before the check, or by chdb.durable) made
+    a view whose base would not open: the checkpoint is refused, saying so,
+    and the object keeps opening from its WAL; once the view is dropped the
+    checkpoint is taken."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        obj.flush()
+        obj.execute("INSERT INTO t VALUES ('a')")
+        obj.flush()
+    _tamper(url, ["CREATE VIEW v AS SELECT concat(s, '\\n') FROM t"])
+    with durable_obj.open(str(url), owner="w", close_fold_segments=0) as obj:
+        refused = pytest.raises(durable_obj.InvalidArgument, match="would not open")
+        with refused:
+            obj.checkpoint()
+    with durable_obj.open(str(url), owner="w", close_fold_segments=0) as obj:
+        obj.execute("DROP VIEW v")
+        obj.checkpoint()
+    with durable_obj.open(str(url), read_only=True) as replica:
+        assert replica.rows("SELECT name FROM system.tables ORDER BY name") == [("t",)]
