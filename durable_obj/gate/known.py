@@ -175,6 +175,9 @@ class Known:
         #: Has every definition passed what a restored base's pass
         #: (`restored.check_restored`) since the catalog last changed?
         self.verified = False
+        #: Each table's CREATE text as it passed that check (kept across
+        #: `forget`: a text that passed passes again).
+        self.passed: dict[str, str] = {}
 
     def forget(self) -> None:
         self._kept = None

@@ -87,13 +87,37 @@ def check_restored(engine: Engine) -> None:
     statement, every view's SELECT as a read (see the module's docstring)."""
     # read afresh (and kept for the checks that follow: replay's batching,
     # the pinner's views and defaults), never an answer kept from before
-    for t in engine.known.read(engine).tables.values():
-        table, kind, create, select = t.name, t.engine, t.create_table_query, t.as_select
+    tables = engine.known.read(engine).tables.values()
+    _check_tables(engine, [(t.name, t.engine, t.create_table_query, t.as_select) for t in tables])
+
+
+#: What `check_changed` reads of the object's tables.
+_DEFINITIONS = (
+    "SELECT name, engine, create_table_query, as_select FROM system.tables "
+    "WHERE database = {db:String} "
+    "SETTINGS max_result_rows = 0, max_result_bytes = 0, result_overflow_mode = 'throw'"
+)
+
+
+def check_changed(engine: Engine) -> None:
+    """`check_restored` of the live database before a checkpoint, for the
+    tables whose CREATE text has not passed it yet (one engine query when
+    none changed): what the open of the new base will check."""
+    rows = engine.json_rows(_DEFINITIONS, {"db": engine.database})
+    passed = engine.known.passed
+    _check_tables(engine, [row for row in rows if passed.get(row[0]) != row[2]])
+
+
+def _check_tables(engine: Engine, tables: Iterable[Iterable[str]]) -> None:
+    """Each (name, engine, CREATE text, SELECT) through the checks; each that
+    passes is kept as passed (`Known.passed`), then the catalog verified."""
+    for table, kind, create, select in tables:
         if kind not in reach.ALLOWED_ENGINES and kind not in _RESTORED_KINDS:
             raise refused(table, f"ENGINE = {kind[:40]} is not an engine of the object's own")
         check_definition(engine, table, engine.scope.shown(create))
         if select:
             _check_select(engine, table, select)
+        engine.known.passed[table] = create
     engine.known.verified = True  # until a statement changes the catalog
 
 

@@ -180,13 +180,13 @@ def backup(engine: Engine, db: str, path: str, base: tuple[str, str] | None = No
 
 def _check_definitions(engine: Engine) -> None:
     """`InvalidArgument` unless every definition passes what the open of the
-    new base will check (`restored.check_restored`): a definition that
+    new base will check (`restored.check_changed`): a definition that
     passed the gate as a statement can still fail there as the engine prints
     it (a name it escapes), or arrive by replay of a line written before a
     check existed; such a base would never open. Run when a statement
     changed the catalog since the last check (`Known.verified`)."""
     try:
-        restored.check_restored(engine)
+        restored.check_changed(engine)
     except ClassificationRefused as exc:
         why = str(exc).replace(" Nothing was run or logged.", "").rstrip(".")
         raise InvalidArgument(
