@@ -4,7 +4,8 @@ would have.
 Each hostile base here is real: an object is made, a definition the gate
 refuses is created in its engine directly (past the gate, as chdb.durable
 or anyone with store access could), and the object's own checkpoint
-archives it, so head.json names the base with its true size and SHA-256.
+archives it (told, as a writer without the checkpoint's check of the
+definitions), so head.json names the base with its true size and SHA-256.
 Opening it must fail `Corrupt`, naming the table by its logical name and
 never an internal database, with nothing served: object B's secret never
 shown, the host file never read, no request to the local HTTP server (not
@@ -82,6 +83,9 @@ def _base(w: World, name: str, raw: list[str]) -> str:
         engine = _engine(obj)
         for sql in raw:
             engine.run(sql.format(url=w.url, host=w.host, b=w.b_internal))
+        # as a writer without the checkpoint's own check of the definitions
+        # (chdb.durable, or one from before it) archives them
+        engine.known.verified = True
         obj.checkpoint()
     return url
 
@@ -256,3 +260,20 @@ def test_a_chdb_durable_base_passes_the_same_gate(world: World, tmp_path: Path) 
         w.close()
         assert w.exit() == 0
     _refused_open(world, str(tmp_path / "o"), "v")
+
+
+def test_the_writer_s_checkpoint_refuses_what_its_base_would_refuse(world: World) -> None:
+    """The same check before the base is written: a definition made past
+    the gate is named, and no base is taken that would not open."""
+    url = str(world.root / "unchecked")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE src (s String) ENGINE = MergeTree ORDER BY s")
+        _engine(obj).run(
+            "CREATE VIEW v AS SELECT * FROM file('/etc/hostname', 'LineAsString', 's String')"
+        )
+        with pytest.raises(errors.InvalidArgument, match="'v' the gate refuses.*would not open"):
+            obj.checkpoint()
+        _engine(obj).run("DROP VIEW v")
+        obj.checkpoint()
+    with durable_obj.open(url, read_only=True) as replica:
+        assert replica.rows("SELECT name FROM system.tables") == [("src",)]
