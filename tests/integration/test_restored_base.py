@@ -271,7 +271,7 @@ def test_the_writer_s_checkpoint_refuses_what_its_base_would_refuse(world: World
         _engine(obj).run(
             "CREATE VIEW v AS SELECT * FROM file('/etc/hostname', 'LineAsString', 's String')"
         )
-        with pytest.raises(errors.InvalidArgument, match="'v' the gate refuses.*would not open"):
+        with pytest.raises(errors.InvalidArgument, match=r"'v' the gate refuses.*would not open"):
             obj.checkpoint()
         _engine(obj).run("DROP VIEW v")
         obj.checkpoint()
