@@ -257,7 +257,8 @@ def test_export_parquet_roundtrip(ns_url: str, tmp_path: Path) -> None:
 
 #: tables whose names statements chose to leave the export destination, or to
 #: meet another table's file; and ordinary ones
-HOSTILE_TABLES = ["../../escaped/pwn", "a/b", "tab\there", "%41", "A", "..", "m"]
+# (a tab in a name is refused: the engine writes it escaped in a base)
+HOSTILE_TABLES = ["../../escaped/pwn", "a/b", "sp ace", "%41", "A", "..", "m"]
 
 
 def _ident(name: str) -> str:
@@ -271,8 +272,7 @@ def test_export_keeps_every_file_under_the_destination(ns_url: str, tmp_path: Pa
     with ns.open("o") as obj:
         for table in HOSTILE_TABLES:
             obj.execute(f"CREATE TABLE {_ident(table)} (s String) ENGINE = MergeTree ORDER BY s")
-            if "\t" not in table:  # (the engine's parameter text cannot hold a tab)
-                obj.execute(f"INSERT INTO {_ident(table)} VALUES ('{table[0]}')")
+            obj.execute(f"INSERT INTO {_ident(table)} VALUES ('{table[0]}')")
         assert sorted(obj.tables()) == sorted(HOSTILE_TABLES)
     (tmp_path / "a" / "escaped").mkdir(parents=True)  # where `../../escaped` would land
     before = {p for p in tmp_path.rglob("*")}
