@@ -96,3 +96,13 @@ def splice(sql: str, replacements: Iterable[tuple[int, int, str]]) -> str:
         pos = end
     out.append(sql[pos:])
     return "".join(out)
+
+
+def param_text(value: str) -> str:
+    """A query parameter's value as the engine reads it back exactly (the
+    TSV escaping: a raw tab or newline would end the value, a backslash
+    starts an escape)."""
+    return value.translate(_TSV_ESCAPES)
+
+
+_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"})

@@ -43,7 +43,7 @@ from durable_obj.errors import (
 from durable_obj.gate.bounds import RANGE_PER_SECOND, RESET, Bounds, unstoppable
 from durable_obj.gate.isolation import RESERVED_PREFIX, Scope
 from durable_obj.gate.known import Known
-from durable_obj.gate.quoting import quote_ident, quote_string, without_format
+from durable_obj.gate.quoting import param_text, quote_ident, quote_string, without_format
 from durable_obj.replica import archives, server
 from durable_obj.replica.messages import (
     FOREIGN_HINT,
@@ -103,8 +103,7 @@ class Engine:
         self.database = f"{RESERVED_PREFIX}{uuid.uuid4().hex}"
         self.scope = Scope("default", self.database)
         self.known = Known()  # what the gate's checks last read of the database
-        #: The last `localize` asked and answered.
-        self._localized: tuple[str, frozenset[str], Scope, str] | None = None
+        self._localized: tuple[str, frozenset[str], Scope, str] | None = None  # `localize`
         #: When the bounded block running now must end (`bounded`); None: unbounded.
         self._deadline: float | None = None
         #: Whether the bounded block runs a caller's statement (`bounded`).
@@ -121,14 +120,12 @@ class Engine:
     def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
         """`sql` as it runs in this object's database (`isolation.Scope`);
         `vouched`: table functions a read's opt-in let through. The last
-        answer is kept: the gate, then the run, ask of the same statement
-        (a scan of a long INSERT's text each)."""
+        answer is kept (the gate, then the run, ask of the same text)."""
         last = self._localized
-        if last is not None and last[0] is sql and last[1] == vouched and last[2] == self.scope:
+        if last is not None and last[:3] == (sql, vouched, self.scope):
             return last[3]
-        local = self.scope.localize(sql, vouched)
-        self._localized = (sql, vouched, self.scope, local)
-        return local
+        self._localized = (sql, vouched, self.scope, self.scope.localize(sql, vouched))
+        return self._localized[3]
 
     def message(self, exc: BaseException) -> str:
         """The engine's message about this object's statement, as this object
@@ -388,7 +385,7 @@ class Engine:
         self._due()
         try:
             result = self._conn.query(
-                "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": _escaped(sql)}
+                "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": param_text(sql)}
             )
         except Exception as exc:
             why = describe_syntax_error(str(exc), sql, self._keywords())
@@ -497,12 +494,3 @@ def _stopped(exc: BaseException, guard: Guard | None) -> str | None:
         return "the {what} ran past its bound of {s:g} s and was stopped"
     text = str(exc)
     return next((why for mark, why in _STOPS if mark in text), None)
-
-
-def _escaped(value: str) -> str:
-    """A query parameter's value as the engine reads it back exactly (the
-    TSV escaping: a raw tab or newline would end the value)."""
-    return value.translate(_TSV_ESCAPES)
-
-
-_TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"})
