@@ -1,0 +1,252 @@
+"""The floors under run.py's figures: the same bytes with nothing of durable_obj in
+the way (plain Python, chdb, boto3, obstore), each a phase of `child.py` run in
+its own fresh process: `phase_floor` (a flush's two publishes), `phase_ckpt_floor`
+(a checkpoint's BACKUP and upload, and an open's SHA-256 and download) and
+`phase_open_floor` (a cold open's RESTORE). `spec` and `store` are the child's.
+"""
+
+import json
+import time
+from typing import Any
+
+from harness.workload import BULK, DDL, row_sql
+
+
+def ms_since(start: float) -> float:
+    return (time.perf_counter() - start) * 1e3
+
+
+def timed(fn: Any) -> float:
+    start = time.perf_counter()
+    fn()
+    return ms_since(start)
+
+
+def fsync_dir(path: str) -> None:
+    import os
+
+    dirfd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(dirfd)
+    finally:
+        os.close(dirfd)
+
+
+def s3_client(store: dict[str, Any]) -> Any:
+    """A bare boto3 client on the spec's S3 store (through the latency proxy
+    when the run has one): the floors' uploads and downloads."""
+    import boto3
+
+    return boto3.client(
+        "s3",
+        endpoint_url=store["endpoint"],
+        aws_access_key_id=store["key"],
+        aws_secret_access_key=store["secret"],
+        region_name="us-east-1",
+    )
+
+
+def folder_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
+    """The floor of a durable publish on this disk: write and fsync a file
+    of the segment's bytes and a file of the head's, rename the second over
+    a fixed name, and fsync the directory. Plain Python, no library."""
+    import os
+
+    folder = os.path.join(store["root"], spec["oid"])
+    # "wal": the V1 layout, the segment in wal/ below the head's folder, so
+    # two directories are fsync'd (the segment's before the head names it)
+    segments = os.path.join(folder, "wal") if spec.get("layout") == "wal" else folder
+    os.makedirs(segments)
+
+    def publish(segment: bytes, head: bytes, k: int) -> None:
+        for path, data in (
+            (os.path.join(segments, f"seg-{k}"), segment),
+            (os.path.join(folder, "head.tmp"), head),
+        ):
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            if segments != folder and data is segment:
+                fsync_dir(segments)
+        os.replace(os.path.join(folder, "head.tmp"), os.path.join(folder, "head.json"))
+        fsync_dir(folder)
+
+    return publish
+
+
+def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
+    """The floor of a publish on S3: two bare conditional PUTs through
+    obstore, the segment created if absent, the head replaced if its ETag
+    still matches (the head's bytes change every time, as a head's must)."""
+    import obstore
+    from obstore.store import S3Store
+
+    store = S3Store(
+        store["bucket"],
+        prefix=f"{store['prefix']}/{spec['oid']}",
+        endpoint=store["endpoint"],
+        access_key_id=store["key"],
+        secret_access_key=store["secret"],
+        region="us-east-1",
+        virtual_hosted_style_request=False,
+        client_options={"allow_http": True},
+    )
+    etag = obstore.put(store, "head.json", b"{}", mode="create")["e_tag"]
+
+    def publish(segment: bytes, head: bytes, k: int) -> None:
+        nonlocal etag
+        obstore.put(store, f"wal/seg-{k}.jsonl", segment, mode="create")
+        etag = obstore.put(store, "head.json", head, mode={"e_tag": etag})["e_tag"]
+
+    return publish
+
+
+def phase_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
+    """The floor under phase_write's flushes: per flush, the same statements
+    (one JSON line each) published as a segment and a head of `head_bytes`,
+    with nothing of durable_obj: fsync'd files on a folder, two bare
+    conditional PUTs on S3."""
+    publish = (
+        folder_publisher(spec, store) if store["kind"] == "local" else s3_publisher(spec, store)
+    )
+    out: dict[str, Any] = {}
+    n, k = 100_000, 0
+    for size in (1, 10, 100):
+        times = []
+        for _ in range(spec["flushes"] * (1 if size == 100 else 3)):
+            lines = []
+            for _ in range(size):
+                n += 1
+                lines.append(json.dumps({"sql": row_sql(n)}) + "\n")
+            segment = "".join(lines).encode()
+            k += 1
+            head = str(k).encode().ljust(spec["head_bytes"], b"h")
+            times.append(timed(lambda s=segment, h=head, k=k: publish(s, h, k)))
+        out[f"flush_{size}_ms"] = times
+    return out
+
+
+def floor_archive(spec: dict[str, Any], store: dict[str, Any], i: int) -> str:
+    """Where the checkpoint floor leaves its i-th archive: beside the
+    objects on a folder, below the run's prefix on S3 (a key)."""
+    import os
+
+    if store["kind"] == "local":
+        return os.path.join(store["root"], "floor", spec["oid"], f"b{i}.tar")
+    return f"{store['prefix']}/floor/{spec['oid']}-{i}.tar"
+
+
+def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
+    """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
+    the engine's BACKUP of the same rows to a .tar (on a folder: into the
+    store's folder, then the archive and its directory fsync'd), and (on S3)
+    a bare boto3 upload_file of that archive (its default multipart
+    transfer); and under a cold open of it: hashlib's SHA-256 of that
+    archive, which an open verifies before it shows anything restored from
+    it, and (on S3) a bare boto3 download_file of it. The archives stay for
+    phase_open_floor."""
+    import hashlib
+    import os
+    import tempfile
+
+    import chdb._chdb as engine
+
+    local = store["kind"] == "local"
+    with tempfile.TemporaryDirectory(prefix="bench-ckpt-floor-") as path:
+        backups = (
+            os.path.dirname(floor_archive(spec, store, 0))
+            if local
+            else os.path.join(path, "backups")
+        )
+        os.makedirs(backups)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
+        conn.query("CREATE DATABASE bench")
+        conn.query("USE bench")
+        conn.query(DDL)
+        rows = spec["rows"]
+        for start in range(0, rows, 10_000):
+            conn.query(BULK.format(start=start, count=min(10_000, rows - start)))
+        out: dict[str, Any] = {"backup_ms": [], "fsync_ms": []}
+        archive = ""
+        for i in range(spec["repeat"]):
+            archive = os.path.join(backups, f"b{i}.tar")
+            sql = f"BACKUP DATABASE bench TO File('{archive}')"
+            out["backup_ms"].append(timed(lambda sql=sql: conn.query(sql, "CSV")))
+            if local:
+
+                def sync(archive: str = archive) -> None:
+                    fd = os.open(archive, os.O_RDONLY)
+                    try:
+                        os.fsync(fd)
+                    finally:
+                        os.close(fd)
+                    fsync_dir(backups)
+
+                out["fsync_ms"].append(timed(sync))
+        conn.close()
+
+        def digest() -> None:
+            h = hashlib.sha256()
+            with open(archive, "rb") as handle:
+                while chunk := handle.read(4 << 20):
+                    h.update(chunk)
+
+        # what an open must do before it may show the base: verify its SHA-256
+        out["sha256_ms"] = [timed(digest) for _ in range(spec["repeat"])]
+        if not local:
+            client = s3_client(store)
+            out["upload_ms"] = [
+                timed(
+                    lambda i=i: client.upload_file(
+                        os.path.join(backups, f"b{i}.tar"),
+                        store["bucket"],
+                        floor_archive(spec, store, i),
+                    )
+                )
+                for i in range(spec["repeat"])
+            ]
+            # under an S3 cold open: the base's bytes coming back
+            fetched = os.path.join(path, "fetched.tar")
+            out["download_ms"] = [
+                timed(
+                    lambda i=i: client.download_file(
+                        store["bucket"], floor_archive(spec, store, i), fetched
+                    )
+                )
+                for i in range(spec["repeat"])
+            ]
+            client.close()
+    return out
+
+
+def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> dict[str, Any]:
+    """The floor under a cold open, timed like phase_open from before any
+    import: a fresh process that imports chdb, (on S3) downloads the
+    checkpoint floor's archive with bare boto3, and REstores it."""
+    import os
+    import tempfile
+
+    import chdb._chdb as engine
+
+    with tempfile.TemporaryDirectory(prefix="bench-open-floor-") as path:
+        if store["kind"] == "local":
+            archive = floor_archive(spec, store, 0)
+        else:
+            archive = os.path.join(path, "base.tar")
+            client = s3_client(store)
+            client.download_file(store["bucket"], floor_archive(spec, store, 0), archive)
+            client.close()
+        backups = os.path.dirname(archive)
+        conn = engine.connect(  # type: ignore[attr-defined]
+            os.path.join(path, "data") + "?backups.allowed_path=" + backups
+        )
+        conn.query(f"REstore DATABASE bench FROM File('{archive}')", "CSV")
+        out: dict[str, Any] = {"open_ms": ms_since(t0)}
+        out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
+        conn.close()
+    return out
