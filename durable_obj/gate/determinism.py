@@ -226,27 +226,8 @@ class Pinner:
         if self._suspicious is None:
             self._suspicious = self._catalog.suspicious
         words = code_words(sql)
-        found = self._volatile_of(db)
-        if _reads_rows(sql, words):
-            read = sorted(words & found.views.keys())
-            if read:
-                raise Nondeterministic(found.refusal(read[0]))
-            if column := volatile.layout_read(words):
-                raise Nondeterministic(
-                    f"{column} is where a row lies in the table's parts, which a restore "
-                    "renumbers and a replay merges otherwise, so a write that reads it would "
-                    "change other rows on every replay; name rows by their columns instead. "
-                    "Nothing was run."
-                )
-        if found.triggers and (table := _inserted(sql, db)) in found.triggers:
-            raise Nondeterministic(
-                f"an INSERT into {table} runs the materialized view "
-                f"{found.triggers[table]}, which reads the clock, chance, a dictionary or a "
-                "part's layout (directly, through a view, or down a chain of views), so every "
-                "replay would store other values; make what it reads deterministic (or drop "
-                "the materialized view), and compute such values in the INSERT, where they "
-                "are pinned. Nothing was run."
-            )
+        if _reads_rows(sql, words):  # an INSERT among them (a DDL pays no catalog read)
+            self._refuse_volatile(sql, words, db)
         if not words & self._suspicious:
             # The common case, in regex scans rather than a full lexing: no
             # word of the statement's code (strings and comments are data)
@@ -256,6 +237,30 @@ class Pinner:
             if fast is not None:
                 return fast
         return self._prepare_full(sql, db)
+
+    def _refuse_volatile(self, sql: str, words: frozenset[str], db: str) -> None:
+        """`Nondeterministic` for a write that reads what gives other values
+        on a replay (`gate.volatile`), or an INSERT that runs a view that does."""
+        found = self._volatile_of(db)
+        read = sorted(words & found.views.keys())
+        if read:
+            raise Nondeterministic(found.refusal(read[0]))
+        if column := volatile.layout_read(words):
+            raise Nondeterministic(
+                f"{column} is where a row lies in the table's parts, which a restore "
+                "renumbers and a replay merges otherwise, so a write that reads it would "
+                "change other rows on every replay; name rows by their columns instead. "
+                "Nothing was run."
+            )
+        if found.triggers and (table := _inserted(sql, db)) in found.triggers:
+            raise Nondeterministic(
+                f"an INSERT into {table} runs the materialized view "
+                f"{found.triggers[table]}, which reads the clock, chance, a dictionary or a "
+                "part's layout (directly, through a view, or down a chain of views), so every "
+                "replay would store other values; make what it reads deterministic (or drop "
+                "the materialized view), and compute such values in the INSERT, where they "
+                "are pinned. Nothing was run."
+            )
 
     def _volatile_of(self, db: str) -> Volatile:
         """What of `db` reads the clock or chance when run (`gate.volatile`)."""
