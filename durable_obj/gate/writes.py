@@ -198,18 +198,8 @@ def _all_literal_calls(shapes: frozenset[tuple[str, bool, bool]], known: reach.C
 def _literal_calls(row: str, known: reach.Catalog) -> bool:
     """Whether the row's only code is calls of functions on the allow-list
     (no bare name, no subquery, no lambda): it cannot reach a table."""
-    if not (code_words(row) - _VALUE_WORDS):
-        return True
-    tokens = tokenize(row)
-    for i, tok in enumerate(tokens):
-        if tok.kind == "quoted":
-            return False
-        if tok.kind != "ident" or tok.word in LITERAL_WORDS or _default(tokens, i):
-            continue
-        called = i + 1 < len(tokens) and tokens[i + 1].text == "("
-        if not called or not known.allowed_in_tree(tok.text):
-            return False
-    return True
+    quoted, shapes = code_shapes(row)
+    return not quoted and _all_literal_calls(shapes, known)
 
 
 def _as_select(tokens: list[Token]) -> int | None:
