@@ -7,9 +7,10 @@ Several checks ask the engine what a table is:
   settings, dependent views;
 * which views read the clock (`determinism`): each view's SELECT;
 * which columns an INSERT leaves to a default (`defaults`);
-* what a checkpoint refuses (`replica.archives.backup`: a detached table,
-  a Join or Set table) and whether it may be an increment (`core.chains`:
-  no table whose files change in place).
+* what a checkpoint refuses (`replica.archives.backup`: a detached table
+  or part, a Join or Set table), which tables hold a lightweight UPDATE's
+  patch part (applied first), and whether it may be an increment
+  (`core.chains`: no table whose files change in place).
 
 Each is its own query on system.tables, system.columns or
 system.detached_tables, 2-4 ms apiece in chDB 26.9 (about 1 ms of it the
@@ -172,7 +173,7 @@ class Known:
     def __init__(self) -> None:
         self._kept: Catalog | None = None
         self._checkpointing: Checkpointing | None = None
-        #: Has every definition passed what a restored base's pass
+        #: Has every definition passed the checks a restored base gets
         #: (`restored.check_restored`) since the catalog last changed?
         self.verified = False
         #: Each table's CREATE text as it passed that check (kept across
