@@ -73,10 +73,13 @@ class ColumnRules:
         self._query_constant = query_constant
         self._mode = mode
         self._columns: dict[tuple[str, str], list[list[str]]] = {}
+        #: Per table: its DEFAULT columns that compute non-deterministically.
+        self._volatile: dict[tuple[str, str], list[tuple[str, str]]] = {}
 
     def forget(self) -> None:
         """Forget cached column definitions (call after any non-INSERT)."""
         self._columns.clear()
+        self._volatile.clear()
 
     # -- INSERT ---------------------------------------------------------------
 
@@ -96,6 +99,46 @@ class ColumnRules:
                 per_row = any(c.name not in self._query_constant for c in bad)
                 out.append(Missing(name, type_name, kind, bad[0].shown, per_row))
         return out
+
+    def carried(self, shape: InsertShape, db: str, words: frozenset[str]) -> list[str]:
+        """The settings an INSERT needs so that no column it carries falls
+        back to a non-deterministic DEFAULT: the engine computes a DEFAULT
+        for a row that gives the keyword `DEFAULT` or NULL (into a column
+        that is not Nullable), or whose data leaves the field out (FORMAT
+        JSONEachRow, CSVWithNames, ...), and a replay computes it again.
+        NULL is refused by the engine under these settings; DEFAULT in the
+        rows (`words`: the statement's code words) and FORMAT data are
+        refused here. [] when the table has no such column."""
+        listed = None if shape.columns is None else {c.lower() for c in shape.columns}
+        key = (shape.database or db, shape.table)
+        volatile = self._volatile.get(key)
+        if volatile is None:
+            volatile = self._volatile[key] = [
+                (name, bad[0].shown)
+                for name, _, kind, expr in self._table_columns(*key)
+                if kind == "DEFAULT" and (bad := self._culprits(find_calls(tokenize(expr))))
+            ]
+        carried = [(n, c) for n, c in volatile if listed is None or n.lower() in listed]
+        if not carried:
+            return []
+        name, culprit = carried[0]
+        why = (
+            f"column {name!r} of {shape.table} is DEFAULT {culprit}(...), which the engine "
+            "computes again on every replay for a row that"
+        )
+        if shape.values_at is None and shape.select_at is None:
+            raise Nondeterministic(
+                f"{why} leaves it out or gives it NULL, and this INSERT's FORMAT data may; "
+                "insert the rows with VALUES instead, giving the value, or leaving the "
+                "column out of the column list (durable_obj then pins it). Nothing was run."
+            )
+        if shape.values_at is not None and "default" in words:
+            raise Nondeterministic(
+                f"{why} gives the keyword DEFAULT; write the value, or leave the column out "
+                "of the column list (durable_obj then pins it). Nothing was run."
+            )
+        # NULL into a column that is not Nullable: an error, not the DEFAULT
+        return ["insert_null_as_default = 0", "input_format_null_as_default = 0"]
 
     def make_explicit(
         self,

@@ -233,10 +233,10 @@ class Pinner:
             # word of the statement's code (strings and comments are data)
             # names anything non-deterministic or outside. Only an INSERT's
             # head is lexed, for its defaults and the time zone.
-            fast = self._prepare_plain(sql, db, "settings" in words)
+            fast = self._prepare_plain(sql, db, words)
             if fast is not None:
                 return fast
-        return self._prepare_full(sql, db)
+        return self._prepare_full(sql, db, words)
 
     def _refuse_volatile(self, sql: str, words: frozenset[str], db: str) -> None:
         """`Nondeterministic` for a write that reads what gives other values
@@ -271,21 +271,25 @@ class Pinner:
             )
         return found
 
-    def _prepare_plain(self, sql: str, db: str, has_settings: bool) -> str | None:
-        """`sql` with the time zone setting if it is a plain INSERT; None if an
-        omitted column's default needs the full path."""
+    def _prepare_plain(self, sql: str, db: str, words: frozenset[str]) -> str | None:
+        """`sql` with the time zone setting if it is a plain INSERT; None if a
+        column's default needs the full path."""
         tokens = tokenize_head(sql)
         shape = insert_shape(tokens)
         if shape is None:
             return sql
         if self._rules.missing(shape, db):
             return None
-        if has_settings or shape.head_end >= len(tokens):
+        needed = self._rules.carried(shape, db, words)
+        if "settings" in words:
+            return None if needed else sql  # the full path refuses to add to them
+        if shape.head_end >= len(tokens):
             return sql
         at = tokens[shape.head_end].start
-        return f"{sql[:at]}SETTINGS session_timezone = {quote_string(self._tz)} {sql[at:]}"
+        settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
+        return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
 
-    def _prepare_full(self, sql: str, db: str) -> str:
+    def _prepare_full(self, sql: str, db: str, words: frozenset[str]) -> str:
         tokens = tokenize(sql)
         calls = find_calls(tokens)
         self._refuse_outside_reads(tokens, calls)
@@ -331,6 +335,7 @@ class Pinner:
         needed: list[str] = []
         if shape is not None:
             needed = self._rules.make_explicit(tokens, shape, db, replacements)
+            needed += self._rules.carried(shape, db, words)
         if replacements:
             sql = splice(sql, replacements)
         return self._with_settings(sql, needed)
@@ -449,11 +454,19 @@ class Pinner:
         if shape.settings_at is not None or any(
             t.word == "settings" for t in tokens if t.kind == "ident"
         ):
+            data = shape.values_at if shape.values_at is not None else shape.select_at
+            if needed and shape.settings_at is not None and data is not None:
+                named = {t.word for t in tokens[shape.settings_at : data] if t.kind == "ident"}
+                if not named & {n.split(" =")[0] for n in needed}:
+                    # after the caller's own: the engine applies each in turn
+                    at = tokens[data - 1].end
+                    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"
             if needed:
                 raise Nondeterministic(
-                    "this INSERT leaves a non-deterministic MATERIALIZED column to the engine "
-                    "and carries SETTINGS of its own; list the column and insert its value "
-                    "explicitly. Nothing was run."
+                    "this INSERT carries SETTINGS of its own that name (or sit where "
+                    "durable_obj cannot add to them) what its table's non-deterministic "
+                    f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
+                    "those SETTINGS. Nothing was run."
                 )
             return sql
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])

@@ -92,7 +92,7 @@ _READ_SETTINGS = re.compile(
     r"|transform_null_in|data_type_default_nullable|precise_float_parsing"
     r"|allow_experimental_\w+_type|allow_suspicious_\w+|do_not_merge_across_partitions_\w+"
     # what the determinism gate writes into a logged INSERT (`determinism.py`)
-    r"|session_timezone|insert_allow_materialized_columns"
+    r"|session_timezone|insert_allow_materialized_columns|insert_null_as_default"
     # how an INSERT reads its data (never Values' expressions: `writes`)
     r"|input_format_(?:skip_unknown_fields|null_as_default|defaults_for_omitted_fields"
     r"|import_nested_json|with_names_use_header|with_types_use_header|allow_errors_\w+"
