@@ -41,11 +41,12 @@ from durable_obj.core.pending import Outgoing
 from durable_obj.core.queries import Params
 from durable_obj.core.rebuild import rebuild
 from durable_obj.core.surface import Surface, refuse_in_transaction
-from durable_obj.errors import DurableError, InvalidArgument, LeaseFenced, Timeout
+from durable_obj.errors import DurableError, EngineError, InvalidArgument, LeaseFenced, Timeout
 from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.control import DEFINING, escaped_names
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.pipeline import first_word
+from durable_obj.gate.reading import unread
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert, tokenize_head
 
@@ -182,8 +183,10 @@ def _half_run(exc: BaseException) -> bool:
 #: the catalogue (an Atomic database's), with no SELECT to fill anything.
 _CATALOGUE_ONLY = frozenset({"create", "drop", "rename", "exchange", "attach", "detach"})
 #: An INSERT ... VALUES shorter than this is read and written as one block
-#: (the engine cuts blocks at 1,048,449 rows; a row takes at least 3 bytes).
-ONE_BLOCK_BYTES = 1 << 20
+#: (the engine cuts blocks at 1,048,449 rows, `max_insert_block_size`, which
+#: no statement may set; a row takes at least 3 bytes, `(1)`, so this many
+#: bytes hold at most 1,000,000 rows).
+ONE_BLOCK_BYTES = 3_000_000
 
 
 def all_or_nothing(text: str) -> bool:
@@ -251,7 +254,7 @@ class Units(Surface):
         `_Stopped` when the bounds stopped it while it ran."""
         engine = self._require_writable()
         sql = self._local.bind(sql, None)  # a str, or InvalidArgument
-        self._buf.buf.admit(sql, extra)  # limits before anything runs
+        self._buf.buf.fits(sql, extra)  # limits before anything runs
         ran = False
         try:
             with engine.bounded(self._opts.write_bounds, write=True):
@@ -259,7 +262,21 @@ class Units(Surface):
                 text = self._local.prepare(engine, sql, self.db, allow_nondeterministic=allow)
                 line = self._buf.buf.admit(text, extra)
                 ran = True
-                logged = self._local.run_logged(engine, text, self.db)
+                try:
+                    logged = self._local.run_logged(engine, text, self.db)
+                except EngineError as exc:
+                    if unread(text) is None or _half_run(exc) or not all_or_nothing(text):
+                        raise
+                    # A row the engine would not read as a literal (`toDate(...)`):
+                    # nothing of it ran, and it runs again with its rows read.
+                    log.debug("%s: rows not literals, checked the usual way: %s", self.url, exc)
+                    ran = False
+                    text = self._local.prepare(
+                        engine, sql, self.db, allow_nondeterministic=allow, unread_rows=False
+                    )
+                    line = self._buf.buf.admit(text, extra)
+                    ran = True
+                    logged = self._local.run_logged(engine, text, self.db)
         except DurableError as exc:
             if ran and (_half_run(exc) or not all_or_nothing(text)):
                 raise _Stopped(exc) from None  # part of it may be in: the copy is rebuilt
@@ -367,7 +384,7 @@ class Units(Surface):
             parts: list[tuple[str, list[str], bytes]] = []
             try:
                 for sql, params, allow in planned:
-                    self._buf.buf.admit(sql, size)
+                    self._buf.buf.fits(sql, size)
                     with engine.bounded(self._opts.write_bounds, write=True):
                         sql = self._local.bind(sql, params)
                         text = self._local.prepare(

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.defaults import alter_target
+from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import Token, code_words, depth_zero, tokenize, tokenize_head
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ def admitted(engine: Engine, text: str, analysis: Analysis) -> Analysis:
     `analysis` unchanged otherwise (but for the deprecated MergeTree syntax,
     refused: a base holding such a table with rows does not RESTORE)."""
     if analysis.query_class != "CONTROL" or analysis.has_secrets:
-        if "allow_deprecated_syntax_for_merge_tree" in code_words(text):
+        if "allow_deprecated_syntax_for_merge_tree" in code_words(code_of(text)):
             raise ClassificationRefused(
                 "the deprecated MergeTree syntax (ENGINE = MergeTree(date, key, 8192), "
                 "allow_deprecated_syntax_for_merge_tree) writes parts that a checkpoint's "

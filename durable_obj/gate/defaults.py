@@ -100,15 +100,17 @@ class ColumnRules:
                 out.append(Missing(name, type_name, kind, bad[0].shown, per_row))
         return out
 
-    def carried(self, shape: InsertShape, db: str, words: frozenset[str]) -> list[str]:
+    def carried(
+        self, shape: InsertShape, db: str, words: Callable[[], frozenset[str]]
+    ) -> list[str]:
         """The settings an INSERT needs so that no column it carries falls
         back to a non-deterministic DEFAULT: the engine computes a DEFAULT
         for a row that gives the keyword `DEFAULT` or NULL (into a column
         that is not Nullable), or whose data leaves the field out (FORMAT
         JSONEachRow, CSVWithNames, ...), and a replay computes it again.
         NULL is refused by the engine under these settings; DEFAULT in the
-        rows (`words`: the statement's code words) and FORMAT data are
-        refused here. [] when the table has no such column."""
+        rows and FORMAT data are refused here (`words`: the rows' code words, read only then). []
+        when the table has no such column."""
         listed = None if shape.columns is None else {c.lower() for c in shape.columns}
         key = (shape.database or db, shape.table)
         volatile = self._volatile.get(key)
@@ -132,7 +134,7 @@ class ColumnRules:
                 "insert the rows with VALUES instead, giving the value, or leaving the "
                 "column out of the column list (durable_obj then pins it). Nothing was run."
             )
-        if shape.values_at is not None and "default" in words:
+        if shape.values_at is not None and "default" in words():
             raise Nondeterministic(
                 f"{why} gives the keyword DEFAULT; write the value, or leave the column out "
                 "of the column list (durable_obj then pins it). Nothing was run."

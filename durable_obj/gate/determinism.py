@@ -28,7 +28,7 @@ Mode "pin" (default) pins; "refuse" never rewrites and refuses instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,8 +38,10 @@ from durable_obj.gate.defaults import ColumnRules
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
 from durable_obj.gate.quoting import quote_string, splice
+from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import (
     Call,
+    InsertShape,
     Token,
     code_words,
     evaluated_from,
@@ -182,6 +184,10 @@ def catalog(engine: Engine) -> Catalog:
     return found
 
 
+#: The code words of an INSERT's rows, asked for only when needed.
+Words = Callable[[], frozenset[str]]
+
+
 class Pinner:
     """Applies the rule to one statement on one engine."""
 
@@ -209,6 +215,11 @@ class Pinner:
             self._known = catalog(self._engine)
         return self._known
 
+    @property
+    def timezone(self) -> str:
+        """The object's session time zone, which every logged INSERT carries."""
+        return self._tz
+
     def bind(self, sql: str, params: Mapping[str, Any]) -> str:
         """`sql` with its placeholders bound to exact literals (`durable_obj.gate.params`)."""
         return bind_params(sql, params, self._literals, self._tz)
@@ -225,7 +236,12 @@ class Pinner:
         Raises `Nondeterministic` naming the culprit and the fix."""
         if self._suspicious is None:
             self._suspicious = self._catalog.suspicious
-        words = code_words(sql)
+        code = code_of(sql)  # rows the engine reads as literals only are no code
+        words = code_words(code)
+
+        def rows_words() -> frozenset[str]:
+            return words if code is sql else code_words(sql[len(code) :])
+
         if _reads_rows(sql, words):  # an INSERT among them (a DDL pays no catalog read)
             self._refuse_volatile(sql, words, db)
         if not words & self._suspicious:
@@ -233,10 +249,10 @@ class Pinner:
             # word of the statement's code (strings and comments are data)
             # names anything non-deterministic or outside. Only an INSERT's
             # head is lexed, for its defaults and the time zone.
-            fast = self._prepare_plain(sql, db, words)
+            fast = self._prepare_plain(sql, db, rows_words)
             if fast is not None:
                 return fast
-        return self._prepare_full(sql, db, words)
+        return self._prepare_full(sql, db, rows_words)
 
     def _refuse_volatile(self, sql: str, words: frozenset[str], db: str) -> None:
         """`Nondeterministic` for a write that reads what gives other values
@@ -271,7 +287,7 @@ class Pinner:
             )
         return found
 
-    def _prepare_plain(self, sql: str, db: str, words: frozenset[str]) -> str | None:
+    def _prepare_plain(self, sql: str, db: str, words: Words) -> str | None:
         """`sql` with the time zone setting if it is a plain INSERT; None if a
         column's default needs the full path."""
         tokens = tokenize_head(sql)
@@ -281,7 +297,9 @@ class Pinner:
         if self._rules.missing(shape, db):
             return None
         needed = self._rules.carried(shape, db, words)
-        if "settings" in words:
+        if shape.settings_at is not None:
+            return _after_settings(sql, tokens, shape, needed) if needed else sql
+        if any(t.word == "settings" for t in tokens if t.kind == "ident"):
             return None if needed else sql  # the full path refuses to add to them
         if shape.head_end >= len(tokens):
             return sql
@@ -289,7 +307,7 @@ class Pinner:
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
 
-    def _prepare_full(self, sql: str, db: str, words: frozenset[str]) -> str:
+    def _prepare_full(self, sql: str, db: str, words: Words) -> str:
         tokens = tokenize(sql)
         calls = find_calls(tokens)
         self._refuse_outside_reads(tokens, calls)
@@ -454,24 +472,27 @@ class Pinner:
         if shape.settings_at is not None or any(
             t.word == "settings" for t in tokens if t.kind == "ident"
         ):
-            data = shape.values_at if shape.values_at is not None else shape.select_at
-            if needed and shape.settings_at is not None and data is not None:
-                named = {t.word for t in tokens[shape.settings_at : data] if t.kind == "ident"}
-                if not named & {n.split(" =")[0] for n in needed}:
-                    # after the caller's own: the engine applies each in turn
-                    at = tokens[data - 1].end
-                    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"
-            if needed:
-                raise Nondeterministic(
-                    "this INSERT carries SETTINGS of its own that name (or sit where "
-                    "durable_obj cannot add to them) what its table's non-deterministic "
-                    f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
-                    "those SETTINGS. Nothing was run."
-                )
-            return sql
+            return _after_settings(sql, tokens, shape, needed) if needed else sql
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         at = tokens[shape.head_end].start
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
+
+
+def _after_settings(sql: str, tokens: list[Token], shape: InsertShape, needed: list[str]) -> str:
+    """`sql` with `needed` after the caller's own SETTINGS (the engine applies
+    each in turn), or `Nondeterministic` if the caller's name one of them."""
+    data = shape.values_at if shape.values_at is not None else shape.select_at
+    start = shape.settings_at
+    named = {t.word for t in tokens[start or 0 : data] if t.kind == "ident"}
+    if start is None or data is None or named & {n.split(" =")[0] for n in needed}:
+        raise Nondeterministic(
+            "this INSERT carries SETTINGS of its own that name (or sit where "
+            "durable_obj cannot add to them) what its table's non-deterministic "
+            f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
+            "those SETTINGS. Nothing was run."
+        )
+    at = tokens[data - 1].end
+    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"
 
 
 def _inserted(sql: str, db: str) -> str | None:

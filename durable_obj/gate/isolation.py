@@ -39,6 +39,7 @@ from dataclasses import dataclass
 
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.quoting import quote_ident, quote_string, splice
+from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import Token, code_words, find_calls, tokenize
 
 #: The prefix of every internal database name; no statement may name one.
@@ -134,7 +135,12 @@ class Scope:
 
     def localize(self, sql: str, vouched: frozenset[str] = frozenset()) -> str:
         """The text of `sql` to run in this object's internal database, or
-        `ClassificationRefused` if it could reach past the object."""
+        `ClassificationRefused` if it could reach past the object. Rows the
+        engine reads as literals only (`reading.unread`) are no code: the
+        head is localized and they follow as they are."""
+        code = code_of(sql)
+        if code is not sql:
+            return self.localize(code, vouched) + sql[len(code) :]
         lowered = sql.lower()
         if not _suspicious(lowered, self.logical.lower()):
             return sql  # no word that could name a database, a system table or a call of note

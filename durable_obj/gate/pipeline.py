@@ -26,6 +26,11 @@ mutation (`Gate.mutation`), for execute() and every write:
      engine and held to the read's allow-list;
   5. `determinism.Pinner.prepare`: pinned or refused
      (`allow_nondeterministic` lifts this step only).
+  A long INSERT ... VALUES first gets the settings under which the engine
+  reads its rows as literals only (`reading.with_literal_rows`): every step
+  then reads its head, and the rows are data (`reading.unread`). A row the
+  engine will not read so fails the run, and it runs again the usual way
+  (`unread_rows=False`).
 
 committed (`committed`), for every WAL line on replay: steps 1-4 of a
 mutation. A line `execute()` would refuse is refused (replay reports it as
@@ -45,7 +50,7 @@ from durable_obj.gate.bounds import unstoppable
 from durable_obj.gate.classify import check_mutation, check_read
 from durable_obj.gate.control import admitted, check_kept
 from durable_obj.gate.determinism import Pinner
-from durable_obj.gate.reading import engine_text
+from durable_obj.gate.reading import engine_text, unread, with_literal_rows
 from durable_obj.gate.sql import tokenize_head
 
 if TYPE_CHECKING:
@@ -113,9 +118,19 @@ class Gate:
         pinner: Pinner | None,
         *,
         allow_nondeterministic: bool,
+        unread_rows: bool = True,
     ) -> str:
         """The text of a mutation to run and log (naming the logical
         database, as logged; `LocalCopy.run_logged` localizes it)."""
+        literal = None
+        if unread_rows and pinner is not None and not allow_nondeterministic:
+            literal = with_literal_rows(sql, pinner.timezone)
+        if literal is not None:
+            text = self.mutation(engine, literal, db, pinner, allow_nondeterministic=False)
+            found = unread(text)
+            if found is not None and found[1] == literal[len(literal) - len(found[1]) :]:
+                return text
+            # the pinner wrote into the rows (an omitted column's values): the usual way
         text = engine_text(engine, sql)
         try:
             local = engine.localize(text)

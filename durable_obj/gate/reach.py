@@ -39,6 +39,7 @@ from durable_obj.errors import ClassificationRefused
 from durable_obj.gate import shipped
 from durable_obj.gate.control import DDL_SETTING
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
+from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import Call, Token, code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ _READ_SETTINGS = re.compile(
     r"|allow_experimental_\w+_type|allow_suspicious_\w+|do_not_merge_across_partitions_\w+"
     # what the determinism gate writes into a logged INSERT (`determinism.py`)
     r"|session_timezone|insert_allow_materialized_columns|insert_null_as_default"
+    r"|input_format_values_interpret_expressions"
+    r"|input_format_values_deduce_templates_of_expressions"
     # how an INSERT reads its data (never Values' expressions: `writes`)
     r"|input_format_(?:skip_unknown_fields|null_as_default|defaults_for_omitted_fields"
     r"|import_nested_json|with_names_use_header|with_types_use_header|allow_errors_\w+"
@@ -255,6 +258,7 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     read's opt-in, `Options.external_reads`) lets url(), s3() and file()
     under the folders it names through."""
     known = catalog(engine)
+    text = code_of(text)  # rows the engine reads as literals only are no code
     head = tokenize_head(text)
     first = head[0].word if head else ""
     words = code_words(text)

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 from durable_obj.errors import ClassificationRefused
 from durable_obj.gate.quoting import quote_string
 from durable_obj.gate.sql import NUMBER as _NUMBER
-from durable_obj.gate.sql import tokenize, tokenize_head
+from durable_obj.gate.sql import Token, insert_shape, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -199,10 +199,10 @@ def _rows_as_literals(engine: Engine, data: str) -> str:
 
 def engine_text(engine: Engine, sql: str) -> str:
     """The text of `sql` that the gate's checks read, that runs and that is
-    logged: `sql` itself when it is plain, else the engine's canonical form
-    of it (`ClassificationRefused` when that is not plain either, or when
-    the engine cannot parse it as one statement)."""
-    if is_plain(sql):
+    logged: `sql` itself when it is plain (or its rows are `unread`), else
+    the engine's canonical form of it (`ClassificationRefused` when that is
+    not plain either, or when the engine cannot parse it as one statement)."""
+    if unread(sql) is not None or is_plain(sql):
         return sql
     head, kind, data = _split_data(sql)
     canonical = engine.canonical(head)
@@ -211,9 +211,97 @@ def engine_text(engine: Engine, sql: str) -> str:
         raise _refuse("the engine does not read the INSERT's data where the gate found it")
     if found is not None and found.group(1).lower() == "values":
         canonical = canonical[: found.start()] + " VALUES"
+        if unread(canonical + data) is not None:
+            return canonical + data  # rows the engine reads as literals only
         data = _without_trailing_comments(data)
         if data and not is_plain(data):
             data = _rows_as_literals(engine, data)
     if not is_plain(canonical):
         raise _refuse("the statement holds a name or character outside plain ASCII")
     return canonical + data if data else canonical
+
+
+# -- rows the engine reads as literals only ---------------------------------------
+
+#: The settings under which the engine's Values reader parses each field of a
+#: row as data of its column's type and nothing else: any expression, a call
+#: as much as `1 + 1` or a subquery, fails the INSERT (`SUPPORT_IS_DISABLED`,
+#: measured), before a row is written.
+LITERAL_ROWS = (
+    "input_format_values_interpret_expressions",
+    "input_format_values_deduce_templates_of_expressions",
+)
+#: Rows shorter than this are read by the gate: reading them costs less than
+#: the engine's second try when a row holds an expression.
+UNREAD_BYTES = 1 << 16
+#: A call in the first rows: the engine would refuse them as literals.
+_CALL = re.compile(r"[A-Za-z0-9_]\s*\(")
+#: Where rows start: white space, then the first row's parenthesis.
+_ROWS = re.compile(r"\s*\(")
+
+
+def unread(text: str) -> tuple[str, str] | None:
+    """(head, rows) of `INSERT INTO t [(cols)] SETTINGS ... VALUES rows` when
+    the engine reads its rows as literals only, so nothing in them is code:
+    the head is plain (both lexers read it token for token alike), ends at
+    the VALUES the engine's data starts after, and its SETTINGS set both
+    `LITERAL_ROWS` to 0 and name neither again. None for anything else."""
+    if len(text) < UNREAD_BYTES or text[:6].lower() != "insert":
+        return None
+    tokens = tokenize_head(text)
+    shape = insert_shape(tokens)
+    if shape is None or shape.values_at != len(tokens) - 1 or shape.settings_at is None:
+        return None
+    head = text[: tokens[-1].end]
+    if not is_plain(head) or not _ROWS.match(text, len(head)):
+        return None
+    pairs = _settings(tokens[shape.settings_at + 1 : shape.values_at])
+    if pairs is None or any(pairs.count((n, "0")) != 1 for n in LITERAL_ROWS):
+        return None
+    if sum(name in LITERAL_ROWS for name, _ in pairs) != len(LITERAL_ROWS):
+        return None
+    return head, text[len(head) :]
+
+
+def _settings(tokens: list[Token]) -> list[tuple[str, str]] | None:
+    """[(name, value)] of a SETTINGS list `a = 1, b = 'x'`; None when it is
+    not exactly such a list."""
+    pairs: list[tuple[str, str]] = []
+    for i in range(0, len(tokens), 4):
+        name, eq, value = tokens[i : i + 3] if i + 3 <= len(tokens) else (None, None, None)
+        if name is None or eq is None or value is None:
+            return None
+        if name.kind != "ident" or eq.text != "=" or value.kind not in ("number", "string"):
+            return None
+        if i + 3 < len(tokens) and tokens[i + 3].text != ",":
+            return None
+        pairs.append((name.word, value.text))
+    return pairs
+
+
+def code_of(text: str) -> str:
+    """What of `text` is SQL to the engine: the head of an INSERT whose rows
+    it reads as literals only (`unread`), else all of it."""
+    found = unread(text)
+    return text if found is None else found[0]
+
+
+def with_literal_rows(sql: str, timezone: str) -> str | None:
+    """`sql` with the settings that make its rows `unread` (and the time
+    zone every logged INSERT carries), when it is a long INSERT ... VALUES
+    of plain head and no SETTINGS of its own whose first rows hold no call;
+    None otherwise. The engine still refuses a row with an expression then,
+    and the caller runs the statement again the usual way."""
+    if len(sql) < UNREAD_BYTES or sql[:6].lower() != "insert":
+        return None
+    tokens = tokenize_head(sql)
+    shape = insert_shape(tokens)
+    if shape is None or shape.values_at != len(tokens) - 1 or shape.settings_at is not None:
+        return None
+    at, end = tokens[-1].start, tokens[-1].end
+    if _CALL.search(sql, end, end + 4096) or any(t.word == "settings" for t in tokens):
+        return None
+    settings = ", ".join(f"{n} = 0" for n in LITERAL_ROWS)
+    settings += f", session_timezone = {quote_string(timezone)}"
+    text = f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
+    return text if unread(text) is not None else None

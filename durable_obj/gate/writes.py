@@ -33,6 +33,7 @@ from durable_obj.gate import reach
 from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
 from durable_obj.gate.quoting import splice
+from durable_obj.gate.reading import unread
 from durable_obj.gate.sql import (
     Token,
     code_shapes,
@@ -130,6 +131,8 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
     if last.word in _QUERY_START:
         return [(local[last.start :], True)]
     if last.word == "values":
+        if unread(local) is not None:
+            return []  # the engine reads the rows as literals only: nothing is evaluated
         data = local[last.end :]
     elif last.word == "format":
         rest = tokenize(local[last.end : last.end + 200])

@@ -176,10 +176,23 @@ class LocalCopy:
         # SHOW CREATE, EXPLAIN, ...: this object's database under its logical name
         return engine.scope.shown(text) if engine.database in text else text
 
-    def prepare(self, engine: Engine, sql: str, db: str, *, allow_nondeterministic: bool) -> str:
+    def prepare(
+        self,
+        engine: Engine,
+        sql: str,
+        db: str,
+        *,
+        allow_nondeterministic: bool,
+        unread_rows: bool = True,
+    ) -> str:
         """The text of a mutation to run and log (`gate.pipeline.Gate.mutation`)."""
         return self.gate.mutation(
-            engine, sql, db, self.pinner, allow_nondeterministic=allow_nondeterministic
+            engine,
+            sql,
+            db,
+            self.pinner,
+            allow_nondeterministic=allow_nondeterministic,
+            unread_rows=unread_rows,
         )
 
     def run_logged(self, engine: Engine, text: str, db: str) -> bool:

@@ -20,21 +20,31 @@ from durable_obj.wire.untrusted import parse_json
 _UNREPLAYED = "it was not replayed and nothing was changed"
 
 
-def encode_statement(sql: str) -> bytes:
-    """One WAL line. `LimitExceeded` for a statement over the V1 cap."""
-    size = len(sql.encode("utf-8", "surrogatepass"))
+#: The bytes a WAL line adds around its statement, at least: `{"sql": ""}\n`.
+_FRAME = len(b'{"sql": ""}\n')
+
+
+def _utf8_size(sql: str) -> int:
+    """The statement's size in UTF-8; `LimitExceeded` over the V1 cap or for
+    text that is not valid Unicode (a lone surrogate)."""
+    try:
+        size = len(sql.encode("utf-8"))
+    except UnicodeEncodeError as exc:
+        raise LimitExceeded(
+            "the statement is not valid Unicode (lone surrogate); it was not run"
+        ) from exc
     if size > MAX_SQL_BYTES:
         raise LimitExceeded(
             f"the statement is {size} bytes of UTF-8, over the V1 limit of {MAX_SQL_BYTES}; "
             "it was not run and nothing was logged. Split it into smaller INSERTs."
         )
-    try:
-        line = json.dumps({"sql": sql}, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise LimitExceeded(
-            "the statement is not valid Unicode (lone surrogate); it was not run"
-        ) from exc
-    return line + b"\n"
+    return size
+
+
+def encode_statement(sql: str) -> bytes:
+    """One WAL line. `LimitExceeded` for a statement over the V1 cap."""
+    _utf8_size(sql)
+    return json.dumps({"sql": sql}, ensure_ascii=False).encode("utf-8") + b"\n"
 
 
 class WalBuffer:
@@ -49,13 +59,22 @@ class WalBuffer:
         `extra` bytes of a unit's earlier lines), else raise. Call before
         running the statement; `append` the line after."""
         line = encode_statement(sql)
-        if self._bytes + extra + len(line) > MAX_WAL_SEGMENT_BYTES:
+        self._check(extra + len(line))
+        return line
+
+    def fits(self, sql: str, extra: int = 0) -> None:
+        """Raise as `admit` would when `sql` is sure to fail it (its line is
+        at least its UTF-8 and a frame); costs an encode, not a JSON dump.
+        For a statement's own text before the gate rewrites it."""
+        self._check(extra + _utf8_size(sql) + _FRAME)
+
+    def _check(self, size: int) -> None:
+        if self._bytes + size > MAX_WAL_SEGMENT_BYTES:
             raise LimitExceeded(
                 f"the pending WAL segment holds {self._bytes} bytes and this statement would "
                 f"take it over the V1 limit of {MAX_WAL_SEGMENT_BYTES}; it was not run. "
                 "flush() first."
             )
-        return line
 
     def append(self, line: bytes) -> None:
         self._lines.append(line)

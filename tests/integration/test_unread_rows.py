@@ -1,0 +1,247 @@
+"""A long INSERT ... VALUES runs with its rows read by the engine as literals
+only (`reading.with_literal_rows`, `reading.unread`): the gate reads its
+head, never its rows, and the engine refuses any row that is not a literal
+(`SUPPORT_IS_DISABLED`), before a row is written. Such a statement then
+runs again the usual way, rows read by the gate. Whatever the rows hold,
+the outcome is the one the usual way gives."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import durable_obj
+from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, Nondeterministic
+from durable_obj.gate.reading import UNREAD_BYTES, unread, with_literal_rows
+
+_TABLE = "CREATE TABLE t (k UInt64, s String, d Date) ENGINE = MergeTree ORDER BY k"
+_LITERAL = (
+    "input_format_values_interpret_expressions = 0, "
+    "input_format_values_deduce_templates_of_expressions = 0"
+)
+
+
+def _rows(n: int, start: int = 0, extra: str = "") -> str:
+    pad = "x" * 80
+    return ", ".join(f"({k}, '{pad}{extra}', '2024-01-02')" for k in range(start, start + n))
+
+
+def _long(start: int = 0, tail: str = "") -> str:
+    """An INSERT of 1,000 literal rows (about 100 KB), then `tail`."""
+    return f"INSERT INTO t VALUES {_rows(1000, start)}{tail}"
+
+
+def _logged(url: str) -> list[str]:
+    return [
+        json.loads(line)["sql"]
+        for path in sorted(Path(url, "wal").iterdir())
+        for line in path.read_text().splitlines()
+    ]
+
+
+def _replica(url: str, sql: str = "SELECT count(), sum(k), max(s), min(d) FROM t") -> str:
+    with durable_obj.open(url, read_only=True) as replica:
+        return replica.query(sql)
+
+
+def test_literal_rows_are_logged_with_the_settings_and_replay(tmp_path: Path) -> None:
+    url = str(tmp_path / "o")
+    sql = _long()
+    assert len(sql) > UNREAD_BYTES
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        obj.execute(sql)
+        obj.execute("INSERT INTO t VALUES (5000, 'short', '2024-01-01')")  # read as before
+        mine = obj.query("SELECT count(), sum(k), max(s), min(d) FROM t")
+    lines = _logged(url)
+    assert lines[1].startswith(
+        f"INSERT INTO t SETTINGS {_LITERAL}, session_timezone = 'UTC' VALUES"
+    )
+    assert lines[1].endswith(sql[len("INSERT INTO t VALUES") :])
+    assert unread(lines[1]) is not None
+    assert "input_format_values" not in lines[2]
+    assert _replica(url) == mine
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        "(7777, toString(toDate('2024-01-01')), toDate('2024-01-03'))",  # allowed calls
+        "(7777, 'x', '2024-01-01' + 0)",  # an expression the usual way refuses or runs
+        "(7777, concat('a', 'b'), DEFAULT)",
+    ],
+)
+def test_a_late_expression_runs_the_usual_way(tmp_path: Path, late: str) -> None:
+    """The first rows hold no call, so the engine is asked to read them all
+    as literals; it refuses the late row, and the statement runs again with
+    its rows read by the gate, as if it had never been tried."""
+    url = str(tmp_path / "o")
+    sql = _long(tail=", " + late)
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        try:
+            obj.execute(sql)
+        except (ClassificationRefused, EngineError):
+            ran = False
+        else:
+            ran = True
+        mine = obj.query("SELECT count(), sum(k), max(s), min(d) FROM t")
+    lines = _logged(url) if Path(url, "wal").exists() else []
+    if ran:
+        assert "input_format_values" not in lines[-1]  # logged as the usual way wrote it
+        assert mine.startswith("1001,")
+    else:
+        assert mine.startswith("0,")
+    assert _replica(url) == mine
+
+
+@pytest.mark.parametrize(
+    "late",
+    [
+        "(7777, file('/etc/passwd'), '2024-01-01')",
+        "(7777, (SELECT toString(count()) FROM system.tables), '2024-01-01')",
+        "(7777, 'x', '2024-01-01'); DROP TABLE t",
+        "(7777, 'x', '2024-01-01') -- '; DROP TABLE t",
+        "(7777, 'x', '2024-01-01') // ', file('/etc/passwd'), '",
+        "(7777, $$it's$$, '2024-01-01')",
+    ],
+)
+def test_what_the_usual_way_refuses_is_refused(tmp_path: Path, late: str) -> None:
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        with contextlib.suppress(ClassificationRefused, EngineError, Nondeterministic):
+            obj.execute(_long(tail=", " + late))
+        assert "root:" not in obj.query("SELECT * FROM t")
+        assert obj.query("EXISTS TABLE t") == "1\n"
+
+
+def test_the_callers_own_settings_are_read_as_the_engine_reads_them(tmp_path: Path) -> None:
+    """A statement that carries the settings itself is unread only when the
+    engine applies 0 to both: a later `= 1` wins in the engine, so then the
+    gate reads the rows (and refuses the call among them)."""
+    url = str(tmp_path / "o")
+    late = ", (7777, file('/etc/passwd'), '2024-01-01')"
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        again = f"{_LITERAL}, input_format_values_interpret_expressions = 1"
+        sql = f"INSERT INTO t SETTINGS {again} VALUES {_rows(1000)}{late}"
+        assert unread(sql) is None
+        with pytest.raises(ClassificationRefused, match="file"):
+            obj.execute(sql)
+        sql = f"INSERT INTO t SETTINGS {_LITERAL} VALUES {_rows(1000)}"
+        assert unread(sql) is not None
+        obj.execute(sql)  # the caller's own: kept as written, no time zone added
+        assert obj.query("SELECT count() FROM t") == "1000\n"
+    assert _logged(url)[-1] == sql
+
+
+def test_unread_is_strict() -> None:
+    rows = _rows(1000)
+    good = f"INSERT INTO t SETTINGS {_LITERAL} VALUES {rows}"
+    assert unread(good) is not None
+    for bad in [
+        f"INSERT INTO t SETTINGS {_LITERAL.replace('= 0', '= 1', 1)} VALUES {rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL.split(',')[0]} VALUES {rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL}, {_LITERAL.split(',')[0]} VALUES {rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL} /* c */ VALUES {rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL}, max_threads = -1 VALUES {rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL} SELECT 1",
+        f"INSERT INTO t SETTINGS {_LITERAL} VALUES x{rows}",
+        f"INSERT INTO t SETTINGS {_LITERAL} VALUES (1)",  # short: the gate reads it
+        f"INSERT INTO t SETTINGS {_LITERAL} FORMAT Values {rows}",
+        f"INSERT INTO t FORMAT Values SETTINGS {_LITERAL} {rows}",
+    ]:
+        assert unread(bad) is None, bad[:120]
+    assert with_literal_rows(f"INSERT INTO t VALUES {rows}", "UTC") is not None
+    assert with_literal_rows(f"INSERT INTO t SETTINGS max_threads = 1 VALUES {rows}", "UTC") is None
+    assert with_literal_rows(f"INSERT INTO t VALUES (1, toString(2), '') , {rows}", "UTC") is None
+    assert with_literal_rows(f"INSERT INTO values VALUES {rows}", "UTC") is None
+
+
+def test_a_tampered_line_never_runs_its_rows_as_code(tmp_path: Path) -> None:
+    """Anyone with store access may write a line with the settings and a
+    call among its rows: the engine refuses the row (replay reports the
+    line as `Corrupt`), and nothing of it is evaluated."""
+    url = tmp_path / "o"
+    with durable_obj.open(str(url), owner="w") as obj:
+        obj.execute(_TABLE)
+        obj.execute(_long())
+    head = json.loads((url / "head.json").read_text())
+    ref = head["manifest"]["wal"][-1]
+    lines = _logged(str(url))
+    tampered = lines[1].replace("(999, '", "(999, file('/etc/passwd'), '", 1)
+    assert unread(tampered) is not None and tampered != lines[1]
+    body = "".join(json.dumps({"sql": line}) + "\n" for line in (lines[0], tampered)).encode()
+    (url / ref["key"]).write_bytes(body)
+    ref["size"], ref["sha256"] = len(body), hashlib.sha256(body).hexdigest()
+    (url / "head.json").write_text(json.dumps(head))
+    with pytest.raises(Corrupt, match="Interpreting expressions is disabled"):
+        durable_obj.open(str(url), read_only=True)
+
+
+def test_one_block_all_or_nothing(tmp_path: Path) -> None:
+    """Rows short of 3,000,000 bytes are one block: a row the engine cannot
+    read (the last of 700,000) leaves none of them, with no rebuild."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE n (k UInt8) ENGINE = MergeTree ORDER BY k")
+        sql = "INSERT INTO n VALUES " + "(1)," * 700_000 + "('a')"
+        with pytest.raises(EngineError):
+            obj.execute(sql)
+        assert obj.query("SELECT count() FROM n") == "0\n"
+        obj.execute("INSERT INTO n VALUES " + "(1)," * 700_000 + "(2)")
+        assert obj.query("SELECT count(), sum(k) FROM n") == "700001,700002\n"
+    assert _replica(url, "SELECT count(), sum(k) FROM n") == "700001,700002\n"
+
+
+_ROW = st.one_of(
+    st.builds(lambda s: f"'{s}'", st.sampled_from(["x", "it''s", "a\\\\b", "(", ")", "now()"])),
+    st.sampled_from(
+        [
+            "'-- c'",
+            "'/* c */'",
+            "'// c'",
+            "'$$'",
+            "toString(1)",
+            "concat('a', 'b')",
+            "DEFAULT",
+            "NULL",
+            "'x' -- c\n",
+            "'x' /* c */",
+            "file('/etc/passwd')",
+            "'a' || 'b'",
+        ]
+    ),
+)
+
+
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(late=st.lists(st.tuples(st.integers(0, 999), _ROW), max_size=3))
+def test_any_rows_end_as_the_usual_way_ends(
+    tmp_path_factory: pytest.TempPathFactory, late: list[tuple[int, str]]
+) -> None:
+    """Rows of literals with a few values swapped for anything: the writer
+    either runs the statement or refuses it whole, never reads a host file,
+    and a replica reads what the writer has."""
+    url = str(tmp_path_factory.mktemp("unread") / "o")
+    values = [f"({k}, 'p{k}', '2024-01-02')" for k in range(1000)]
+    for at, value in late:
+        values[at] = f"({at}, {value}, '2024-01-02')"
+    sql = "INSERT INTO t VALUES " + ", ".join(values)
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE t (k UInt64, s String DEFAULT 'd', d Date) ENGINE = Memory")
+        with contextlib.suppress(ClassificationRefused, EngineError, Nondeterministic):
+            obj.execute(sql)
+        mine = obj.query("SELECT * FROM t ORDER BY k")
+    assert "root:" not in mine
+    assert mine.count("\n") in (0, 1000)
+    assert _replica(url, "SELECT * FROM t ORDER BY k") == mine
