@@ -477,3 +477,20 @@ def ttl_clause(tokens: list[Token]) -> int | None:
             continue
         return i
     return None
+
+
+def after_settings(sql: str, tokens: list[Token], shape: InsertShape, needed: list[str]) -> str:
+    """`sql` with `needed` after the caller's own SETTINGS (the engine applies
+    each in turn), or `Nondeterministic` if the caller's name one of them."""
+    data = shape.values_at if shape.values_at is not None else shape.select_at
+    start = shape.settings_at
+    named = {t.word for t in tokens[start or 0 : data] if t.kind == "ident"}
+    if start is None or data is None or named & {n.split(" =")[0] for n in needed}:
+        raise Nondeterministic(
+            "this INSERT carries SETTINGS of its own that name (or sit where "
+            "durable_obj cannot add to them) what its table's non-deterministic "
+            f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
+            "those SETTINGS. Nothing was run."
+        )
+    at = tokens[data - 1].end
+    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"

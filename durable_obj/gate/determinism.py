@@ -34,14 +34,13 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import Nondeterministic
 from durable_obj.gate import shipped, volatile
-from durable_obj.gate.defaults import ColumnRules
+from durable_obj.gate.defaults import ColumnRules, after_settings
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
 from durable_obj.gate.quoting import quote_string, splice
 from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import (
     Call,
-    InsertShape,
     Token,
     code_words,
     evaluated_from,
@@ -242,7 +241,7 @@ class Pinner:
         def rows_words() -> frozenset[str]:
             return words if code is sql else code_words(sql[len(code) :])
 
-        if _reads_rows(sql, words):  # an INSERT among them (a DDL pays no catalog read)
+        if volatile.reads_rows(sql, words):  # an INSERT among them (a DDL pays no catalog read)
             self._refuse_volatile(sql, words, db)
         if not words & self._suspicious:
             # The common case, in regex scans rather than a full lexing: no
@@ -268,7 +267,7 @@ class Pinner:
                 "change other rows on every replay; name rows by their columns instead. "
                 "Nothing was run."
             )
-        if found.triggers and (table := _inserted(sql, db)) in found.triggers:
+        if found.triggers and (table := volatile.inserted(sql, db)) in found.triggers:
             raise Nondeterministic(
                 f"an INSERT into {table} runs the materialized view "
                 f"{found.triggers[table]}, which reads the clock, chance, a dictionary or a "
@@ -298,7 +297,7 @@ class Pinner:
             return None
         needed = self._rules.carried(shape, db, words)
         if shape.settings_at is not None:
-            return _after_settings(sql, tokens, shape, needed) if needed else sql
+            return after_settings(sql, tokens, shape, needed) if needed else sql
         if any(t.word == "settings" for t in tokens if t.kind == "ident"):
             return None if needed else sql  # the full path refuses to add to them
         if shape.head_end >= len(tokens):
@@ -472,49 +471,7 @@ class Pinner:
         if shape.settings_at is not None or any(
             t.word == "settings" for t in tokens if t.kind == "ident"
         ):
-            return _after_settings(sql, tokens, shape, needed) if needed else sql
+            return after_settings(sql, tokens, shape, needed) if needed else sql
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         at = tokens[shape.head_end].start
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
-
-
-def _after_settings(sql: str, tokens: list[Token], shape: InsertShape, needed: list[str]) -> str:
-    """`sql` with `needed` after the caller's own SETTINGS (the engine applies
-    each in turn), or `Nondeterministic` if the caller's name one of them."""
-    data = shape.values_at if shape.values_at is not None else shape.select_at
-    start = shape.settings_at
-    named = {t.word for t in tokens[start or 0 : data] if t.kind == "ident"}
-    if start is None or data is None or named & {n.split(" =")[0] for n in needed}:
-        raise Nondeterministic(
-            "this INSERT carries SETTINGS of its own that name (or sit where "
-            "durable_obj cannot add to them) what its table's non-deterministic "
-            f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
-            "those SETTINGS. Nothing was run."
-        )
-    at = tokens[data - 1].end
-    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"
-
-
-def _inserted(sql: str, db: str) -> str | None:
-    """The table an INSERT into the object's database writes, or None."""
-    shape = insert_shape(tokenize_head(sql))
-    if shape is None or shape.database not in (None, db):
-        return None
-    return shape.table
-
-
-def _reads_rows(sql: str, words: frozenset[str] | set[str]) -> bool:
-    """Does this statement write rows computed from what it reads (an
-    INSERT, an UPDATE or DELETE, a CREATE TABLE ... AS SELECT, a
-    MATERIALIZED VIEW)? A plain view's own DDL (CREATE VIEW over it, DROP,
-    RENAME) reads no rows."""
-    head = [t.word for t in tokenize_head(sql)[:4] if t.kind == "ident"]
-    if not head:
-        return False
-    if head[0] in ("insert", "delete", "update"):
-        return True
-    if head[0] == "alter":
-        return bool(words & {"update", "delete"})
-    # a MATERIALIZED VIEW runs its SELECT on every future INSERT
-    plain_view = "view" in head and "materialized" not in head
-    return head[0] in ("create", "replace") and "select" in words and not plain_view

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.gate.sql import code_words, find_calls, tokenize
+from durable_obj.gate.sql import code_words, find_calls, insert_shape, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -168,3 +168,28 @@ def _triggers(
                     changed = True
                     break
     return triggers
+
+
+def inserted(sql: str, db: str) -> str | None:
+    """The table an INSERT into the object's database writes, or None."""
+    shape = insert_shape(tokenize_head(sql))
+    if shape is None or shape.database not in (None, db):
+        return None
+    return shape.table
+
+
+def reads_rows(sql: str, words: frozenset[str] | set[str]) -> bool:
+    """Does this statement write rows computed from what it reads (an
+    INSERT, an UPDATE or DELETE, a CREATE TABLE ... AS SELECT, a
+    MATERIALIZED VIEW)? A plain view's own DDL (CREATE VIEW over it, DROP,
+    RENAME) reads no rows."""
+    head = [t.word for t in tokenize_head(sql)[:4] if t.kind == "ident"]
+    if not head:
+        return False
+    if head[0] in ("insert", "delete", "update"):
+        return True
+    if head[0] == "alter":
+        return bool(words & {"update", "delete"})
+    # a MATERIALIZED VIEW runs its SELECT on every future INSERT
+    plain_view = "view" in head and "materialized" not in head
+    return head[0] in ("create", "replace") and "select" in words and not plain_view
