@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
 from durable_obj.gate.pipeline import committed
-from durable_obj.gate.reading import is_plain
+from durable_obj.gate.reading import is_plain, unread
 from durable_obj.gate.sql import code_words, insert_shape, is_insert, split_rows, tokenize_head
 from durable_obj.gate.writes import LITERAL_WORDS
 
@@ -143,6 +143,18 @@ class Replayer:
         shape = insert_shape(head)
         if shape is None or shape.values_at is None:
             return None
+        literal = unread(sql)
+        if literal is not None:
+            # Rows the engine reads as literals only (no template, no code):
+            # the rows of each line, whole, as one item; a list the engine
+            # read on its own ends in `)`, and two such lists joined by a
+            # comma are their rows.
+            rows_text = literal[1].strip()
+            if not rows_text.endswith(")"):
+                return None
+            if not self._batchable(shape.database or self._db, shape.table):
+                return None
+            return literal[0], [rows_text]
         prefix = sql[: head[shape.values_at].end]
         if not is_plain(prefix):
             return None  # the engine may read another table in it (nested comments)

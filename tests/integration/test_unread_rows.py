@@ -245,3 +245,20 @@ def test_any_rows_end_as_the_usual_way_ends(
     assert "root:" not in mine
     assert mine.count("\n") in (0, 1000)
     assert _replica(url, "SELECT * FROM t ORDER BY k") == mine
+
+
+def test_consecutive_lines_replay_as_one_insert(tmp_path: Path) -> None:
+    """Replay joins the rows of consecutive such lines whole (no row split,
+    no scan): a replica reads every row the writer has, a line ending in
+    `;` included (run on its own)."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        obj.execute(_long(0))
+        obj.execute(_long(1000))
+        obj.execute(_long(2000, tail=" ;"))
+        obj.execute(_long(3000))
+        mine = obj.query("SELECT * FROM t ORDER BY k")
+    assert sum(unread(line) is not None for line in _logged(url)) == 4
+    assert mine.count("\n") == 4000
+    assert _replica(url, "SELECT * FROM t ORDER BY k") == mine
