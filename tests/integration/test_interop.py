@@ -54,6 +54,17 @@ def batch(tag: str, start: int, n: int = 3) -> list[str]:
         f"[toString(number)], if(number % 2 = 0, NULL, 'odd') FROM numbers(20)"
     )
     stmts.append(f"INSERT INTO kv VALUES ('{tag}', {start}), ('shared', {start})")
+    # over 64 KiB: durable_obj logs it with the settings that make the engine
+    # read its rows as literals only (`reading.with_literal_rows`)
+    pad = "y" * 80
+    stmts.append(
+        "INSERT INTO events VALUES "
+        + ", ".join(
+            f"({1_000_000 + start * 1000 + j}, '{tag}-bulk-{j} {pad}', {j}.5, "
+            f"'2024-01-02 03:04:05.{j % 1000:03d}', ['{tag}'], NULL)"
+            for j in range(700)
+        )
+    )
     return stmts
 
 
@@ -123,6 +134,8 @@ def test_durable_obj_writes_chdb_durable_reads_and_writes(
         w.close()
         assert w.exit() == 0
     assert "b-10" in written[1] and "app" in written[0]
+    logged = "".join(p.read_text() for p in (tmp_path / oid / "wal").iterdir())
+    assert "input_format_values_interpret_expressions = 0" in logged  # read by V1 below
     head = head_of(tmp_path, oid)
     assert "durable_obj" in head
     if with_checkpoint:
