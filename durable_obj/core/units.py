@@ -46,7 +46,7 @@ from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.control import DEFINING, escaped_names
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.pipeline import first_word
-from durable_obj.gate.reading import unread
+from durable_obj.gate.reading import EXPRESSION_REFUSED, unread
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
 from durable_obj.gate.sql import is_insert, tokenize_head
 
@@ -265,10 +265,13 @@ class Units(Surface):
                 try:
                     logged = self._local.run_logged(engine, text, self.db)
                 except EngineError as exc:
-                    if unread(text) is None or _half_run(exc) or not all_or_nothing(text):
+                    retry = EXPRESSION_REFUSED in str(exc) and unread(text) is not None
+                    if not retry or _half_run(exc) or not all_or_nothing(text):
                         raise
                     # A row the engine would not read as a literal (`toDate(...)`):
-                    # nothing of it ran, and it runs again with its rows read.
+                    # its reader refused it before the one block was written, and
+                    # the text is one statement (`unread`: no `;`). It runs again
+                    # with its rows read.
                     log.debug("%s: rows not literals, checked the usual way: %s", self.url, exc)
                     ran = False
                     text = self._local.prepare(

@@ -231,6 +231,8 @@ LITERAL_ROWS = (
     "input_format_values_interpret_expressions",
     "input_format_values_deduce_templates_of_expressions",
 )
+#: The engine's error for a row that is not a literal under `LITERAL_ROWS`.
+EXPRESSION_REFUSED = "Interpreting expressions is disabled"
 #: Rows shorter than this are read by the gate: reading them costs less than
 #: the engine's second try when a row holds an expression.
 UNREAD_BYTES = 1 << 16
@@ -245,8 +247,17 @@ def unread(text: str) -> tuple[str, str] | None:
     the engine reads its rows as literals only, so nothing in them is code:
     the head is plain (both lexers read it token for token alike), ends at
     the VALUES the engine's data starts after, and its SETTINGS set both
-    `LITERAL_ROWS` to 0 and name neither again. None for anything else."""
-    if len(text) < UNREAD_BYTES or text[:6].lower() != "insert":
+    `LITERAL_ROWS` to 0 and name neither again. None for anything else.
+
+    And no `;` anywhere: the engine runs every statement of a text, and where
+    an INSERT's rows end is decided by its Values reader, while chdb-core's
+    statement count (the gate's) skips rows by parentheses and single
+    quotes. A `Dynamic` column reads `["x("]`, so the count saw one
+    statement where the engine ran the `; INSERT ... file(...)` after the
+    rows (found by attack, never on main). With no `;`, there is no second
+    statement to run, whatever the reader makes of the rows; rows holding
+    one (in a string) are read by the gate the usual way."""
+    if len(text) < UNREAD_BYTES or text[:6].lower() != "insert" or ";" in text:
         return None
     tokens = tokenize_head(text)
     shape = insert_shape(tokens)
@@ -290,8 +301,9 @@ def with_literal_rows(sql: str, timezone: str) -> str | None:
     """`sql` with the settings that make its rows `unread` (and the time
     zone every logged INSERT carries), when it is a long INSERT ... VALUES
     of plain head and no SETTINGS of its own whose first rows hold no call;
-    None otherwise. The engine still refuses a row with an expression then,
-    and the caller runs the statement again the usual way."""
+    None otherwise. The engine still refuses a row with an expression then
+    (`EXPRESSION_REFUSED`), before it writes a row, and the caller runs the
+    statement again the usual way."""
     if len(sql) < UNREAD_BYTES or sql[:6].lower() != "insert":
         return None
     tokens = tokenize_head(sql)

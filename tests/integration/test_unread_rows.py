@@ -122,6 +122,48 @@ def test_what_the_usual_way_refuses_is_refused(tmp_path: Path, late: str) -> Non
         assert obj.query("EXISTS TABLE t") == "1\n"
 
 
+@pytest.mark.parametrize(
+    "hidden",
+    [
+        "INSERT INTO u SELECT * FROM file('/etc/passwd', 'LineAsString')",
+        "INSERT INTO u SELECT name FROM system.databases",
+        "DROP TABLE u; SELECT throwIf(1)",
+    ],
+)
+def test_no_statement_hides_after_the_rows(tmp_path: Path, hidden: str) -> None:
+    """chdb-core's statement count skips rows by parentheses and single
+    quotes; the engine's reader takes `["x("]` as a Dynamic value, so it saw
+    one statement where the engine ran the next (found by attack, fixed
+    before release: a text with a `;` is never `unread`). Refused whole:
+    nothing runs, nothing is logged, the writer and a replica agree."""
+    url = str(tmp_path / "o")
+    pad = ", ".join(f"({i}, 'padding-padding-padding-padding')" for i in range(2000))
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE j (a Int64, v Dynamic) ENGINE = MergeTree ORDER BY a")
+        obj.execute("CREATE TABLE u (s String) ENGINE = MergeTree ORDER BY s")
+        obj.execute("INSERT INTO u VALUES ('keep')")
+        sql = f'INSERT INTO j VALUES {pad}, (99999, ["x("]); {hidden}'
+        assert unread(sql.replace("VALUES", f"SETTINGS {_LITERAL} VALUES", 1)) is None
+        with pytest.raises(ClassificationRefused):
+            obj.execute(sql)
+        assert obj.rows("SELECT s FROM u") == [("keep",)]
+        assert obj.rows("SELECT count() FROM j") == [(0,)]
+        obj.execute(f"INSERT INTO j VALUES {pad}, (99999, ['x('])")  # a Dynamic value, kept
+        mine = obj.query("SELECT count(), max(a) FROM j")
+    assert mine == "2001,99999\n"
+    assert _replica(url, "SELECT count(), max(a) FROM j") == mine
+    assert _replica(url, "SELECT s FROM u") == '"keep"\n'
+
+
+def test_a_semicolon_in_a_string_is_read_the_usual_way(tmp_path: Path) -> None:
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        obj.execute(_long(tail=", (5000, 'a;b', '2024-01-01')"))
+        assert obj.rows("SELECT s FROM t WHERE k = 5000") == [("a;b",)]
+    assert "input_format_values" not in _logged(url)[-1]
+
+
 def test_the_callers_own_settings_are_read_as_the_engine_reads_them(tmp_path: Path) -> None:
     """A statement that carries the settings itself is unread only when the
     engine applies 0 to both: a later `= 1` wins in the engine, so then the
@@ -249,8 +291,8 @@ def test_any_rows_end_as_the_usual_way_ends(
 
 def test_consecutive_lines_replay_as_one_insert(tmp_path: Path) -> None:
     """Replay joins the rows of consecutive such lines whole (no row split,
-    no scan): a replica reads every row the writer has, a line ending in
-    `;` included (run on its own)."""
+    no scan): a replica reads every row the writer has, a statement ending
+    in `;` included (never unread: logged and replayed the usual way)."""
     url = str(tmp_path / "o")
     with durable_obj.open(url, owner="w") as obj:
         obj.execute(_TABLE)
@@ -259,6 +301,6 @@ def test_consecutive_lines_replay_as_one_insert(tmp_path: Path) -> None:
         obj.execute(_long(2000, tail=" ;"))
         obj.execute(_long(3000))
         mine = obj.query("SELECT * FROM t ORDER BY k")
-    assert sum(unread(line) is not None for line in _logged(url)) == 4
+    assert sum(unread(line) is not None for line in _logged(url)) == 3
     assert mine.count("\n") == 4000
     assert _replica(url, "SELECT * FROM t ORDER BY k") == mine
