@@ -33,6 +33,7 @@ import contextvars
 import logging
 import threading
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from durable_obj.core import observed, publishing
 from durable_obj.core.admission import Admission
@@ -44,11 +45,15 @@ from durable_obj.core.surface import Surface, refuse_in_transaction
 from durable_obj.errors import DurableError, EngineError, InvalidArgument, LeaseFenced, Timeout
 from durable_obj.gate.classify import speaking_as
 from durable_obj.gate.control import DEFINING, escaped_names
+from durable_obj.gate.known import fires_views
 from durable_obj.gate.params import placeholders
 from durable_obj.gate.pipeline import first_word
-from durable_obj.gate.reading import EXPRESSION_REFUSED, unread
+from durable_obj.gate.reading import ONE_BLOCK_BYTES, expression_refused, unread
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
-from durable_obj.gate.sql import is_insert, tokenize_head
+from durable_obj.gate.sql import insert_shape, is_insert, tokenize_head
+
+if TYPE_CHECKING:
+    from durable_obj.replica.engine import Engine
 
 log = logging.getLogger("durable_obj")
 
@@ -182,25 +187,27 @@ def _half_run(exc: BaseException) -> bool:
 #: Statements whose failure in the engine leaves nothing of them: a change of
 #: the catalogue (an Atomic database's), with no SELECT to fill anything.
 _CATALOGUE_ONLY = frozenset({"create", "drop", "rename", "exchange", "attach", "detach"})
-#: An INSERT ... VALUES shorter than this is read and written as one block
-#: (the engine cuts blocks at 1,048,449 rows, `max_insert_block_size`, which
-#: no statement may set; a row takes at least 3 bytes, `(1)`, so this many
-#: bytes hold at most 1,000,000 rows).
-ONE_BLOCK_BYTES = 3_000_000
 
 
-def all_or_nothing(text: str) -> bool:
+def all_or_nothing(engine: Engine, text: str) -> bool:
     """Whether `text`, failing in the engine, provably applied none of itself.
     Anything else may have applied part: an INSERT ... SELECT keeps the blocks
     it wrote before `throwIf` fired, a mutation keeps the parts it rewrote
-    (and stays behind, failing every later mutation of the table), so its
-    failure rebuilds the local copy (`_run_one`)."""
-    words = [t.word for t in tokenize_head(text) if t.kind == "ident"]
+    (and stays behind, failing every later mutation of the table), an
+    INSERT into a table a materialized view reads keeps its block when the
+    view fails (found by attack), so its failure rebuilds the local copy
+    (`_run_one`). An INSERT ... VALUES of one block (`ONE_BLOCK_BYTES`) into
+    a table no view reads writes all of it or nothing."""
+    tokens = tokenize_head(text)
+    words = [t.word for t in tokens if t.kind == "ident"]
     if not words:
         return False
     if words[0] in _CATALOGUE_ONLY:
         return "select" not in words and "populate" not in words and "with" not in words
-    return words[0] == "insert" and words[-1] == "values" and len(text) < ONE_BLOCK_BYTES
+    if words[0] != "insert" or words[-1] != "values" or len(text) >= ONE_BLOCK_BYTES:
+        return False
+    shape = insert_shape(tokens)
+    return shape is not None and not fires_views(engine, shape.database, shape.table)
 
 
 class Units(Surface):
@@ -265,8 +272,8 @@ class Units(Surface):
                 try:
                     logged = self._local.run_logged(engine, text, self.db)
                 except EngineError as exc:
-                    retry = EXPRESSION_REFUSED in str(exc) and unread(text) is not None
-                    if not retry or _half_run(exc) or not all_or_nothing(text):
+                    retry = expression_refused(str(exc)) and unread(text) is not None
+                    if not retry or _half_run(exc) or not all_or_nothing(engine, text):
                         raise
                     # A row the engine would not read as a literal (`toDate(...)`):
                     # its reader refused it before the one block was written, and
@@ -281,7 +288,7 @@ class Units(Surface):
                     ran = True
                     logged = self._local.run_logged(engine, text, self.db)
         except DurableError as exc:
-            if ran and (_half_run(exc) or not all_or_nothing(text)):
+            if ran and (_half_run(exc) or not all_or_nothing(engine, text)):
                 raise _Stopped(exc) from None  # part of it may be in: the copy is rebuilt
             raise
         finally:

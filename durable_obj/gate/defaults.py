@@ -100,17 +100,15 @@ class ColumnRules:
                 out.append(Missing(name, type_name, kind, bad[0].shown, per_row))
         return out
 
-    def carried(
-        self, shape: InsertShape, db: str, words: Callable[[], frozenset[str]]
-    ) -> list[str]:
-        """The settings an INSERT needs so that no column it carries falls
-        back to a non-deterministic DEFAULT: the engine computes a DEFAULT
-        for a row that gives the keyword `DEFAULT` or NULL (into a column
-        that is not Nullable), or whose data leaves the field out (FORMAT
-        JSONEachRow, CSVWithNames, ...), and a replay computes it again.
-        NULL is refused by the engine under these settings; DEFAULT in the
-        rows and FORMAT data are refused here (`words`: the rows' code words, read only then). []
-        when the table has no such column."""
+    def leaves_rows(self, shape: InsertShape, db: str) -> bool:
+        """Whether the INSERT's rows may go unread by the gate: its table has
+        no column whose non-deterministic DEFAULT a row could fall back to,
+        and it omits none the pinner would write into each row."""
+        return not self.missing(shape, db) and not self._carried(shape, db)
+
+    def _carried(self, shape: InsertShape, db: str) -> list[tuple[str, str]]:
+        """(name, culprit) of each DEFAULT column the INSERT carries whose
+        expression is non-deterministic."""
         listed = None if shape.columns is None else {c.lower() for c in shape.columns}
         key = (shape.database or db, shape.table)
         volatile = self._volatile.get(key)
@@ -120,7 +118,22 @@ class ColumnRules:
                 for name, _, kind, expr in self._table_columns(*key)
                 if kind == "DEFAULT" and (bad := self._culprits(find_calls(tokenize(expr))))
             ]
-        carried = [(n, c) for n, c in volatile if listed is None or n.lower() in listed]
+        return [(n, c) for n, c in volatile if listed is None or n.lower() in listed]
+
+    def carried(
+        self, shape: InsertShape, db: str, words: Callable[[], frozenset[str]] | None
+    ) -> list[str]:
+        """The settings an INSERT needs so that no column it carries falls
+        back to a non-deterministic DEFAULT: the engine computes a DEFAULT
+        for a row that gives the keyword `DEFAULT` or NULL (into a column
+        that is not Nullable), or whose data leaves the field out (FORMAT
+        JSONEachRow, CSVWithNames, ...), and a replay computes it again.
+        NULL is refused by the engine under these settings; DEFAULT in the
+        rows and FORMAT data are refused here (`words`: the rows' code
+        words, read only then; None for rows the engine reads as literals
+        only, `reading.unread`, which the gate's lexer cannot read: such an
+        INSERT is refused). [] when the table has no such column."""
+        carried = self._carried(shape, db)
         if not carried:
             return []
         name, culprit = carried[0]
@@ -134,7 +147,13 @@ class ColumnRules:
                 "insert the rows with VALUES instead, giving the value, or leaving the "
                 "column out of the column list (durable_obj then pins it). Nothing was run."
             )
-        if shape.values_at is not None and "default" in words():
+        if shape.values_at is not None and words is None:
+            raise Nondeterministic(
+                f"{why} gives the keyword DEFAULT, and this INSERT's own SETTINGS "
+                "(input_format_values_interpret_expressions = 0, ...) have the engine read "
+                "its rows unseen by durable_obj; drop those settings. Nothing was run."
+            )
+        if shape.values_at is not None and words is not None and "default" in words():
             raise Nondeterministic(
                 f"{why} gives the keyword DEFAULT; write the value, or leave the column out "
                 "of the column list (durable_obj then pins it). Nothing was run."
@@ -477,20 +496,3 @@ def ttl_clause(tokens: list[Token]) -> int | None:
             continue
         return i
     return None
-
-
-def after_settings(sql: str, tokens: list[Token], shape: InsertShape, needed: list[str]) -> str:
-    """`sql` with `needed` after the caller's own SETTINGS (the engine applies
-    each in turn), or `Nondeterministic` if the caller's name one of them."""
-    data = shape.values_at if shape.values_at is not None else shape.select_at
-    start = shape.settings_at
-    named = {t.word for t in tokens[start or 0 : data] if t.kind == "ident"}
-    if start is None or data is None or named & {n.split(" =")[0] for n in needed}:
-        raise Nondeterministic(
-            "this INSERT carries SETTINGS of its own that name (or sit where "
-            "durable_obj cannot add to them) what its table's non-deterministic "
-            f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
-            "those SETTINGS. Nothing was run."
-        )
-    at = tokens[data - 1].end
-    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"

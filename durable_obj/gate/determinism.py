@@ -34,10 +34,10 @@ from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import Nondeterministic
 from durable_obj.gate import shipped, volatile
-from durable_obj.gate.defaults import ColumnRules, after_settings
+from durable_obj.gate.defaults import ColumnRules
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
-from durable_obj.gate.quoting import quote_string, splice
+from durable_obj.gate.quoting import after_settings, quote_string, splice
 from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import (
     Call,
@@ -237,9 +237,9 @@ class Pinner:
             self._suspicious = self._catalog.suspicious
         code = code_of(sql)  # rows the engine reads as literals only are no code
         words = code_words(code)
-
-        def rows_words() -> frozenset[str]:
-            return words if code is sql else code_words(sql[len(code) :])
+        # the rows' code words, for the DEFAULT check: none to read in rows
+        # the engine reads as literals only (our lexer cannot read them)
+        rows_words: Words | None = None if code is not sql else (lambda: words)
 
         if volatile.reads_rows(sql, words):  # an INSERT among them (a DDL pays no catalog read)
             self._refuse_volatile(sql, words, db)
@@ -286,7 +286,13 @@ class Pinner:
             )
         return found
 
-    def _prepare_plain(self, sql: str, db: str, words: Words) -> str | None:
+    def leaves_rows(self, sql: str, db: str) -> bool:
+        """Whether the INSERT `sql`'s rows may go unread by the gate: none of
+        its table's columns is left to a non-deterministic DEFAULT."""
+        shape = insert_shape(tokenize_head(sql))
+        return shape is not None and self._rules.leaves_rows(shape, db)
+
+    def _prepare_plain(self, sql: str, db: str, words: Words | None) -> str | None:
         """`sql` with the time zone setting if it is a plain INSERT; None if a
         column's default needs the full path."""
         tokens = tokenize_head(sql)
@@ -306,7 +312,7 @@ class Pinner:
         settings = ", ".join([*needed, f"session_timezone = {quote_string(self._tz)}"])
         return f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
 
-    def _prepare_full(self, sql: str, db: str, words: Words) -> str:
+    def _prepare_full(self, sql: str, db: str, words: Words | None) -> str:
         tokens = tokenize(sql)
         calls = find_calls(tokens)
         self._refuse_outside_reads(tokens, calls)

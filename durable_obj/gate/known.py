@@ -248,6 +248,25 @@ class Known:
         return self._checkpointing
 
 
+def fires_views(engine: Engine, database: str | None, table: str) -> bool:
+    """Whether an INSERT into `table` (of the object's own database, or
+    `database` by its logical name) runs views: a materialized view reads
+    it. True when that is not known: a view's failure leaves the block in
+    the table, so a failed INSERT there may have applied part of itself."""
+    if database not in (None, engine.logical):
+        return True
+    known = engine.known.kept(engine, engine.logical)
+    if known is not None:
+        found = known.tables.get(table)
+        return found is None or found.dependents > 0
+    rows = engine.json_rows(
+        "SELECT length(dependencies_table) FROM system.tables "
+        "WHERE database = {db:String} AND name = {t:String}",
+        {"db": engine.database, "t": table},
+    )
+    return not rows or int(rows[0][0]) > 0
+
+
 def _array(names: frozenset[str]) -> str:
     """`names` as a query parameter of type Array(String)."""
     return "[" + ", ".join(f"'{name}'" for name in sorted(names)) + "]"

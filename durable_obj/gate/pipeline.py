@@ -50,8 +50,9 @@ from durable_obj.gate.bounds import unstoppable
 from durable_obj.gate.classify import check_mutation, check_read
 from durable_obj.gate.control import admitted, check_kept
 from durable_obj.gate.determinism import Pinner
+from durable_obj.gate.known import fires_views
 from durable_obj.gate.reading import engine_text, unread, with_literal_rows
-from durable_obj.gate.sql import tokenize_head
+from durable_obj.gate.sql import insert_shape, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -125,6 +126,8 @@ class Gate:
         literal = None
         if unread_rows and pinner is not None and not allow_nondeterministic:
             literal = with_literal_rows(sql, pinner.timezone)
+        if literal is not None and _keeps_rows(engine, pinner, literal, db):
+            literal = None
         if literal is not None:
             text = self.mutation(engine, literal, db, pinner, allow_nondeterministic=False)
             found = unread(text)
@@ -180,6 +183,18 @@ class Gate:
         reach.check(engine, sql)
         if pinner is not None:
             pinner.refuse_outside_reads(sql)
+
+
+def _keeps_rows(engine: Engine, pinner: Pinner | None, sql: str, db: str) -> bool:
+    """Whether the long INSERT `sql` must have its rows read by the gate:
+    its table runs a view (whose failure would leave the rows in, so a
+    refused expression could not be run again), or leaves a column to a
+    non-deterministic DEFAULT (the keyword DEFAULT in a row, a column the
+    pinner writes into each row)."""
+    shape = insert_shape(tokenize_head(sql))
+    if shape is None or pinner is None or fires_views(engine, shape.database, shape.table):
+        return True
+    return not pinner.leaves_rows(sql, db)
 
 
 def committed(engine: Engine, sql: str, db: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from durable_obj.gate.sql import depth_zero, match_parens, tokenize
+from durable_obj.errors import Nondeterministic
+from durable_obj.gate.sql import InsertShape, Token, depth_zero, match_parens, tokenize
 
 
 def without_format(sql: str) -> str:
@@ -106,3 +107,20 @@ def param_text(value: str) -> str:
 
 
 _TSV_ESCAPES = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"})
+
+
+def after_settings(sql: str, tokens: list[Token], shape: InsertShape, needed: list[str]) -> str:
+    """`sql` with `needed` after the caller's own SETTINGS (the engine applies
+    each in turn), or `Nondeterministic` if the caller's name one of them."""
+    data = shape.values_at if shape.values_at is not None else shape.select_at
+    start = shape.settings_at
+    named = {t.word for t in tokens[start or 0 : data] if t.kind == "ident"}
+    if start is None or data is None or named & {n.split(" =")[0] for n in needed}:
+        raise Nondeterministic(
+            "this INSERT carries SETTINGS of its own that name (or sit where "
+            "durable_obj cannot add to them) what its table's non-deterministic "
+            f"DEFAULT or MATERIALIZED column needs ({', '.join(needed)}); drop "
+            "those SETTINGS. Nothing was run."
+        )
+    at = tokens[data - 1].end
+    return f"{sql[:at]}, {', '.join(needed)}{sql[at:]}"

@@ -231,12 +231,15 @@ LITERAL_ROWS = (
     "input_format_values_interpret_expressions",
     "input_format_values_deduce_templates_of_expressions",
 )
-#: The engine's error for a row that is not a literal under `LITERAL_ROWS`.
-EXPRESSION_REFUSED = "Interpreting expressions is disabled"
+#: An INSERT ... VALUES shorter than this is read and written as one block
+#: (the engine cuts blocks at 1,048,449 rows, `max_insert_block_size`, which
+#: no statement may set; a row takes at least 3 bytes, `(1)`, so this many
+#: bytes hold at most 1,000,000 rows). Longer ones are read by the gate.
+ONE_BLOCK_BYTES = 3_000_000
 #: Rows shorter than this are read by the gate: reading them costs less than
 #: the engine's second try when a row holds an expression.
 UNREAD_BYTES = 1 << 16
-#: A call in the first rows: the engine would refuse them as literals.
+#: A call in the first or last rows: the engine would refuse them as literals.
 _CALL = re.compile(r"[A-Za-z0-9_]\s*\(")
 #: Where rows start: white space, then the first row's parenthesis.
 _ROWS = re.compile(r"\s*\(")
@@ -302,18 +305,33 @@ def with_literal_rows(sql: str, timezone: str) -> str | None:
     zone every logged INSERT carries), when it is a long INSERT ... VALUES
     of plain head and no SETTINGS of its own whose first rows hold no call;
     None otherwise. The engine still refuses a row with an expression then
-    (`EXPRESSION_REFUSED`), before it writes a row, and the caller runs the
-    statement again the usual way."""
-    if len(sql) < UNREAD_BYTES or sql[:6].lower() != "insert":
+    (`expression_refused`), before it writes a row, and the caller runs the
+    statement again the usual way (the caller also keeps this to INSERTs
+    that run no view and leave no column to a non-deterministic DEFAULT)."""
+    if not UNREAD_BYTES <= len(sql) < ONE_BLOCK_BYTES or sql[:6].lower() != "insert":
         return None
     tokens = tokenize_head(sql)
     shape = insert_shape(tokens)
     if shape is None or shape.values_at != len(tokens) - 1 or shape.settings_at is not None:
         return None
     at, end = tokens[-1].start, tokens[-1].end
-    if _CALL.search(sql, end, end + 4096) or any(t.word == "settings" for t in tokens):
+    if _CALL.search(sql, end, end + 4096) or _CALL.search(sql, len(sql) - 4096):
+        return None
+    if any(t.word == "settings" for t in tokens):
         return None
     settings = ", ".join(f"{n} = 0" for n in LITERAL_ROWS)
     settings += f", session_timezone = {quote_string(timezone)}"
     text = f"{sql[:at]}SETTINGS {settings} {sql[at:]}"
     return text if unread(text) is not None else None
+
+
+def expression_refused(error: str) -> bool:
+    """Whether the engine's `error` is its Values reader's refusal of a row
+    that is not a literal under `LITERAL_ROWS`: raised while it reads the
+    rows, before it writes any (a view's `throwIf` may say the same words,
+    never with this code; the caller keeps this to INSERTs that run no view)."""
+    return (
+        "Code: 344." in error
+        and "Interpreting expressions is disabled" in error
+        and "ValuesBlockInputFormat" in error
+    )

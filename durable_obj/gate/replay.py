@@ -131,8 +131,12 @@ class Replayer:
         self._engine.known.forget()
 
     def split(self, sql: str) -> tuple[str, list[str]] | None:
-        """(text up to VALUES, [row texts]) of a batchable INSERT, else None."""
-        return self._split(sql)
+        """(text up to VALUES, [row texts]) of a batchable INSERT, else None,
+        for a writer merging statements that have not run on their own:
+        never rows the engine reads as literals only, which are joined
+        unread (an open string in one would swallow the next one's rows:
+        found by attack)."""
+        return None if unread(sql) is not None else self._split(sql)
 
     def _split(self, sql: str) -> tuple[str, list[str]] | None:
         """(text up to and including VALUES, [row texts]) of a batchable INSERT.

@@ -304,3 +304,99 @@ def test_consecutive_lines_replay_as_one_insert(tmp_path: Path) -> None:
     assert sum(unread(line) is not None for line in _logged(url)) == 3
     assert mine.count("\n") == 4000
     assert _replica(url, "SELECT * FROM t ORDER BY k") == mine
+
+
+# -- found by the second attack (fixed before release) ---------------------------
+
+
+@pytest.mark.parametrize("rows", [3, 2000])
+def test_a_view_that_fails_leaves_nothing_behind(tmp_path: Path, rows: int) -> None:
+    """A materialized view that throws (here the reader's own words) after
+    the table kept the block: the failed INSERT is not run again, and the
+    local copy is rebuilt, short INSERT or long (`all_or_nothing` is false
+    for a table a view reads; the long one keeps its rows read)."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE u (a Int64, s String) ENGINE = MergeTree ORDER BY a")
+        obj.execute("CREATE TABLE dst (a Int64, s String) ENGINE = MergeTree ORDER BY a")
+        obj.execute(
+            "CREATE MATERIALIZED VIEW mv TO dst AS SELECT a, s FROM u "
+            "WHERE throwIf(a = 1, 'Interpreting expressions is disabled') = 0"
+        )
+        pad = "p" * 40
+        sql = "INSERT INTO u VALUES " + ", ".join(f"({i}, '{pad}')" for i in range(rows))
+        with pytest.raises(EngineError, match="Interpreting expressions is disabled"):
+            obj.execute(sql)
+        assert obj.rows("SELECT count() FROM u") == [(0,)]
+        assert obj.rows("SELECT count() FROM dst") == [(0,)]
+        assert "input_format_values" not in "".join(
+            _logged(url) if Path(url, "wal").exists() else []
+        )
+    assert _replica(url, "SELECT count() FROM u") == "0\n"
+
+
+def test_queued_writes_never_join_unread_rows(tmp_path: Path) -> None:
+    """Two units queued together were merged into one INSERT with their rows
+    joined unread, so an open string in one swallowed the next one's first
+    row: both ran where each alone fails. Each runs on its own now."""
+    import asyncio
+
+    url = str(tmp_path / "o")
+    pad = "p" * 40
+    first = "INSERT INTO t VALUES " + ", ".join(f"({i}, '{pad}')" for i in range(2000))
+    second = "INSERT INTO t VALUES ('), " + ", ".join(f"({i}, '{pad}')" for i in range(5000, 7000))
+
+    async def both() -> list[object]:
+        obj = await durable_obj.aopen(url, owner="w")
+        try:
+            await obj.awrite("CREATE TABLE t (a Int64, s String) ENGINE = MergeTree ORDER BY a")
+            done = await asyncio.gather(
+                obj.awrite(first + ", (9001, 'abc)"), obj.awrite(second), return_exceptions=True
+            )
+            done.append(await obj.aquery("SELECT count() FROM t"))
+            return done
+        finally:
+            await obj.aclose()
+
+    one, two, count = asyncio.run(both())
+    assert isinstance(one, EngineError) and isinstance(two, EngineError)
+    assert count == "0\n"
+    assert _replica(url, "SELECT count() FROM t") == "0\n"
+
+
+def test_a_default_the_lexer_cannot_see_is_never_left_unread(tmp_path: Path) -> None:
+    """`[--]` is a Dynamic value to the engine's reader and a comment to the
+    gate's lexer, which then missed the DEFAULT after it: a table with a
+    non-deterministic DEFAULT never has its rows left unread, and rows the
+    caller's own settings leave unread are refused there."""
+    url = str(tmp_path / "o")
+    pad = ", ".join(f"({i}, 'x', {i}, '{'p' * 30}')" for i in range(2000))
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(
+            "CREATE TABLE t (a Int64, v Dynamic, c UInt64 DEFAULT rand64(), s String) "
+            "ENGINE = MergeTree ORDER BY a"
+        )
+        with contextlib.suppress(ClassificationRefused, EngineError, Nondeterministic):
+            obj.execute(f"INSERT INTO t VALUES {pad}, (99999, [--], DEFAULT, 'q')")
+        own = f"INSERT INTO t SETTINGS {_LITERAL} VALUES {pad}, (99999, [--], DEFAULT, 'q')"
+        assert unread(own) is not None
+        with pytest.raises(Nondeterministic, match="own SETTINGS"):
+            obj.execute(own)
+        obj.execute(f"INSERT INTO t VALUES {pad}")  # given: kept, rows read
+        mine = obj.query("SELECT a, toString(v), c FROM t ORDER BY a")
+    assert "input_format_values" not in _logged(url)[-1]
+    assert _replica(url, "SELECT a, toString(v), c FROM t ORDER BY a") == mine
+
+
+def test_over_one_block_the_rows_are_read(tmp_path: Path) -> None:
+    """3 MB and more may be more than one block: its rows are read by the
+    gate, so a late expression runs (it was refused there)."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute(_TABLE)
+        rows = _rows(30_000)
+        sql = f"INSERT INTO t VALUES {rows}, (99999, toString(1), toDate('2024-01-01'))"
+        assert len(sql) > 3_000_000
+        obj.execute(sql)
+        assert obj.rows("SELECT count() FROM t") == [(30_001,)]
+    assert "input_format_values" not in _logged(url)[-1]
