@@ -179,11 +179,14 @@ class Known:
         #: Each table's CREATE text as it passed that check (kept across
         #: `forget`: a text that passed passes again).
         self.passed: dict[str, str] = {}
+        #: Per table: does a view read it (`fires_views`)?
+        self.views: dict[str, bool] = {}
 
     def forget(self) -> None:
         self._kept = None
         self._checkpointing = None
         self.verified = False
+        self.views.clear()
 
     def read(self, engine: Engine) -> Catalog:
         """The object's database as it is now, in full (one engine query):
@@ -259,12 +262,15 @@ def fires_views(engine: Engine, database: str | None, table: str) -> bool:
     if known is not None:
         found = known.tables.get(table)
         return found is None or found.dependents > 0
-    rows = engine.json_rows(
-        "SELECT length(dependencies_table) FROM system.tables "
-        "WHERE database = {db:String} AND name = {t:String}",
-        {"db": engine.database, "t": table},
-    )
-    return not rows or int(rows[0][0]) > 0
+    fires = engine.known.views.get(table)
+    if fires is None:
+        rows = engine.json_rows(
+            "SELECT length(dependencies_table) FROM system.tables "
+            "WHERE database = {db:String} AND name = {t:String}",
+            {"db": engine.database, "t": table},
+        )
+        fires = engine.known.views[table] = not rows or int(rows[0][0]) > 0
+    return fires
 
 
 def _array(names: frozenset[str]) -> str:

@@ -129,7 +129,9 @@ class Gate:
         if literal is not None and _keeps_rows(engine, pinner, literal, db):
             literal = None
         if literal is not None:
-            text = self.mutation(engine, literal, db, pinner, allow_nondeterministic=False)
+            text = self.mutation(
+                engine, literal, db, pinner, allow_nondeterministic=False, unread_rows=False
+            )
             found = unread(text)
             if found is not None and found[1] == literal[len(literal) - len(found[1]) :]:
                 return text

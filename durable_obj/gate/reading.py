@@ -260,7 +260,23 @@ def unread(text: str) -> tuple[str, str] | None:
     rows (found by attack, never on main). With no `;`, there is no second
     statement to run, whatever the reader makes of the rows; rows holding
     one (in a string) are read by the gate the usual way."""
-    if len(text) < UNREAD_BYTES or text[:6].lower() != "insert" or ";" in text:
+    if len(text) < UNREAD_BYTES or text[:6].lower() != "insert":
+        return None
+    global _last_unread
+    last = _last_unread
+    if last is not None and last[0] is text:
+        return last[1]  # the gate's steps ask of the same text in turn
+    found = _unread(text)
+    _last_unread = (text, found)  # one reference: atomic
+    return found
+
+
+#: The last text `unread` judged (by identity, so by value) and its answer.
+_last_unread: tuple[str, tuple[str, str] | None] | None = None
+
+
+def _unread(text: str) -> tuple[str, str] | None:
+    if ";" in text:
         return None
     tokens = tokenize_head(text)
     shape = insert_shape(tokens)
