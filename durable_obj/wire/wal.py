@@ -28,7 +28,7 @@ def _utf8_size(sql: str) -> int:
     """The statement's size in UTF-8; `LimitExceeded` over the V1 cap or for
     text that is not valid Unicode (a lone surrogate)."""
     try:
-        size = len(sql.encode("utf-8"))
+        size = len(sql) if sql.isascii() else len(sql.encode("utf-8"))
     except UnicodeEncodeError as exc:
         raise LimitExceeded(
             "the statement is not valid Unicode (lone surrogate); it was not run"
