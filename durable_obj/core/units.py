@@ -279,7 +279,7 @@ class Units(Surface):
                     # its reader refused it before the one block was written, and
                     # the text is one statement (`unread`: no `;`). It runs again
                     # with its rows read.
-                    log.debug("%s: rows not literals, checked the usual way: %s", self.url, exc)
+                    log.debug("%s: a row is no literal; its rows are read the usual way", self.url)
                     ran = False
                     text = self._local.prepare(
                         engine, sql, self.db, allow_nondeterministic=allow, unread_rows=False

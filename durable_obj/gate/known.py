@@ -53,6 +53,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from durable_obj.errors import DurableError
+
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
 
@@ -264,11 +266,14 @@ def fires_views(engine: Engine, database: str | None, table: str) -> bool:
         return found is None or found.dependents > 0
     fires = engine.known.views.get(table)
     if fires is None:
-        rows = engine.json_rows(
-            "SELECT length(dependencies_table) FROM system.tables "
-            "WHERE database = {db:String} AND name = {t:String}",
-            {"db": engine.database, "t": table},
-        )
+        try:
+            rows = engine.json_rows(
+                "SELECT length(dependencies_table) FROM system.tables "
+                "WHERE database = {db:String} AND name = {t:String}",
+                {"db": engine.database, "t": table},
+            )
+        except DurableError:
+            return True  # asked after a failure too: not known, so it may
         fires = engine.known.views[table] = not rows or int(rows[0][0]) > 0
     return fires
 

@@ -257,7 +257,7 @@ def unread(text: str) -> tuple[str, str] | None:
     statement count (the gate's) skips rows by parentheses and single
     quotes. A `Dynamic` column reads `["x("]`, so the count saw one
     statement where the engine ran the `; INSERT ... file(...)` after the
-    rows (found by attack, never on main). With no `;`, there is no second
+    rows (found by attack before it landed). With no `;`, there is no second
     statement to run, whatever the reader makes of the rows; rows holding
     one (in a string) are read by the gate the usual way."""
     if len(text) < UNREAD_BYTES or text[:6].lower() != "insert":
