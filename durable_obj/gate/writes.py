@@ -33,7 +33,7 @@ from durable_obj.gate import reach
 from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
 from durable_obj.gate.quoting import splice
-from durable_obj.gate.reading import unread
+from durable_obj.gate.reading import TO_SEMICOLON, unread
 from durable_obj.gate.sql import (
     Token,
     code_shapes,
@@ -141,7 +141,25 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
         data = local[last.end + rest[0].end :]
     else:
         return []
+    _one_statement(data)
     return _rows(engine, data)
+
+
+def _one_statement(data: str) -> None:
+    """Refuse VALUES rows (plain text) with anything after a `;` outside a
+    quoted token. chDB runs every statement of a text, and chdb-core's
+    statement count skips rows by parentheses and single quotes, where the
+    engine's reader ends them where it stops: a `Dynamic` value `["x("]`
+    made the count 1 for two statements (found by attack on the unread
+    path). The rows' check below refused such text too, by failing to
+    resolve it; this refusal does not depend on that."""
+    end = TO_SEMICOLON.match(data)
+    stop = end.end() if end is not None else 0
+    if stop < len(data) and data[stop] == ";" and data[stop:].strip("; \t\n\r\x0b\x0c"):
+        raise ClassificationRefused(
+            "execute() takes exactly one statement, and text follows the `;` after these "
+            "VALUES rows. Nothing was run or logged; call execute() once per statement."
+        )
 
 
 def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:

@@ -400,3 +400,22 @@ def test_over_one_block_the_rows_are_read(tmp_path: Path) -> None:
         obj.execute(sql)
         assert obj.rows("SELECT count() FROM t") == [(30_001,)]
     assert "input_format_values" not in _logged(url)[-1]
+
+
+@pytest.mark.parametrize(
+    "hidden", ["DROP TABLE u", "INSERT INTO u VALUES ('x')", "TRUNCATE TABLE u;", "SELECT 1"]
+)
+def test_a_short_insert_has_nothing_after_its_rows(tmp_path: Path, hidden: str) -> None:
+    """The same split on the usual path: refused as two statements by the
+    gate's own reading of the rows, whatever chdb-core counted; a `;` at
+    the end stays allowed."""
+    url = str(tmp_path / "o")
+    with durable_obj.open(url, owner="w") as obj:
+        obj.execute("CREATE TABLE j (a Int64, v Dynamic) ENGINE = MergeTree ORDER BY a")
+        obj.execute("CREATE TABLE u (s String) ENGINE = MergeTree ORDER BY s")
+        with pytest.raises(ClassificationRefused, match="exactly one statement"):
+            obj.execute(f'INSERT INTO j VALUES (1, ["x("]); {hidden}')
+        obj.execute("INSERT INTO j VALUES (2, 'y') ; ;\n")
+        assert obj.rows("SELECT name FROM system.tables ORDER BY name") == [("j",), ("u",)]
+        assert obj.rows("SELECT a FROM j") == [(2,)]
+        assert obj.rows("SELECT count() FROM u") == [(0,)]
