@@ -26,6 +26,7 @@ rest are resolved in one `EXPLAIN QUERY TREE` per statement.
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
@@ -152,14 +153,29 @@ def _one_statement(data: str) -> None:
     engine's reader ends them where it stops: a `Dynamic` value `["x("]`
     made the count 1 for two statements (found by attack on the unread
     path). The rows' check below refused such text too, by failing to
-    resolve it; this refusal does not depend on that."""
-    end = TO_SEMICOLON.match(data)
-    stop = end.end() if end is not None else 0
-    if stop < len(data) and data[stop] == ";" and data[stop:].strip("; \t\n\r\x0b\x0c"):
-        raise ClassificationRefused(
-            "execute() takes exactly one statement, and text follows the `;` after these "
-            "VALUES rows. Nothing was run or logged; call execute() once per statement."
-        )
+    resolve it; this refusal does not depend on that.
+
+    Read twice: as our lexer reads the rows (every quoted token whole), and
+    with only single-quoted strings whole, since a value the engine's
+    reader takes as a JSON string (`"..."` in a `Dynamic` field) may end
+    elsewhere than our quoted name does. Text after a `;` in either reading
+    is refused (a rare false refusal: a `;` in a double-quoted value)."""
+    if ";" not in data:
+        return
+    for reading in (TO_SEMICOLON, _SINGLE_QUOTED_TO_SEMICOLON):
+        found = reading.match(data)
+        stop = found.end() if found is not None else 0
+        if data[stop:].strip("; \t\n\r\x0b\x0c"):
+            raise ClassificationRefused(
+                "execute() takes exactly one statement, and text follows a `;` among "
+                "or after these VALUES rows. Nothing was run or logged; call execute() "
+                "once per statement."
+            )
+
+
+#: Text up to its first `;` outside a single-quoted string (a backslash
+#: escapes the next character, a doubled quote is a quote).
+_SINGLE_QUOTED_TO_SEMICOLON = re.compile(r"(?:[^';]+|'[^'\\]*(?:(?:\\.|'')[^'\\]*)*')*", re.DOTALL)
 
 
 def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
