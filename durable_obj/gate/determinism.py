@@ -41,6 +41,7 @@ from durable_obj.gate.quoting import after_settings, quote_string, splice
 from durable_obj.gate.reading import code_of
 from durable_obj.gate.sql import (
     Call,
+    InsertShape,
     Token,
     code_words,
     evaluated_from,
@@ -286,11 +287,11 @@ class Pinner:
             )
         return found
 
-    def leaves_rows(self, sql: str, db: str) -> bool:
-        """Whether the INSERT `sql`'s rows may go unread by the gate: none of
-        its table's columns is left to a non-deterministic DEFAULT."""
-        shape = insert_shape(tokenize_head(sql))
-        return shape is not None and self._rules.leaves_rows(shape, db)
+    def leaves_rows(self, shape: InsertShape, db: str) -> bool:
+        """Whether an INSERT of `shape` may have its rows go unread by the
+        gate: none of its table's columns is left to a non-deterministic
+        DEFAULT."""
+        return self._rules.leaves_rows(shape, db)
 
     def _prepare_plain(self, sql: str, db: str, words: Words | None) -> str | None:
         """`sql` with the time zone setting if it is a plain INSERT; None if a

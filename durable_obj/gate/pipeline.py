@@ -196,7 +196,7 @@ def _keeps_rows(engine: Engine, pinner: Pinner | None, sql: str, db: str) -> boo
     shape = insert_shape(tokenize_head(sql))
     if shape is None or pinner is None or fires_views(engine, shape.database, shape.table):
         return True
-    return not pinner.leaves_rows(sql, db)
+    return not pinner.leaves_rows(shape, db)
 
 
 def committed(engine: Engine, sql: str, db: str) -> str:

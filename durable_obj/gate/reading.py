@@ -57,9 +57,13 @@ _SAFE_CHARS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x2e\x30-\x5b\x5d-\x5f\x6
 #: A quoted token as both lexers read it (the lexer's `_STRING` / `_QUOTED`,
 #: unrolled so a long string costs one scan): a backslash escapes the next
 #: character, a doubled quote is a quote.
-_QUOTED_TOKEN = "|".join(rf"{q}[^{q}\\]*(?:(?:\\.|{q}{q})[^{q}\\]*)*{q}" for q in ("'", '"', "`"))
-#: Plain text up to its first `;` outside a quoted token.
+_QUOTED = {q: rf"{q}[^{q}\\]*(?:(?:\\.|{q}{q})[^{q}\\]*)*{q}" for q in ("'", '"', "`")}
+_QUOTED_TOKEN = "|".join(_QUOTED.values())
+#: Plain text up to its first `;` outside a quoted token; and outside a
+#: single-quoted string only (`writes._one_statement` reads rows both ways).
 TO_SEMICOLON = re.compile(rf"(?:[^'\"`;]+|{_QUOTED_TOKEN})*", re.DOTALL)
+_STRING_TOKEN = _QUOTED["'"]
+TO_SEMICOLON_OUTSIDE_STRINGS = re.compile(rf"(?:[^';]+|{_STRING_TOKEN})*", re.DOTALL)
 #: Of those, the ones that never start or end a number: no digit, no `.`.
 _SAFE_WORDS = r"\t\n\x0b\x0c\r\x20\x21\x25\x26\x28-\x2c\x3a-\x5b\x5d-\x5f\x61-\x7e"
 #: A number where our lexer starts one (a digit no name character comes

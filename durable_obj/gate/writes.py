@@ -26,7 +26,6 @@ rest are resolved in one `EXPLAIN QUERY TREE` per statement.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
@@ -34,7 +33,7 @@ from durable_obj.gate import reach
 from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
 from durable_obj.gate.quoting import splice
-from durable_obj.gate.reading import TO_SEMICOLON, unread
+from durable_obj.gate.reading import TO_SEMICOLON, TO_SEMICOLON_OUTSIDE_STRINGS, unread
 from durable_obj.gate.sql import (
     Token,
     code_shapes,
@@ -162,7 +161,7 @@ def _one_statement(data: str) -> None:
     is refused (a rare false refusal: a `;` in a double-quoted value)."""
     if ";" not in data:
         return
-    for reading in (TO_SEMICOLON, _SINGLE_QUOTED_TO_SEMICOLON):
+    for reading in (TO_SEMICOLON, TO_SEMICOLON_OUTSIDE_STRINGS):
         found = reading.match(data)
         stop = found.end() if found is not None else 0
         if data[stop:].strip("; \t\n\r\x0b\x0c"):
@@ -171,11 +170,6 @@ def _one_statement(data: str) -> None:
                 "or after these VALUES rows. Nothing was run or logged; call execute() "
                 "once per statement."
             )
-
-
-#: Text up to its first `;` outside a single-quoted string (a backslash
-#: escapes the next character, a doubled quote is a quote).
-_SINGLE_QUOTED_TO_SEMICOLON = re.compile(r"(?:[^';]+|'[^'\\]*(?:(?:\\.|'')[^'\\]*)*')*", re.DOTALL)
 
 
 def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
