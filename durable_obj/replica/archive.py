@@ -69,6 +69,11 @@ _SIZE = re.compile(r"[0-9]{1,19}")
 #: Where a definition lies in a backup: the database's own, or a table's
 #: (`shards/N/replicas/M/` prefixes a backup taken on a cluster).
 _DEFINITION = re.compile(r"(?:shards/\d+/replicas/\d+/)?metadata/([^/]+)(?:/([^/]+))?\.sql")
+#: A folder below a table's in a backup: a MergeTree part's, named
+#: partition_min_max_level, with _mutation when a mutation rewrote it.
+_PART = re.compile(r"(?:shards/\d+/replicas/\d+/)?data/[^/]+/[^/]+/([^/]+)/")
+#: A part's name with no mutation version (a partition id holds no `_`).
+_UNVERSIONED = re.compile(r"[^_/]+_[0-9]+_[0-9]+_[0-9]+")
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +85,17 @@ class Definition:
     path: str
     table: str
     text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Contents:
+    """What is read of a base before RESTORE: every table's definition, and
+    whether a part may carry a mutation version (`versioned`): only then
+    can RESTORE leave a table whose next mutation is skipped as applied
+    (`archives._recount_blocks`)."""
+
+    definitions: list[Definition]
+    versioned: bool
 
 
 class _Archive:
@@ -136,6 +152,11 @@ class _Archive:
 
 
 def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> list[Definition]:
+    """The definitions of `contents`."""
+    return contents(path, db, chain).definitions
+
+
+def contents(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> Contents:
     """Every definition of a table of database `db` the archive at `path`
     holds, as RESTORE DATABASE `db` will read it; `Corrupt` if it cannot be
     read the way the engine reads it. The database's own definition is left
@@ -152,12 +173,26 @@ def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> li
             opened.append(_Archive(where))
         listings = [_listing(archive) for archive in opened]
         _check_links(listings, [rel for rel, _ in chain])
-        return _definitions(opened, listings, escaped(db))
+        return Contents(_definitions(opened, listings, escaped(db)), _versioned(listings))
     except (OSError, ValueError, tarfile.TarError, EOFError) as exc:
         raise Corrupt(f"the base archive does not read ({type(exc).__name__})") from None
     finally:
         for archive in opened:
             archive.close()
+
+
+def _versioned(listings: list[ElementTree.Element]) -> bool:
+    """Does any folder below a table's, in any listing, have a name other
+    than a part's without a mutation version? A part's data version is its
+    mutation version, else its first block, which RESTORE leaves at most
+    its table's highest block: so a base of such parts alone restores no
+    table with a data version above its blocks."""
+    for listing in listings:
+        for entry in _files(listing):
+            part = _PART.match(entry.findtext("name", ""))
+            if part is not None and _UNVERSIONED.fullmatch(part.group(1)) is None:
+                return True
+    return False
 
 
 def _check_links(listings: list[ElementTree.Element], rels: list[str]) -> None:

@@ -434,13 +434,15 @@ class Engine:
         name `db`, full or over `base` (`archives.backup`)."""
         archives.backup(self, db, path, base)
 
-    def restore(self, db: str, path: str, chain: Sequence[tuple[str, str]] = ()) -> None:
+    def restore(
+        self, db: str, path: str, chain: Sequence[tuple[str, str]] = (), *, versioned: bool = True
+    ) -> None:
         """RESTORE database `db` of the base at `path` (over the links
         `chain`) into the object's database, made first (empty) by
         `create_database`: the archive's own CREATE DATABASE is never run
-        (`archives.restore`)."""
+        (`archives.restore`; `versioned`: see there)."""
         self._name(db)
-        archives.restore(self, db, path, chain)
+        archives.restore(self, db, path, chain, versioned=versioned)
 
     def archive(self, sql: str, what: str) -> None:
         """Run our own BACKUP or RESTORE `sql`; `what` names it in an error."""

@@ -317,12 +317,13 @@ def restore(
         chain: list[tuple[str, str]] = []
         try:
             chain = fetches.links()
-            _check_archive(engine, fetches, path, url=url, key=ref.key, chain=chain)
+            versioned = _check_archive(engine, fetches, path, url=url, key=ref.key, chain=chain)
             # Hashed beside RESTORE reading the same bytes, and judged before
             # anything else happens: a base that does not match is Corrupt and
             # the open fails, so what RESTORE made of it is never seen (the
-            # caller drops the engine of a failed open).
-            engine.restore(db, path, chain)  # RESTORE appends: only ever into a fresh engine
+            # caller drops the engine of a failed open). RESTORE appends:
+            # only ever into a fresh engine.
+            engine.restore(db, path, chain, versioned=versioned)
             if stub is not None and links.link_path(ref.key) is not None:
                 with contextlib.suppress(Corrupt):  # then the next checkpoint is full
                     kept = links.stub(path, os.path.join(stub, "base.stub"))
@@ -361,19 +362,21 @@ def _check_archive(
     url: str,
     key: str,
     chain: list[tuple[str, str]],
-) -> None:
+) -> bool:
     """The base's definitions, read from the archive (and the links it is
     an increment over), through the gate before RESTORE creates any; an
-    altered base is reported as such first."""
+    altered base is reported as such first. Whether a part of it may carry
+    a mutation version (`archive.Contents.versioned`)."""
     try:
-        found = archive.definitions(path, engine.logical, chain)
-        restored.check_definitions(engine, ((d.table, d.text) for d in found))
+        found = archive.contents(path, engine.logical, chain)
+        restored.check_definitions(engine, ((d.table, d.text) for d in found.definitions))
     except Corrupt as exc:
         fetches.check_base()
         raise Corrupt(f"{url}: {exc}; the object was not opened. Nothing was changed.") from None
     except ClassificationRefused as exc:
         fetches.check_base()
         raise _hostile(url, key, exc) from None
+    return found.versioned
 
 
 def _hostile(url: str, key: str, exc: ClassificationRefused) -> Corrupt:

@@ -89,9 +89,9 @@ def test_a_damaged_base_never_reaches_restore(
         restores: list[str] = []
         real = Engine.restore
 
-        def watched(self: Engine, db: str, path: str, *args: Any) -> None:
+        def watched(self: Engine, db: str, path: str, *args: Any, **kwargs: Any) -> None:
             restores.append(path)
-            real(self, db, path, *args)
+            real(self, db, path, *args, **kwargs)
 
         monkeypatch.setattr(Engine, "restore", watched)
         for why, bad in damaged.items():
@@ -154,7 +154,7 @@ def test_a_base_grown_past_its_heads_size_is_read_by_nothing(
     path = root / "o" / ref["key"]
     os.truncate(path, path.stat().st_size + (1 << 40))  # a terabyte of hole
     restores: list[str] = []
-    monkeypatch.setattr(Engine, "restore", lambda self, *args: restores.append(args[1]))
+    monkeypatch.setattr(Engine, "restore", lambda self, *args, **_: restores.append(args[1]))
     with pytest.raises(Corrupt, match=f"is {(1 << 40) + ref['size']} bytes but the head says"):
         durable_obj.open(str(root / "o"), read_only=True, encryption=key)
     assert restores == []

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable_obj.errors import Corrupt
-from durable_obj.replica.archive import definitions
+from durable_obj.replica.archive import contents, definitions
 
 VIEW = b"CREATE VIEW default.v (`s` String) AS SELECT s FROM default.t"
 EVIL = b"CREATE VIEW default.v (`s` String) AS SELECT * FROM file('/etc/passwd')"
@@ -69,6 +69,30 @@ def test_only_the_restored_database_is_read(tmp_path: Path) -> None:
     path = _tar(tmp_path / "b.tar", entries)
     assert [d.table for d in definitions(path, "default")] == ["v"]
     assert [d.table for d in definitions(path, " efault")] == ["x.y"]
+
+
+@pytest.mark.parametrize(
+    ("names", "versioned"),
+    [
+        (["data/default/t/all_1_1_0/data.bin", "data/default/t/202401_2_9_3/data.bin"], False),
+        (["shards/1/replicas/1/data/default/t/-1-2_3_3_0/columns.txt"], False),
+        (["data/default/log/data.bin", "metadata/default/log.sql"], False),  # no parts
+        (["data/default/t/all_1_1_0/data.bin", "data/default/t/all_2_2_0_5/data.bin"], True),
+        (["data/default/t/all_1_1_0_0/data.bin"], True),
+        # not read as a part without a mutation version: the engine is asked
+        (["data/default/t/a_b_1_1_0/data.bin"], True),
+        (["data/default/t/detached/all_1_1_0/data.bin"], True),
+        (["data/default/t/all_1_1_0/p.proj/data.bin"], False),
+    ],
+)
+def test_a_base_says_whether_a_part_carries_a_mutation_version(
+    tmp_path: Path, names: list[str], versioned: bool
+) -> None:
+    """Only such a part can leave a restored table whose next mutation gets
+    a version its parts already carry (`archives._recount_blocks`)."""
+    files = [(name, name.encode(), "") for name in names]
+    path = _tar(tmp_path / "b.tar", [(n, d) for n, d, _ in files] + [(".backup", _listing(files))])
+    assert contents(path, "default").versioned is versioned
 
 
 @pytest.mark.parametrize(
