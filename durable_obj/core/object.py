@@ -3,7 +3,7 @@ state honest with each other.
 
     open  = read head -> take the lease (CAS) while the base and every WAL
             segment download in parallel -> verify -> RESTORE -> replay ->
-            re-assert the lease (CAS)
+            re-assert the lease (CAS) if that took over a heartbeat interval
     execute = classify -> pin or refuse -> run locally -> buffer (NOT durable)
     flush   = create the segment -> CAS the head          (durable on return)
     checkpoint = BACKUP -> create the base -> CAS the head with an empty WAL

@@ -3,7 +3,8 @@ copy and, for a writer, a lease proven held.
 
     read head -> check protocol -> check the lease is free -> start fetching
     the base and every segment -> engine -> create the object, or take the
-    lease (CAS) -> pin the session -> RESTORE -> replay -> re-assert the lease
+    lease (CAS) -> pin the session -> RESTORE -> replay -> re-assert the lease,
+    if the restore took longer than the heartbeat's interval (`_reassert`)
 
 The order is part of the contract: a writer open of an object leased
 elsewhere answers `lease_held` before anything local to this process can
@@ -98,6 +99,18 @@ def reclaim_rule(reclaim: object, owner: str | None) -> Callable[[str], bool] | 
         f"reclaim= is True, False or a callable (owner name -> bool), not "
         f"{type(reclaim).__name__}; nothing was opened"
     )
+
+
+def _reassert(writer: HeadWriter, options: Options) -> bool:
+    """Must a writer's open re-assert its lease before handing the writer
+    out? Only if the lease it took has less left than the heartbeat keeps
+    (`lease_ttl` minus its interval, at most lease_ttl / 3): a restore
+    slower than one interval. A faster one hands out a lease with at least
+    that much left, which the heartbeat renews one interval later, as it
+    renews every lease; so an open of a small object writes the head once,
+    not twice. (A takeover by force meanwhile fences this writer at its
+    next commit, as one just after the open does.)"""
+    return writer.expires_at - writer.clock.time() < options.lease_ttl - options.heartbeat
 
 
 class Opener:
@@ -232,7 +245,7 @@ class Opener:
                 if fetches is not None:
                     fetches.cancel()
                 raise
-        if not read_only:
+        if not read_only and _reassert(writer, options):
             # A slow restore can outlast the TTL: re-assert before handing out
             # a writer, so we never return one whose lease was already taken.
             writer.commit()
