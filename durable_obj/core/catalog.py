@@ -12,7 +12,10 @@ is one GET. It is a navigation hint, never the truth (each head.json is):
   proven stored (open, close, a checkpoint; never a flush, whose cost it would
   double), by compare-and-swap on this one key; a lost race re-reads and
   merges (writers touch disjoint rows: a merge replaces one row of the fresh
-  copy). The rows of one process are written together (`Writer`);
+  copy). The rows of one process are written together, on a thread of
+  their own (`Writer`): an open or checkpoint that queued a row does not
+  wait for it; a close does (a process may end right after it), and so do
+  a listing in the same process (`settle`) and the interpreter's exit;
 * a row never goes back: it does not replace a row of a newer (generation,
   seq), so a superseded writer's late update is dropped;
 * a failed update (after `ATTEMPTS` tries or `DEADLINE` seconds, or on a
@@ -35,6 +38,7 @@ head, and no more (docs/guides/operations.md, "The catalog").
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
@@ -231,50 +235,80 @@ def _by_id(row: object) -> str:
 
 
 class Writer:
-    """The catalog updates of one store's objects in this process: every row
-    put while a write is in flight goes out in the next one, one
-    compare-and-swap for all (a pool that opens a hundred objects writes
-    the catalog a few times, not a hundred). The caller that finds no write
-    in flight writes (`put`); the others wait for it, at most `DEADLINE`."""
+    """The catalog updates of one store's objects in this process, written
+    by a thread of their own: a writer's open, checkpoint or close queues
+    its row (`post`) and goes on, and every row queued while a write is in
+    flight goes out in the next one, one compare-and-swap for all (a pool
+    that opens a hundred objects writes the catalog a few times, not a
+    hundred). The thread ends when nothing is queued; the interpreter's
+    exit waits for it. A listing in this process waits for it first
+    (`settle`), so it sees what this process wrote."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Condition(threading.Lock())
         self._pending: dict[str, Row] = {}
-        self._busy = False
+        self._thread: threading.Thread | None = None
         self._started = 0
         self._finished = 0
         self._outcomes: dict[int, bool] = {}
 
-    def put(self, row: Row) -> bool:
-        """Write `row` (with any others pending). True once a catalog holds
-        it; False if it was dropped (logged) or is still waiting."""
-        deadline = time.monotonic() + DEADLINE
+    def post(self, row: Row) -> int:
+        """Queue `row` for the next write (with every row queued meanwhile),
+        made on this writer's thread; the number of that write (`put`)."""
+        inline = False
         with self._lock:
             self._pending[row["id"]] = row
             mine = self._started + 1
-            while self._busy and self._finished < mine:
-                if not self._lock.wait(max(0.0, deadline - time.monotonic())):
-                    return False  # still pending: the write in flight's leader takes it
-            if self._finished >= mine:
-                return self._outcomes.get(mine, False)
-            ok, first = False, True
-            # Lead: rounds until nothing is pending (or this caller's time is up:
-            # a waiter then leads, or the next put takes what is left).
-            while self._pending and (first or time.monotonic() < deadline):
-                first = False
-                batch, self._pending = self._pending, {}
-                self._busy, self._started = True, self._started + 1
-                self._lock.release()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._drain, name="durable_obj-catalog")
                 try:
-                    ok = self._write(batch)
-                finally:
-                    self._lock.acquire()
-                    self._busy, self._finished = False, self._started
-                    self._outcomes[self._finished] = ok
-                    self._outcomes.pop(self._finished - 64, None)
-                    self._lock.notify_all()
-            return self._outcomes.get(mine, ok)
+                    self._thread.start()
+                except RuntimeError:  # the interpreter is exiting: no new thread
+                    inline = True
+        if inline:
+            self._drain()
+        return mine
+
+    def put(self, row: Row) -> bool:
+        """`post` `row` and wait for its write, at most `DEADLINE`: True once
+        a catalog holds it; False if it was dropped (logged) or still waits."""
+        mine = self.post(row)
+        deadline = time.monotonic() + DEADLINE
+        with self._lock:
+            while self._finished < mine:
+                if not self._lock.wait(max(0.0, deadline - time.monotonic())):
+                    return False
+            return self._outcomes.get(mine, False)
+
+    def settle(self, timeout: float | None = None) -> bool:
+        """Wait until nothing is queued or being written; False if `timeout`
+        seconds passed first."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._thread is None, timeout)
+
+    def _drain(self) -> None:
+        """Write what is queued, round after round, until nothing is; never raises."""
+        with self._lock:
+            try:
+                while self._pending:
+                    batch, self._pending = self._pending, {}
+                    self._started += 1
+                    ok = False
+                    self._lock.release()
+                    try:
+                        ok = self._write(batch)
+                    except Exception:  # a hint: logged, never raised
+                        log.exception("%s: the catalog update failed", self.store.url)
+                    finally:
+                        self._lock.acquire()
+                        self._finished = self._started
+                        self._outcomes[self._finished] = ok
+                        self._outcomes.pop(self._finished - 64, None)
+                        self._lock.notify_all()
+            finally:
+                self._thread = None
+                self._lock.notify_all()
 
     def _write(self, rows: dict[str, Row]) -> bool:
         """One catalog update of `rows`: read, merge, compare-and-swap, again
@@ -337,16 +371,42 @@ def writer_of(store: Store) -> Writer:
         return found
 
 
-def put(store: Store, row: Row | None) -> bool:
-    """Write `row` into `store`'s catalog (module docstring); never raises.
-    None (no head held) writes nothing."""
+def _forked() -> None:
+    """In a fork's child: its parent's writer threads are not there."""
+    global _WRITERS, _WRITERS_LOCK
+    _WRITERS, _WRITERS_LOCK = weakref.WeakKeyDictionary(), threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows
+    os.register_at_fork(after_in_child=_forked)
+
+
+def put(store: Store, row: Row | None, *, wait: bool = False) -> None:
+    """Queue `row` for `store`'s catalog (module docstring): written on a
+    thread of its own, never raised; with `wait`, waited for (at most
+    `DEADLINE`): a close, after which a process may end at once
+    (`os._exit`, as a multiprocessing child does). None (no head held)
+    writes nothing."""
     if row is None:
-        return False
+        return
     try:
-        return writer_of(store).put(row)
+        writer = writer_of(store)
+        if wait:
+            writer.put(row)
+        else:
+            writer.post(row)
     except Exception:  # a hint: nothing here may fail a writer's call
         log.exception("%s: the catalog update failed", store.url)
-        return False
+
+
+def settle(timeout: float | None = 2 * DEADLINE) -> None:
+    """Wait until every row this process queued is written (or dropped):
+    what a listing here reads then shows them. At most `timeout` seconds
+    per store."""
+    with _WRITERS_LOCK:
+        writers = list(_WRITERS.values())
+    for writer in writers:
+        writer.settle(timeout)
 
 
 def note_writer(writer: HeadWriter) -> None:

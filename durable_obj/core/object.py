@@ -489,7 +489,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 raise
             self._local.teardown()
             self._state = _CLOSED
-        catalog.put(self._w.store, row)
+        catalog.put(self._w.store, row, wait=True)
 
     def _abandon(self) -> None:
         """What a SIGKILL leaves: no flush, no release, only local resources

@@ -36,6 +36,7 @@ def listing(store: Store) -> list[ObjectInfo] | None:
     no catalog this version reads (the caller lists instead). A row that does
     not fit the format is left out, with a warning."""
     where = f"{store.url.rstrip('/')}/{catalog.CATALOG_KEY}"
+    catalog.settle()  # the rows this process queued are in it first
     blob = store.get(catalog.CATALOG_KEY)
     if blob is None:
         return None
@@ -82,7 +83,7 @@ def note(store: Store, oid: str, head: Head | None) -> None:
     if head is None:
         return
     row = catalog.row_of(oid, head, head_bytes=len(head.to_bytes()), now=time.time())
-    catalog.put(store, row)
+    catalog.put(store, row, wait=True)
 
 
 def rebuild(store: Store) -> int:
@@ -91,6 +92,7 @@ def rebuild(store: Store) -> int:
     writer wrote while this ran are kept where newer (generation, seq).
     Returns the number of rows. Store errors are raised, as a LIST's are."""
     where = f"{store.url.rstrip('/')}/{catalog.CATALOG_KEY}"
+    catalog.settle()
     before = store.get(catalog.CATALOG_KEY)
     seen = _rows(before, where)
     rows = []

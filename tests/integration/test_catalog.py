@@ -40,6 +40,7 @@ def shared(infos: list[ObjectInfo]) -> list[tuple[Any, ...]]:
 
 
 def rows(store: Store) -> dict[str, dict[str, Any]]:
+    catalog.settle()  # the rows this process queued are written on a thread of their own
     blob = store.get(catalog.CATALOG_KEY)
     assert blob is not None
     return {r["id"]: r for r in json.loads(blob.data)["rows"]}
@@ -127,9 +128,11 @@ def test_a_namespace_with_objects_gets_its_catalog_from_a_rebuild(
     ns = durable_obj.Namespace(url, owner="w", storage_options=options)
     with ns.open("a") as obj:
         obj.execute(DDL)
+    catalog.settle()
     ns.store.delete(catalog.CATALOG_KEY)  # as before the catalog existed
     with ns.open("b") as obj:  # one writer among others starts none: it would hide them
         obj.execute(DDL)
+    catalog.settle()
     assert ns.store.get(catalog.CATALOG_KEY) is None
     assert [i.from_catalog for i in ns.list()] == [False, False]  # the LIST fallback
     assert ns.rebuild_catalog() == 2
@@ -151,8 +154,10 @@ def test_gc_fork_release_and_the_reserved_id(target: tuple[str, dict[str, Any]])
         obj.checkpoint()
         obj.execute("INSERT INTO m VALUES (1, 'x')")
         obj.checkpoint()
+    catalog.settle()
     before = ns.store.get(catalog.CATALOG_KEY)
     assert ns.gc("a", grace=0, retention=0).deleted  # it collected something, not the catalog
+    catalog.settle()
     after = ns.store.get(catalog.CATALOG_KEY)
     assert before is not None and after is not None and after.data == before.data
     holder = ns.open("a")
@@ -175,6 +180,7 @@ def test_an_encrypted_objects_row_holds_what_its_head_shows(
     with ns.open("vault", description="sealed") as obj:
         obj.execute(DDL)
         obj.execute("INSERT INTO m VALUES (1, 'a secret value')")
+    catalog.settle()
     blob = ns.store.get(catalog.CATALOG_KEY)
     assert blob is not None and b"a secret value" not in blob.data
     (info,) = durable_obj.Namespace(url, storage_options=options).list()  # no key needed

@@ -132,6 +132,8 @@ class CatalogMachine(RuleBasedStateMachine):
         except errors.DurableError:
             self.expected.pop(oid, None)
             return
+        finally:
+            catalog.settle()  # the row is written on a thread of its own
         if self._catalog_faults() == before:
             row = self._head_row(oid)
             if row is not None:
@@ -214,6 +216,7 @@ class CatalogMachine(RuleBasedStateMachine):
 
     @invariant()
     def sound(self) -> None:
+        catalog.settle()
         blob = self.inner.get(catalog.CATALOG_KEY)
         rows = {} if blob is None else {r["id"]: r for r in json.loads(blob.data)["rows"]}
         assert set(self.last) <= set(rows), "a row disappeared"
