@@ -216,3 +216,47 @@ def test_rows_put_at_once_in_one_process_all_land() -> None:
     # every put that answered True is there; a put still waiting is written by a later round
     assert all(stored[oid] == row(oid, 1, 2) for oid, ok in results.items() if ok)
     assert sum(results.values()) > 0
+
+
+class _Held(MemoryStore):
+    """A store whose catalog writes wait until `release` is set."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.release = threading.Event()
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        if key == catalog.CATALOG_KEY:
+            assert self.release.wait(10)
+        return super().create(key, data)
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        if key == catalog.CATALOG_KEY:
+            assert self.release.wait(10)
+        return super().replace(key, data, version)
+
+
+def test_a_queued_row_is_written_on_the_writers_thread_and_a_listing_waits_for_it() -> None:
+    """`put` (an open's, a checkpoint's) returns before the write; `settle`
+    (what a listing in the process calls first) waits until it is done; a
+    close's `put(wait=True)` waits for its own row."""
+    store = _Held(f"cat-{uuid.uuid4().hex}")
+    assert store.create("a/head.json", b"{}") is not None
+    catalog.put(store, row("a"))
+    assert store.get(catalog.CATALOG_KEY) is None  # queued; the write waits on the store
+    store.release.set()
+    catalog.settle()
+    blob = store.get(catalog.CATALOG_KEY)
+    assert blob is not None and json.loads(blob.data)["rows"] == [row("a")]
+    store.release.clear()
+    done = threading.Event()
+    closing = threading.Thread(
+        target=lambda: (catalog.put(store, row("a", 1, 2), wait=True), done.set())
+    )
+    closing.start()
+    assert not done.wait(0.2)  # the close waits for its row
+    store.release.set()
+    closing.join(10)
+    assert done.is_set()
+    blob = store.get(catalog.CATALOG_KEY)
+    assert blob is not None and json.loads(blob.data)["rows"] == [row("a", 1, 2)]
