@@ -250,9 +250,12 @@ def test_a_queued_row_is_written_on_the_writers_thread_and_a_listing_waits_for_i
     assert blob is not None and json.loads(blob.data)["rows"] == [row("a")]
     store.release.clear()
     done = threading.Event()
-    closing = threading.Thread(
-        target=lambda: (catalog.put(store, row("a", 1, 2), wait=True), done.set())
-    )
+
+    def close() -> None:
+        catalog.put(store, row("a", 1, 2), wait=True)
+        done.set()
+
+    closing = threading.Thread(target=close)
     closing.start()
     assert not done.wait(0.2)  # the close waits for its row
     store.release.set()
