@@ -118,6 +118,12 @@ class _Archive:
         try:
             members = self._tar.getmembers()
             names = [m.name for m in members]
+            odd_name = next((name for name in names if not tarcheck.plain(name)), None)
+            if odd_name is not None:  # a second name for a path (`./.backup`)
+                raise Corrupt(
+                    f"the base archive names an entry {odd_name[:80]!r}, not a plain relative "
+                    "path as an engine's archive names every entry"
+                )
             # read in place by the engine (a compressed one is unpacked first)
             if path.lower().endswith(".tar") and tarcheck.names(path) != names:
                 raise Corrupt("the base archive's entries read differently by two tar readers")

@@ -65,7 +65,7 @@ from durable_obj.errors import (
 from durable_obj.gate import restored
 from durable_obj.gate.known import UNAPPLIED
 from durable_obj.gate.quoting import quote_ident, quote_string
-from durable_obj.replica import links
+from durable_obj.replica import links, tarcheck
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
@@ -321,12 +321,19 @@ def unpacked(archive: str, into: str) -> Iterator[str]:
 def _unpack(archive: str, folder: str) -> None:
     budget = shutil.disk_usage(folder).free - RESERVE
     entries = size = 0
+    seen: set[str] = set()
     try:
         # a stream: one pass, a member at a time, even through gzip
         with tarfile.open(archive, "r|*") as tar:
             for member in tar:
                 entries += 1
                 size += member.size
+                if member.name in seen:  # the later one would replace what the gate read
+                    raise Refused(
+                        f"the base holds two entries named {member.name[:80]!r}; an engine's "
+                        "archive names each once, so the base was not restored"
+                    )
+                seen.add(member.name)
                 if entries > MAX_ENTRIES or size > budget:
                     raise TooLarge(
                         f"the base unpacks to more than {MAX_ENTRIES:,} entries or more bytes "
@@ -368,4 +375,6 @@ def _refusal(member: tarfile.TarInfo) -> str | None:
     parts = member.name.replace("\\", "/").split("/")
     if member.name.startswith("/") or ".." in parts:
         return "an absolute path or one with '..'"
+    if not tarcheck.plain(member.name):  # `./.backup` would replace `.backup`
+        return "not a plain relative path (a '.' or empty segment, or a backslash)"
     return None

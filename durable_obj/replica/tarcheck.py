@@ -18,6 +18,7 @@ with Python first, so RESTORE reads exactly what the gate read.)
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Mapping
 
 from durable_obj.errors import Corrupt
@@ -27,6 +28,21 @@ BLOCK = 512
 _USTAR = b"ustar\x0000"
 #: The pax keys an engine's archive may carry.
 PAX_KEYS = frozenset({"path", "size", "mtime", "atime", "ctime", "uid", "gid", "uname", "gname"})
+
+
+def plain(name: str) -> bool:
+    """Is `name` a plain relative path, the one way an engine's archive
+    names an entry: no leading '/', no '.' or '..' or empty segment, no
+    backslash? Only then is it the path the entry lands on when the
+    archive is unpacked: `./.backup` is a second name for `.backup`, and
+    the later one would replace what the gate read."""
+    return (
+        bool(name)
+        and "\\" not in name
+        and not name.startswith("/")
+        and posixpath.normpath(name) == name
+        and name != "."
+    )
 
 
 def _refuse(why: str) -> Corrupt:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable_obj.errors import Corrupt
+from durable_obj.replica import archives
 from durable_obj.replica.archive import contents, definitions
 
 VIEW = b"CREATE VIEW default.v (`s` String) AS SELECT s FROM default.t"
@@ -263,3 +264,30 @@ def test_a_file_is_read_where_the_engine_finds_it_by_size_and_checksum(tmp_path:
     )
     (found,) = definitions(path, "default")
     assert found.table == "v" and found.text == evil.decode()
+
+
+@pytest.mark.parametrize("second", ["./.backup", ".//.backup", "metadata/../.backup"])
+def test_a_second_name_for_an_entry_is_refused(tmp_path: Path, second: str) -> None:
+    """`./.backup` lands on `.backup` when the archive is unpacked (a
+    `.tar.gz`, or a table RESTORE cannot read in place): the later entry
+    would replace the listing the gate read. Both readers refuse it."""
+    listing = _listing([("metadata/default/v.sql", VIEW, "")])
+    decoy = _listing([("metadata/default/v.sql", EVIL, "")])
+    entries = [("metadata/default/v.sql", VIEW), (".backup", listing), (second, decoy)]
+    path = _tar(tmp_path / "b.tar", entries)
+    with pytest.raises(Corrupt, match="not a plain relative path"):
+        definitions(path, "default")
+    with (
+        pytest.raises(archives.Refused, match=r"not a plain relative path|one with '\.\.'"),
+        archives.unpacked(path, str(tmp_path)),
+    ):
+        pass
+
+
+def test_two_entries_of_one_name_are_not_unpacked(tmp_path: Path) -> None:
+    path = _tar(tmp_path / "b.tar", [(".backup", b"one"), (".backup", b"two")])
+    with (
+        pytest.raises(archives.Refused, match="two entries named"),
+        archives.unpacked(path, str(tmp_path)),
+    ):
+        pass
