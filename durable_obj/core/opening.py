@@ -101,16 +101,20 @@ def reclaim_rule(reclaim: object, owner: str | None) -> Callable[[str], bool] | 
     )
 
 
-def _reassert(writer: HeadWriter, options: Options) -> bool:
+def _reassert(writer: HeadWriter, options: Options, elapsed: float) -> bool:
     """Must a writer's open re-assert its lease before handing the writer
-    out? Only if the lease it took has less left than the heartbeat keeps
-    (`lease_ttl` minus its interval, at most lease_ttl / 3): a restore
-    slower than one interval. A faster one hands out a lease with at least
-    that much left, which the heartbeat renews one interval later, as it
-    renews every lease; so an open of a small object writes the head once,
-    not twice. (A takeover by force meanwhile fences this writer at its
-    next commit, as one just after the open does.)"""
-    return writer.expires_at - writer.clock.time() < options.lease_ttl - options.heartbeat
+    out? Only after a restore slower than one heartbeat interval (at most
+    lease_ttl / 3): `elapsed` seconds since the take, by the monotonic
+    clock, or the lease it took having less left than `lease_ttl` minus
+    that interval by the wall clock the lease is written in (either may
+    step). A faster one hands out a lease with at least that much left,
+    which the heartbeat renews one interval later, as it renews every
+    lease; so an open of a small object writes the head once, not twice.
+    (A takeover by force meanwhile fences this writer at its next commit,
+    as one just after the open does.)"""
+    interval = options.heartbeat
+    left = writer.expires_at - writer.clock.time()
+    return elapsed > interval or left < options.lease_ttl - interval
 
 
 class Opener:
@@ -228,6 +232,7 @@ class Opener:
                 if got.head.manifest.base is not None:
                     warm_catalog()  # the base's definitions are checked with it
                 restore.check_engine(engine, got.head)
+                taken_at = writer.clock.monotonic()
                 if read_only:
                     writer.adopt(got)
                 else:
@@ -245,7 +250,7 @@ class Opener:
                 if fetches is not None:
                     fetches.cancel()
                 raise
-        if not read_only and _reassert(writer, options):
+        if not read_only and _reassert(writer, options, writer.clock.monotonic() - taken_at):
             # A slow restore can outlast the TTL: re-assert before handing out
             # a writer, so we never return one whose lease was already taken.
             writer.commit()
