@@ -253,11 +253,15 @@ class Writer:
         self._finished = 0
         self._outcomes: dict[int, bool] = {}
 
-    def post(self, row: Row) -> int:
+    def post(self, row: Row, store: Store | None = None) -> int:
         """Queue `row` for the next write (with every row queued meanwhile),
-        made on this writer's thread; the number of that write (`put`)."""
+        made on this writer's thread with `store` (a client of this
+        writer's namespace: the newest given); the number of that write
+        (`put`)."""
         inline = False
         with self._lock:
+            if store is not None:
+                self.store = store
             self._pending[row["id"]] = row
             mine = self._started + 1
             if self._thread is None:
@@ -270,10 +274,10 @@ class Writer:
             self._drain()
         return mine
 
-    def put(self, row: Row) -> bool:
+    def put(self, row: Row, store: Store | None = None) -> bool:
         """`post` `row` and wait for its write, at most `DEADLINE`: True once
         a catalog holds it; False if it was dropped (logged) or still waits."""
-        mine = self.post(row)
+        mine = self.post(row, store)
         deadline = time.monotonic() + DEADLINE
         with self._lock:
             while self._finished < mine:
@@ -314,13 +318,14 @@ class Writer:
         """One catalog update of `rows`: read, merge, compare-and-swap, again
         on a lost race, until `ATTEMPTS` or `DEADLINE`. Never raises."""
         deadline = time.monotonic() + DEADLINE
-        where = f"{self.store.url.rstrip('/')}/{CATALOG_KEY}"
+        store = self.store  # one client for the whole update (`post` may name a newer one)
+        where = f"{store.url.rstrip('/')}/{CATALOG_KEY}"
         why, errors = "it kept changing", 0
         for attempt in range(ATTEMPTS):
             try:
-                blob = self.store.get(CATALOG_KEY)
+                blob = store.get(CATALOG_KEY)
                 if blob is None:
-                    others = self._others(rows)
+                    others = self._others(store, rows)
                     if others:
                         log.debug("%s: no catalog, and %s is not the only object", where, others)
                         return False
@@ -335,9 +340,9 @@ class Writer:
                     return True
                 body = dump(doc)
                 if blob is None:
-                    done = self.store.create(CATALOG_KEY, body)
+                    done = store.create(CATALOG_KEY, body)
                 else:
-                    done = self.store.replace(CATALOG_KEY, body, blob.version)
+                    done = store.replace(CATALOG_KEY, body, blob.version)
                 if done is not None:
                     return True
             except DurableError as exc:  # StoreAmbiguous included: the next read settles it
@@ -354,27 +359,33 @@ class Writer:
         )
         return False
 
-    def _others(self, rows: dict[str, Row]) -> str | None:
+    @staticmethod
+    def _others(store: Store, rows: dict[str, Row]) -> str | None:
         """An object folder here that none of `rows` is, if any."""
-        return next((n for n in self.store.list_folders() if valid_oid(n) and n not in rows), None)
+        return next((n for n in store.list_folders() if valid_oid(n) and n not in rows), None)
 
 
-_WRITERS: weakref.WeakKeyDictionary[Store, Writer] = weakref.WeakKeyDictionary()
+#: The writer of each namespace (by its store's URL) while it is in use: every
+#: object of one namespace in this process, whatever its store client (each
+#: `durable_obj.open` makes its own), queues its row with the same writer, so
+#: a burst of opens is one thread and a few writes, never a race of many
+#: compare-and-swaps on the one key (which dropped rows past `ATTEMPTS`).
+_WRITERS: weakref.WeakValueDictionary[str, Writer] = weakref.WeakValueDictionary()
 _WRITERS_LOCK = threading.Lock()
 
 
 def writer_of(store: Store) -> Writer:
     with _WRITERS_LOCK:
-        found = _WRITERS.get(store)
+        found = _WRITERS.get(store.url)
         if found is None:
-            found = _WRITERS[store] = Writer(store)
+            found = _WRITERS[store.url] = Writer(store)
         return found
 
 
 def _forked() -> None:
     """In a fork's child: its parent's writer threads are not there."""
     global _WRITERS, _WRITERS_LOCK
-    _WRITERS, _WRITERS_LOCK = weakref.WeakKeyDictionary(), threading.Lock()
+    _WRITERS, _WRITERS_LOCK = weakref.WeakValueDictionary(), threading.Lock()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows
@@ -392,9 +403,9 @@ def put(store: Store, row: Row | None, *, wait: bool = False) -> None:
     try:
         writer = writer_of(store)
         if wait:
-            writer.put(row)
+            writer.put(row, store)
         else:
-            writer.post(row)
+            writer.post(row, store)
     except Exception:  # a hint: nothing here may fail a writer's call
         log.exception("%s: the catalog update failed", store.url)
 

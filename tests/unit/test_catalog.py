@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 import uuid
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -263,3 +265,47 @@ def test_a_queued_row_is_written_on_the_writers_thread_and_a_listing_waits_for_i
     assert done.is_set()
     blob = store.get(catalog.CATALOG_KEY)
     assert blob is not None and json.loads(blob.data)["rows"] == [row("a", 1, 2)]
+
+
+class _Slow(MemoryStore):
+    """A client whose catalog requests take a round trip."""
+
+    def get(self, key: str) -> Any:
+        if key == catalog.CATALOG_KEY:
+            time.sleep(0.01)
+        return super().get(key)
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        if key == catalog.CATALOG_KEY:
+            time.sleep(0.01)
+        return super().replace(key, data, version)
+
+
+def test_the_objects_of_one_namespace_share_one_writer_whatever_their_client() -> None:
+    """Each `durable_obj.open` makes its own store client: their rows still
+    go through one writer (one thread, a few compare-and-swaps), never a
+    race of one writer each on the one key (which dropped rows under
+    latency: attack on 53fac9b)."""
+    name = f"cat-{uuid.uuid4().hex}"
+    clients = [_Slow(name) for _ in range(30)]
+    assert clients[0].create(catalog.CATALOG_KEY, catalog.dump(catalog.new_doc())) is not None
+    assert catalog.writer_of(clients[0]) is catalog.writer_of(clients[1])
+    peak, watching = [0], [True]
+
+    def watch() -> None:
+        while watching[0]:
+            alive = [t for t in threading.enumerate() if t.name == "durable_obj-catalog"]
+            peak[0] = max(peak[0], len(alive))
+            time.sleep(0.001)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    for n, client in enumerate(clients):
+        catalog.put(client, row(f"o{n:02d}"))
+    catalog.settle()
+    watching[0] = False
+    watcher.join()
+    blob = clients[-1].get(catalog.CATALOG_KEY)
+    assert blob is not None
+    assert [r["id"] for r in json.loads(blob.data)["rows"]] == [f"o{n:02d}" for n in range(30)]
+    assert peak[0] == 1
