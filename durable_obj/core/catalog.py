@@ -235,14 +235,15 @@ def _by_id(row: object) -> str:
 
 
 class Writer:
-    """The catalog updates of one store's objects in this process, written
-    by a thread of their own: a writer's open, checkpoint or close queues
-    its row (`post`) and goes on, and every row queued while a write is in
-    flight goes out in the next one, one compare-and-swap for all (a pool
-    that opens a hundred objects writes the catalog a few times, not a
-    hundred). The thread ends when nothing is queued; the interpreter's
-    exit waits for it. A listing in this process waits for it first
-    (`settle`), so it sees what this process wrote."""
+    """The catalog updates of one namespace's objects in this process,
+    written by a thread of their own: a writer's open or checkpoint queues
+    its row (`post`) and goes on, a close waits for its own (`put`), and
+    every row queued while a write is in flight goes out in the next one,
+    one compare-and-swap for all (a pool that opens a hundred objects
+    writes the catalog a few times, not a hundred). The thread ends when
+    nothing is queued; the interpreter's exit waits for it. A listing in
+    this process waits for it first (`settle`), so it sees what this
+    process wrote."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
