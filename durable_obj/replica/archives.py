@@ -323,8 +323,12 @@ def _unpack(archive: str, folder: str) -> None:
     entries = size = 0
     seen: set[str] = set()
     try:
-        # a stream: one pass, a member at a time, even through gzip
-        with tarfile.open(archive, "r|*") as tar:
+        # One member at a time, front to back, with the reader the gate read
+        # the archive with (`archive._Archive`): tarfile's stream mode ("r|*")
+        # inflates a gzip header's extra field that GzipFile skips, so one
+        # file could be two archives, one for the gate and one unpacked
+        # (an attack showed it).
+        with tarfile.open(archive, "r:*") as tar:
             for member in tar:
                 entries += 1
                 size += member.size

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import hashlib
 import io
+import struct
 import tarfile
 import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -291,3 +293,30 @@ def test_two_entries_of_one_name_are_not_unpacked(tmp_path: Path) -> None:
         archives.unpacked(path, str(tmp_path)),
     ):
         pass
+
+
+def _raw_deflate(data: bytes) -> bytes:
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    return packer.compress(data) + packer.flush()
+
+
+def test_a_gzip_header_extra_field_is_no_second_archive(tmp_path: Path) -> None:
+    """A gzip header's extra field holding a deflate stream of another tar:
+    GzipFile (the gate's reader) skips it, tarfile's stream mode inflated
+    it. Unpacking reads with the gate's reader: the same entries, the same
+    bytes (attack on 674af0c)."""
+    gate = _tar(tmp_path / "x.tar", [(".backup", b"the listing the gate read")])
+    other = _tar(tmp_path / "y.tar", [(".backup", b"a listing the gate never read")])
+    x, y = Path(gate).read_bytes(), Path(other).read_bytes()
+    pad = 0
+    for _ in range(50):  # an extra field of `pad` bytes that inflates to `pad` zeros, then y
+        extra = _raw_deflate(b"\0" * pad + y)
+        if len(extra) == pad:
+            break
+        pad = len(extra)
+    header = b"\x1f\x8b\x08\x04\0\0\0\0\x00\xff" + struct.pack("<H", len(extra))
+    trailer = struct.pack("<II", zlib.crc32(x), len(x))
+    path = tmp_path / "b.tar.gz"
+    path.write_bytes(header + extra + _raw_deflate(x) + trailer)
+    with archives.unpacked(str(path), str(tmp_path)) as folder:
+        assert (Path(folder) / ".backup").read_bytes() == b"the listing the gate read"
