@@ -257,8 +257,8 @@ class Writer:
     def post(self, row: Row, store: Store | None = None) -> int:
         """Queue `row` for the next write (with every row queued meanwhile),
         made on this writer's thread with `store` (a client of this
-        writer's namespace: the newest given); the number of that write
-        (`put`)."""
+        writer's namespace, made with the same options: the newest given);
+        the number of that write (`put`)."""
         inline = False
         with self._lock:
             if store is not None:
@@ -366,20 +366,24 @@ class Writer:
         return next((n for n in store.list_folders() if valid_oid(n) and n not in rows), None)
 
 
-#: The writer of each namespace (by its store's URL) while it is in use: every
-#: object of one namespace in this process, whatever its store client (each
+#: The writer of each namespace while it is in use, by its clients'
+#: `client_key` (the URL and the options they were made with): every object
+#: of one namespace in this process, whatever its store client (each
 #: `durable_obj.open` makes its own), queues its row with the same writer, so
 #: a burst of opens is one thread and a few writes, never a race of many
 #: compare-and-swaps on the one key (which dropped rows past `ATTEMPTS`).
+#: Clients of one URL on other endpoints or credentials (two tenants) never
+#: share one; a client with no key has a writer of its own.
 _WRITERS: weakref.WeakValueDictionary[str, Writer] = weakref.WeakValueDictionary()
 _WRITERS_LOCK = threading.Lock()
 
 
 def writer_of(store: Store) -> Writer:
+    key = store.client_key or f"{store.url}\n{id(store)}"
     with _WRITERS_LOCK:
-        found = _WRITERS.get(store.url)
+        found = _WRITERS.get(key)
         if found is None:
-            found = _WRITERS[store.url] = Writer(store)
+            found = _WRITERS[key] = Writer(store)
         return found
 
 

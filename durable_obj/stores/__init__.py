@@ -7,7 +7,9 @@ compare-and-swap (http, ftp, sftp, ...) is refused here, never emulated.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -158,7 +160,21 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
             f"{protocol}:// needs a package that is not installed ({exc.name}); run: {hint}"
         ) from exc
     cls: type[Store] = getattr(module, cls_name)
-    return cls(path, storage_options)  # type: ignore[call-arg]
+    store = cls(path, storage_options)  # type: ignore[call-arg]
+    store.client_key = _client_key(store.url, storage_options)
+    return store
+
+
+def _client_key(url: str, options: dict[str, Any] | None) -> str | None:
+    """`Store.client_key` of `url` opened with `options`: the URL and a
+    SHA-256 of the options as JSON (so no credential is kept as text);
+    None for options that are not plain JSON (a credential provider
+    object), which then compare with nothing."""
+    try:
+        text = json.dumps(options or {}, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return None
+    return f"{url}\n{hashlib.sha256(text.encode()).hexdigest()}"
 
 
 __all__ = [

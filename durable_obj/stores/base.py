@@ -100,6 +100,11 @@ class Store(abc.ABC):
     #: `read_into` streams a key as it arrives; False: it would read the
     #: whole key first (a reader that can, reads a local file instead).
     streams_reads: bool = False
+    #: Equal for two clients made by `open_store` of one URL with equal
+    #: options (endpoint, credentials: a digest, never the text), which may
+    #: stand in for each other (the catalog's writer); None when the
+    #: options are no plain data to compare.
+    client_key: str | None = None
 
     @property
     @abc.abstractmethod

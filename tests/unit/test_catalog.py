@@ -6,16 +6,18 @@ import json
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from durable_obj import errors
+from durable_obj import errors, stores
 from durable_obj.core import catalog
 from durable_obj.core.ops import ObjectInfo
 from durable_obj.service.addressing import check_oid
+from durable_obj.stores import open_store
 from durable_obj.stores.base import Version
 from durable_obj.stores.memory import MemoryStore
 
@@ -288,6 +290,8 @@ def test_the_objects_of_one_namespace_share_one_writer_whatever_their_client() -
     latency: attack on 53fac9b)."""
     name = f"cat-{uuid.uuid4().hex}"
     clients = [_Slow(name) for _ in range(30)]
+    for client in clients:  # as `open_store` keys them: one URL, the same options
+        client.client_key = open_store(f"memory://{name}").client_key
     assert clients[0].create(catalog.CATALOG_KEY, catalog.dump(catalog.new_doc())) is not None
     assert catalog.writer_of(clients[0]) is catalog.writer_of(clients[1])
     peak, watching = [0], [True]
@@ -309,3 +313,25 @@ def test_the_objects_of_one_namespace_share_one_writer_whatever_their_client() -
     assert blob is not None
     assert [r["id"] for r in json.loads(blob.data)["rows"]] == [f"o{n:02d}" for n in range(30)]
     assert peak[0] == 1
+
+
+def test_clients_of_one_url_with_other_options_never_share_a_writer(tmp_path: Path) -> None:
+    """Two tenants' clients of one URL on other endpoints or credentials
+    (attack on 674af0c: a row of one was written into the other's catalog,
+    with the other's credentials): one writer each. A client made with
+    equal options shares one; a client with no key (not made by
+    `open_store`) has its own."""
+    url = str(tmp_path / "ns")
+    a, b = open_store(url), open_store(url)
+    assert a.client_key is not None and a.client_key == b.client_key
+    assert catalog.writer_of(a) is catalog.writer_of(b)
+    other = open_store(url, {"fsync": False})
+    assert other.client_key != a.client_key
+    assert catalog.writer_of(other) is not catalog.writer_of(a)
+    key = stores._client_key("s3://b/ns", {"key": "k", "secret": "secret-value"})
+    assert key is not None and "secret-value" not in key
+    assert key != stores._client_key("s3://b/ns", {"key": "k", "secret": "another"})
+    assert stores._client_key("s3://b/ns", {"provider": object()}) is None
+    memory = f"cat-{uuid.uuid4().hex}"
+    alone, made = MemoryStore(memory), open_store(f"memory://{memory}")
+    assert alone.client_key is None and catalog.writer_of(alone) is not catalog.writer_of(made)
