@@ -32,12 +32,14 @@ import uuid
 import warnings
 from dataclasses import dataclass, field
 
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import durable_obj
 from durable_obj import errors
+from durable_obj.core import catalog
 from durable_obj.gate.isolation import RESERVED_PREFIX
 from durable_obj.replica.engine import Engine
 from durable_obj.stores.memory import MemoryStore
@@ -129,6 +131,10 @@ def _local_rows(obj: durable_obj.DurableObject) -> list[tuple[int, int]]:
 class MultiObjectMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
+        # the catalog's rows written before each call returns: no store call of
+        # one object's catalog row lands while a rule acts on another
+        self.patch = pytest.MonkeyPatch()
+        self.patch.setattr(catalog, "QUEUED", False)
         self.slots: list[Slot] = []
         #: the object(s) the last rule acted on; every other one must be unchanged
         self.touched: set[int] = set()
@@ -522,6 +528,7 @@ class MultiObjectMachine(RuleBasedStateMachine):
                     abandon(slot.obj)
                 for entry in slot.inner.list_keys():
                     slot.inner.delete(entry.key)
+            self.patch.undo()
 
 
 _PROFILE = os.environ.get("HYPOTHESIS_PROFILE", "ci")
