@@ -11,7 +11,7 @@ on a timer, a column's DEFAULT on insert, a TTL on merges. So each
 definition is judged as the statement that made it would be, twice:
 
 * before RESTORE, on the archive's own text (`check_definitions`, given
-  `replica.archive.definitions`): the engine's reading, `localize`
+  `replica.archive.contents`): the engine's reading, `localize`
   (another database, `merge()`, `file()`, a dictionary source with its own
   QUERY, HOST, USER, ... refused) and `reach.check` on the engine's parse
   (engines, dictionary sources and layouts, every function, settings, a

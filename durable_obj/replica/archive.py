@@ -157,11 +157,6 @@ class _Archive:
         self._tar.close()
 
 
-def definitions(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> list[Definition]:
-    """The definitions of `contents`."""
-    return contents(path, db, chain).definitions
-
-
 def contents(path: str, db: str, chain: Sequence[tuple[str, str]] = ()) -> Contents:
     """Every definition of a table of database `db` the archive at `path`
     holds, as RESTORE DATABASE `db` will read it; `Corrupt` if it cannot be

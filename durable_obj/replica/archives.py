@@ -376,9 +376,9 @@ def _refusal(member: tarfile.TarInfo) -> str | None:
     regular files under relative, plain paths and nothing else."""
     if not (member.isfile() or member.isdir()) or member.issparse():
         return "not a regular file or folder (a link, a device or a sparse file)"
-    parts = member.name.replace("\\", "/").split("/")
-    if member.name.startswith("/") or ".." in parts:
-        return "an absolute path or one with '..'"
     if not tarcheck.plain(member.name):  # `./.backup` would replace `.backup`
-        return "not a plain relative path (a '.' or empty segment, or a backslash)"
+        return (
+            "not a plain relative path (an absolute one, a '.', '..' or empty segment, "
+            "or a backslash)"
+        )
     return None

@@ -15,10 +15,14 @@ import pytest
 
 from durable_obj.errors import Corrupt
 from durable_obj.replica import archives
-from durable_obj.replica.archive import contents, definitions
+from durable_obj.replica.archive import Definition, contents
 
 VIEW = b"CREATE VIEW default.v (`s` String) AS SELECT s FROM default.t"
 EVIL = b"CREATE VIEW default.v (`s` String) AS SELECT * FROM file('/etc/passwd')"
+
+
+def definitions(path: str, db: str) -> list[Definition]:
+    return contents(path, db).definitions
 
 
 def _listing(files: list[tuple[str, bytes, str]], extra: str = "") -> bytes:
@@ -280,7 +284,7 @@ def test_a_second_name_for_an_entry_is_refused(tmp_path: Path, second: str) -> N
     with pytest.raises(Corrupt, match="not a plain relative path"):
         definitions(path, "default")
     with (
-        pytest.raises(archives.Refused, match=r"not a plain relative path|one with '\.\.'"),
+        pytest.raises(archives.Refused, match="not a plain relative path"),
         archives.unpacked(path, str(tmp_path)),
     ):
         pass
