@@ -192,6 +192,12 @@ def _start() -> None:
     args["backups.allowed_path"] = os.path.join(placed.root, "backups")
     if placed.config is not None:
         args["config-file"] = placed.config
+    if placed.kind == "ram":
+        # A tmpfs refuses the engine's default read (pread_threadpool first
+        # tries preadv2 with RWF_NOWAIT: EOPNOTSUPP), so every read of a
+        # part went through its thread pool: a scan of 100k rows took 130
+        # ms against 57 with plain pread, and BACKUP 33 against 20 ms.
+        args["local_filesystem_read_method"] = "pread"
     conn_str = placed.data + "?" + "&".join(f"{k}={v}" for k, v in args.items())
     try:
         anchor = _chdb().connect(conn_str)

@@ -46,13 +46,16 @@ anchor = server._SERVER["anchor"]
 disks = server.decoded(anchor.query(
     "SELECT p.disk_name, count() FROM system.parts AS p WHERE p.active "
     f"AND p.database = '{obj._local.engine.database}' GROUP BY p.disk_name ORDER BY 1", "TSV"))
+method = server.decoded(obj._local.engine._conn.query(
+    "SELECT getSetting('local_filesystem_read_method')", "TSV")).strip()
 if P.get("checkpoint"):
     obj.checkpoint()
 total = obj.rows("SELECT count(), sum(length(s)) FROM t")[0]
 obj.close()
 emit({"kind": placed.kind, "data": placed.data, "budget": placed.budget,
       "disks": dict(line.split("\\t") for line in disks.splitlines()),
-      "total": list(total), "data_exists_while_open": os.path.isdir(placed.data)})
+      "total": list(total), "data_exists_while_open": os.path.isdir(placed.data),
+      "read_method": method})
 """
 
 
@@ -71,6 +74,8 @@ def test_by_default_the_parts_are_in_memory_and_gone_at_exit(tmp_path: Path) -> 
     assert got["total"] == [1001, 1000 * 100 + 4]
     assert got["data_exists_while_open"]
     assert not os.path.exists(os.path.dirname(got["data"]))
+    # a tmpfs refuses the default read's RWF_NOWAIT: parts are read by pread
+    assert got["read_method"] == "pread"
 
 
 def test_disk_keeps_the_parts_in_the_temporary_folder(tmp_path: Path) -> None:
@@ -78,6 +83,7 @@ def test_disk_keeps_the_parts_in_the_temporary_folder(tmp_path: Path) -> None:
     assert got["kind"] == "disk"
     assert not got["data"].startswith(placement.RAM_FOLDER + os.sep)
     assert got["total"] == [1001, 1000 * 100 + 4]
+    assert got["read_method"] == "pread_threadpool"  # the engine's own default
 
 
 def test_a_budget_below_the_minimum_puts_auto_on_disk(tmp_path: Path) -> None:
