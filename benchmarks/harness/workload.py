@@ -46,6 +46,16 @@ BULK = (
 )
 
 
+#: What an agent asks of its memory after an open (`bases`: each timed after
+#: one untimed run, by both implementations and on the floor's bare chdb):
+#: a scan of every column, and a recall of the newest rows.
+QUERIES = {
+    "scan": "SELECT count(), sum(length(content)), sum(arraySum(embedding)) FROM memories",
+    "recall": "SELECT id, content FROM memories ORDER BY edited_at DESC LIMIT 10",
+}
+QUERY_RUNS = 5
+
+
 def values_sql(start: int, count: int) -> str:
     """One INSERT of `count` rows as `row_sql` writes each (~2.3 KB a row:
     a bulk load of an agent's memories, its rows as literals)."""

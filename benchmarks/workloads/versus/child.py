@@ -23,7 +23,7 @@ from typing import Any  # noqa: E402
 from harness.workload import BULK, DDL, row_sql, values_sql  # noqa: E402
 
 from workloads.versus import floors  # noqa: E402
-from workloads.versus.floors import ms_since, timed  # noqa: E402
+from workloads.versus.floors import ms_since, query_times, timed  # noqa: E402
 
 SPEC: dict[str, Any] = json.loads(sys.argv[1])
 IMPL: str = SPEC["impl"]
@@ -203,10 +203,12 @@ def phase_append() -> dict[str, Any]:
 
 
 def phase_open() -> dict[str, Any]:
-    """Read-only cold open; the clock started before either library was imported."""
+    """Read-only cold open, the clock started before either library was
+    imported; then the queries an agent asks after it (`query_times`)."""
     obj = open_obj(read_only=True)
     out: dict[str, Any] = {"open_ms": ms_since(T0)}
     out["rows"] = int(str(obj.query("SELECT count() FROM memories").data()).strip())
+    out.update(query_times(lambda sql: obj.query(sql, "CSV")))
     obj.close()
     return out
 

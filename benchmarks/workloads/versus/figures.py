@@ -15,6 +15,7 @@ from typing import Any
 from harness.procs import IMPLS, alternating, rotated, run_child
 from harness.report import OwnRow, Report, Row, median, p99
 from harness.servers import S3Server
+from harness.workload import QUERIES
 
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
 GOAL_FLOOR = 1.2  # issue 39: every row within 1.2x of its floor ...
@@ -111,12 +112,31 @@ class Bench:
                     if got["rows"] != floor:
                         raise RuntimeError(f"the open floor restored {got['rows']}, not {floor}")
                     self.keep(key, "floor", [got["open_ms"] / 1e3])
+                    self.keep_queries(key, "floor", got)
                     continue
                 got = self.child(impl, "open", self.oid(name, impl))
                 if got["rows"] != rows:
                     raise RuntimeError(f"{impl} opened {got['rows']} rows of {name}, not {rows}")
                 self.keep(key, impl, [got["open_ms"] / 1e3])
                 self.keep(f"rss_{key}", impl, [got["peak_rss_mib"]])
+                self.keep_queries(key, impl, got)
+
+    def keep_queries(self, key: str, impl: str, got: dict[str, Any]) -> None:
+        """The query times an open phase measured after its open (`QUERIES`)."""
+        for name in QUERIES:
+            if f"query_{name}_ms" in got:
+                self.keep(f"query_{name}_{key}", impl, got[f"query_{name}_ms"])
+
+    def query_rows(self, key: str, rows: int) -> None:
+        """A row per query of `QUERIES` after the cold opens of `key`, each
+        with its floor: the same query on the open floor's bare chdb, whose
+        database RESTOREd the same rows (the engine's defaults, its files in
+        the temporary folder)."""
+        for name in QUERIES:
+            qkey = f"query_{name}_{key}"
+            if set(self.samples.get(qkey, {})) >= {*IMPLS, "floor"}:
+                how = "the query on bare chdb after its RESTORE"
+                self.floored(f"query after open: {name}, {rows:,} rows", "ms", qkey, qkey, how)
 
     # -- figures ---------------------------------------------------------------
     def writes(self, raw: bool) -> None:
@@ -258,6 +278,7 @@ class Bench:
                         "verifies; boto3 download_file of it)",
                     )
                 )
+            self.query_rows(key, rows)
             self.row(
                 f"peak RSS, opening {rows:,} rows",
                 "MiB",

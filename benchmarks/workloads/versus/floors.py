@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any
 
-from harness.workload import BULK, DDL, row_sql
+from harness.workload import BULK, DDL, QUERIES, QUERY_RUNS, row_sql
 
 
 def ms_since(start: float) -> float:
@@ -20,6 +20,16 @@ def timed(fn: Any) -> float:
     start = time.perf_counter()
     fn()
     return ms_since(start)
+
+
+def query_times(run: Any) -> dict[str, list[float]]:
+    """`QUERIES` through `run(sql)`, each once untimed and then timed
+    `QUERY_RUNS` times: {"query_<name>_ms": [ms, ...]}."""
+    out: dict[str, list[float]] = {}
+    for name, sql in QUERIES.items():
+        run(sql)
+        out[f"query_{name}_ms"] = [timed(lambda sql=sql: run(sql)) for _ in range(QUERY_RUNS)]
+    return out
 
 
 def fsync_dir(path: str) -> None:
@@ -227,7 +237,9 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
 def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> dict[str, Any]:
     """The floor under a cold open, timed like phase_open from before any
     import: a fresh process that imports chdb, (on S3) downloads the
-    checkpoint floor's archive with bare boto3, and REstores it."""
+    checkpoint floor's archive with bare boto3, and REstores it; then the
+    floor under the queries after it (`query_times`), on that connection
+    with the engine's own defaults."""
     import os
     import tempfile
 
@@ -248,5 +260,7 @@ def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> 
         conn.query(f"REstore DATABASE bench FROM File('{archive}')", "CSV")
         out: dict[str, Any] = {"open_ms": ms_since(t0)}
         out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
+        conn.query("USE bench")
+        out.update(query_times(lambda sql: conn.query(sql, "CSV")))
         conn.close()
     return out
