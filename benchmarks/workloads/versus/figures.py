@@ -165,11 +165,14 @@ class Bench:
                 self.keep("bulk_ms", "raw", got["bulk_ms"])
             # the floor: the same publishes with nothing of durable_obj (on a
             # folder fsync'd in plain Python, also in the V1 layout; on S3 two
-            # bare conditional PUTs through obstore)
+            # bare conditional PUTs through obstore), each after the same
+            # INSERTs on a bare chdb in its process; and the publish alone
             head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
             spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
-            layouts = (("flat", "floor"), ("wal", "floor_v1")) if lean else (("flat", "floor"),)
-            for layout, prefix in layouts:
+            layouts = [("flat", "floor", True), ("flat", "floor_idle", False)]
+            if lean:
+                layouts.append(("wal", "floor_v1", True))
+            for layout, prefix, engine in layouts:
                 got = run_child(
                     {
                         **spec,
@@ -177,6 +180,7 @@ class Bench:
                         "store": self.store,
                         "head_bytes": head_bytes,
                         "layout": layout,
+                        "engine": engine,
                     }
                 )
                 for size in (1, 10, 100):
@@ -207,7 +211,20 @@ class Bench:
                 goal=1.0,
                 floor=floor,
                 floor_goal=GOAL_FOLDER_FLUSH if lean else GOAL_FLOOR,
-                note=f"floor: {how}" if size == 1 else "",
+                note=f"floor: the same INSERTs on bare chdb, then {how}" if size == 1 else "",
+            )
+        for size in (1, 10, 100):
+            self.report.add(
+                Row(
+                    self.label,
+                    f"  over the publish alone, {size}",
+                    "ms",
+                    median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
+                    median(self.samples[f"floor_idle_flush_{size}_ms"]["floor"]),
+                    note="right: the same publish in a process running no engine"
+                    if size == 1
+                    else "",
+                )
             )
         if lean:
             for size in (1, 10, 100):

@@ -114,14 +114,39 @@ def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
     return publish
 
 
+def bare_engine() -> Any:
+    """A bare chdb connection with the `memories` table, its part files in
+    a RAM folder when the machine has one (as durable_obj keeps them by
+    default), else in the temporary folder; its `query(sql)`."""
+    import os
+    import tempfile
+
+    import chdb._chdb as engine
+
+    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    path = tempfile.mkdtemp(prefix="bench-floor-engine-", dir=ram)
+    extra = "?local_filesystem_read_method=pread" if ram else ""
+    conn = engine.connect(os.path.join(path, "data") + extra)  # type: ignore[attr-defined]
+    conn.query("CREATE DATABASE bench")
+    conn.query("USE bench")
+    conn.query(DDL)
+    return conn
+
+
 def phase_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
     """The floor under phase_write's flushes: per flush, the same statements
     (one JSON line each) published as a segment and a head of `head_bytes`,
     with nothing of durable_obj: fsync'd files on a folder, two bare
-    conditional PUTs on S3."""
+    conditional PUTs on S3. With `spec["engine"]`, the statements are first
+    run (untimed) on a bare chdb in this process, as a flush follows the
+    INSERTs it publishes: the publish then meets what the engine does after
+    them (its background merges, on the same cores), as durable_obj's and
+    chdb.durable's flushes do; without it, the publish alone in an idle
+    process."""
     publish = (
         folder_publisher(spec, store) if store["kind"] == "local" else s3_publisher(spec, store)
     )
+    conn = bare_engine() if spec.get("engine") else None
     out: dict[str, Any] = {}
     n, k = 100_000, 0
     for size in (1, 10, 100):
@@ -130,7 +155,10 @@ def phase_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
             lines = []
             for _ in range(size):
                 n += 1
-                lines.append(json.dumps({"sql": row_sql(n)}) + "\n")
+                sql = row_sql(n)
+                if conn is not None:
+                    conn.query(sql)
+                lines.append(json.dumps({"sql": sql}) + "\n")
             segment = "".join(lines).encode()
             k += 1
             head = str(k).encode().ljust(spec["head_bytes"], b"h")
