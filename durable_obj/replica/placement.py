@@ -29,6 +29,14 @@ oldest parts there in the background (ClickHouse's `move_factor`). Metadata
 and BACKUP's scratch (`backups/`) stay on disk either way: an archive is as
 large as the object, and is written once per checkpoint or open.
 
+In memory the engine reads its parts with plain `pread`
+(`local_filesystem_read_method`, set by `server._start`): its default first
+asks for a page-cache read without blocking (`preadv2` with `RWF_NOWAIT`),
+which a tmpfs refuses, so every read went through its thread pool. Measured
+on a bare chdb: a scan of 100k rows took 130 ms that way against 57 ms with
+`pread` (54 ms with the files on disk), and BACKUP of 10k rows 33 against
+20 ms.
+
 A process killed with SIGKILL cannot remove its folders, and in memory
 they would hold RAM until the machine restarts. Each folder holds a lock
 (`.alive`, an `flock` the kernel drops when the process dies); the next

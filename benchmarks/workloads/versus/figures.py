@@ -265,7 +265,7 @@ class Bench:
             self.progress(f"{rows:,} rows: checkpoint + cold open + their floors", start)
             goal = rows == GOAL_ROWS
             local = self.s3 is None
-            how = "BACKUP + " + ("fsync" if local else "boto3 upload")
+            how = "BACKUP (parts in RAM, as ours) + " + ("fsync" if local else "boto3 upload")
             metric, key = f"checkpoint, {rows:,} rows", f"checkpoint_{rows}"
             self.floored(metric, "ms", key, f"ckpt_floor_{rows}", how, goal=0.1 if goal else None)
             self.checkpoint_floor_rows(rows)
@@ -282,7 +282,8 @@ class Bench:
             self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
             how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
             metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
-            self.floored(metric, "s", key, key, how + "RESTORE", goal=0.05 if goal else None)
+            how += "RESTORE (into RAM, as ours)"
+            self.floored(metric, "s", key, key, how, goal=0.05 if goal else None)
             for what, floor in self.open_floors.get(rows, []):
                 self.report.add(
                     Row(

@@ -114,19 +114,40 @@ def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
     return publish
 
 
-def bare_engine() -> Any:
-    """A bare chdb connection with the `memories` table, its part files in
-    a RAM folder when the machine has one (as durable_obj keeps them by
-    default), else in the temporary folder; its `query(sql)`."""
+#: Where durable_obj keeps an engine's part files by default, when this
+#: machine has it (a tmpfs); the floors' engines keep theirs there too.
+RAM = "/dev/shm"
+
+
+def engine_data(prefix: str) -> tuple[str, str]:
+    """(a new folder for a bare engine's data, the query string it connects
+    with): in the RAM folder when there is one, read with `pread`, as
+    durable_obj's engine by default (`replica/placement.py`); else in the
+    temporary folder with the engine's defaults. The caller removes it."""
     import os
     import tempfile
 
+    ram = RAM if os.path.isdir(RAM) and os.access(RAM, os.W_OK) else None
+    folder = tempfile.mkdtemp(prefix=prefix, dir=ram)
+    return folder, "local_filesystem_read_method=pread" if ram else ""
+
+
+def connect(folder: str, *args: str) -> Any:
+    """A bare chdb connection on `folder`/data with the settings `args`."""
+    import os
+
     import chdb._chdb as engine
 
-    ram = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    path = tempfile.mkdtemp(prefix="bench-floor-engine-", dir=ram)
-    extra = "?local_filesystem_read_method=pread" if ram else ""
-    conn = engine.connect(os.path.join(path, "data") + extra)  # type: ignore[attr-defined]
+    query = "&".join(a for a in args if a)
+    return engine.connect(  # type: ignore[attr-defined]
+        os.path.join(folder, "data") + (f"?{query}" if query else "")
+    )
+
+
+def bare_engine() -> Any:
+    """A bare chdb connection with the `memories` table, its files where
+    durable_obj keeps them (`engine_data`; left for the process's end)."""
+    conn = connect(*engine_data("bench-floor-engine-"))
     conn.query("CREATE DATABASE bench")
     conn.query("USE bench")
     conn.query(DDL)
@@ -188,11 +209,11 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
     phase_open_floor."""
     import hashlib
     import os
+    import shutil
     import tempfile
 
-    import chdb._chdb as engine
-
     local = store["kind"] == "local"
+    data, args = engine_data("bench-ckpt-floor-")
     with tempfile.TemporaryDirectory(prefix="bench-ckpt-floor-") as path:
         backups = (
             os.path.dirname(floor_archive(spec, store, 0))
@@ -200,9 +221,7 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
             else os.path.join(path, "backups")
         )
         os.makedirs(backups)
-        conn = engine.connect(  # type: ignore[attr-defined]
-            os.path.join(path, "data") + "?backups.allowed_path=" + backups
-        )
+        conn = connect(data, args, "backups.allowed_path=" + backups)
         conn.query("CREATE DATABASE bench")
         conn.query("USE bench")
         conn.query(DDL)
@@ -259,20 +278,22 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
                 for i in range(spec["repeat"])
             ]
             client.close()
+    shutil.rmtree(data, ignore_errors=True)
     return out
 
 
 def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> dict[str, Any]:
     """The floor under a cold open, timed like phase_open from before any
     import: a fresh process that imports chdb, (on S3) downloads the
-    checkpoint floor's archive with bare boto3, and REstores it; then the
-    floor under the queries after it (`query_times`), on that connection
-    with the engine's own defaults."""
+    checkpoint floor's archive with bare boto3, and REstores it into a
+    folder where durable_obj keeps its part files (`engine_data`); then the
+    floor under the queries after it (`query_times`), on that connection."""
     import os
+    import resource
+    import shutil
     import tempfile
 
-    import chdb._chdb as engine
-
+    data, args = engine_data("bench-open-floor-")
     with tempfile.TemporaryDirectory(prefix="bench-open-floor-") as path:
         if store["kind"] == "local":
             archive = floor_archive(spec, store, 0)
@@ -282,13 +303,13 @@ def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> 
             client.download_file(store["bucket"], floor_archive(spec, store, 0), archive)
             client.close()
         backups = os.path.dirname(archive)
-        conn = engine.connect(  # type: ignore[attr-defined]
-            os.path.join(path, "data") + "?backups.allowed_path=" + backups
-        )
+        conn = connect(data, args, "backups.allowed_path=" + backups)
         conn.query(f"REstore DATABASE bench FROM File('{archive}')", "CSV")
         out: dict[str, Any] = {"open_ms": ms_since(t0)}
         out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
+        out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         conn.query("USE bench")
         out.update(query_times(lambda sql: conn.query(sql, "CSV")))
         conn.close()
+    shutil.rmtree(data, ignore_errors=True)
     return out
