@@ -112,6 +112,7 @@ class Bench:
                     if got["rows"] != floor:
                         raise RuntimeError(f"the open floor restored {got['rows']}, not {floor}")
                     self.keep(key, "floor", [got["open_ms"] / 1e3])
+                    self.keep(f"rss_{key}", "floor", [got["peak_rss_mib"]])
                     self.keep_queries(key, "floor", got)
                     continue
                 got = self.child(impl, "open", self.oid(name, impl))
@@ -279,7 +280,9 @@ class Bench:
                         note="one row added: the default after a full one (the row above: full)",
                     )
                 )
-            self.row(f"stored base, {rows:,} rows", "MiB", f"size_{rows}")
+            self.samples[f"size_{rows}"]["floor"] = self.samples[f"ckpt_floor_{rows}"]["size_mib"]
+            how = "the BACKUP archive of the same rows by plain chdb"
+            self.floored(f"stored base, {rows:,} rows", "MiB", f"size_{rows}", f"size_{rows}", how)
             how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
             metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
             how += "RESTORE (into RAM, as ours)"
@@ -297,10 +300,12 @@ class Bench:
                     )
                 )
             self.query_rows(key, rows)
-            self.row(
+            self.floored(
                 f"peak RSS, opening {rows:,} rows",
                 "MiB",
                 f"rss_open_{rows}",
+                f"rss_open_{rows}",
+                "the open floor's process at its RESTORE",
                 goal=1.1 if goal or rows == MILLION else None,
             )
             if rows == MILLION:
@@ -327,7 +332,7 @@ class Bench:
                 got["backup_ms"], got.get("upload_ms") or got["fsync_ms"], strict=True
             )
         ]
-        for part in ("backup_ms", "fsync_ms", "upload_ms", "sha256_ms", "download_ms"):
+        for part in ("backup_ms", "fsync_ms", "upload_ms", "sha256_ms", "download_ms", "size_mib"):
             self.samples.setdefault(f"ckpt_floor_{rows}", {})[part] = got.get(part, [])
 
     def checkpoint_floor_rows(self, rows: int) -> None:

@@ -255,6 +255,7 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
 
         # what an open must do before it may show the base: verify its SHA-256
         out["sha256_ms"] = [timed(digest) for _ in range(spec["repeat"])]
+        out["size_mib"] = [os.path.getsize(archive) / 2**20]
         if not local:
             client = s3_client(store)
             out["upload_ms"] = [
