@@ -61,6 +61,8 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     assert {("local", "over SHA-256 of its base"), ("s3", "over SHA-256 of its base")} <= floors
     assert ("s3", "over boto3 download") in floors
     assert ("local", "flush, 1 buffered, over the V1-layout floor") in floors
+    # the flush floor runs the INSERTs; the publish alone beside it
+    assert {("local", "over the publish alone, 1"), ("s3", "over the publish alone, 100")} <= floors
     # issue 40: the listing from the catalog (first call, warm) and verified
     own = doc["own_rows"]
     for store in ("local", "s3"):
@@ -70,7 +72,9 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     # issue 39: every row of its table beside its floor, and durable_obj / floor judged
     floored = ("flush, 1 buffered", "flush, 100 buffered", "checkpoint, 200 rows")
     for store in ("local", "s3"):
-        for metric in (*floored, "cold open, base of 200 rows"):
+        queried = ("query after open: scan, 200 rows", "query after open: recall, 200 rows")
+        others = ("cold open, base of 200 rows", "stored base, 200 rows")
+        for metric in (*floored, *queried, *others, "peak RSS, opening 200 rows"):
             (row,) = [r for r in rows if (r["store"], r["metric"]) == (store, metric)]
             assert math.isfinite(row["floor"]) and row["floor"] > 0, row
             assert row["floor_goal"] in (1.2, 1.3) and row["floor_verdict"], row
