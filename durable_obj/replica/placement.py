@@ -29,7 +29,8 @@ oldest parts there in the background (ClickHouse's `move_factor`). Metadata
 and BACKUP's scratch (`backups/`) stay on disk either way: an archive is as
 large as the object, and is written once per checkpoint or open.
 
-In memory the engine reads its parts with plain `pread`
+On a RAM filesystem (the default in memory, or a caller's folder on a
+tmpfs) the engine reads its parts with plain `pread`
 (`local_filesystem_read_method`, set by `server._start`): its default first
 asks for a page-cache read without blocking (`preadv2` with `RWF_NOWAIT`),
 which a tmpfs refuses, so every read went through its thread pool. Measured
@@ -140,16 +141,29 @@ def _wanted() -> tuple[str, int | None]:
     return files, budget
 
 
+def _mounts() -> dict[str, str]:
+    """{mount point: filesystem type} of this machine ({} off Linux)."""
+    try:
+        with open("/proc/mounts", encoding="utf-8") as mounts:
+            return {f[1]: f[2] for f in (line.split() for line in mounts) if len(f) > 2}
+    except OSError:
+        return {}
+
+
 def ram_folder() -> str | None:
     """The RAM-backed folder this machine has, writable by us, or None."""
     if not os.path.isdir(RAM_FOLDER) or not os.access(RAM_FOLDER, os.W_OK | os.X_OK):
         return None
-    try:
-        with open("/proc/mounts", encoding="utf-8") as mounts:
-            kinds = {f[1]: f[2] for f in (line.split() for line in mounts) if len(f) > 2}
-    except OSError:
-        return None
-    return RAM_FOLDER if kinds.get(RAM_FOLDER) in _RAM_FS else None
+    return RAM_FOLDER if _mounts().get(RAM_FOLDER) in _RAM_FS else None
+
+
+def ram_backed(path: str) -> bool:
+    """Whether `path` (which may not exist yet) is on a RAM filesystem: the
+    mount holding it, the longest mount point it is below, is a tmpfs."""
+    real = os.path.realpath(path)
+    kinds = _mounts()
+    under = [m for m in kinds if real == m or real.startswith(m.rstrip("/") + "/")]
+    return bool(under) and kinds[max(under, key=len)] in _RAM_FS
 
 
 def usable_memory() -> int:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -84,6 +86,20 @@ def test_disk_keeps_the_parts_in_the_temporary_folder(tmp_path: Path) -> None:
     assert not got["data"].startswith(placement.RAM_FOLDER + os.sep)
     assert got["total"] == [1001, 1000 * 100 + 4]
     assert got["read_method"] == "pread_threadpool"  # the engine's own default
+
+
+def test_a_folder_of_the_callers_is_read_with_pread_only_on_a_tmpfs(tmp_path: Path) -> None:
+    shm = tempfile.mkdtemp(prefix="durable-obj-test-", dir=placement.RAM_FOLDER)
+    try:
+        got = _write(tmp_path / "a", {"DURABLE_OBJ_ENGINE_FILES": os.path.join(shm, "engine")})
+    finally:
+        shutil.rmtree(shm, ignore_errors=True)
+    assert got["kind"] == "folder" and got["data"].startswith(shm + os.sep)
+    assert got["read_method"] == "pread"
+    got = _write(tmp_path / "b", {"DURABLE_OBJ_ENGINE_FILES": str(tmp_path / "engine")})
+    assert got["kind"] == "folder" and got["total"] == [1001, 1000 * 100 + 4]
+    default = "pread" if placement.ram_backed(str(tmp_path)) else "pread_threadpool"
+    assert got["read_method"] == default
 
 
 def test_a_budget_below_the_minimum_puts_auto_on_disk(tmp_path: Path) -> None:

@@ -119,3 +119,24 @@ def test_a_folder_this_process_made_is_held(tmp_path) -> None:
     finally:
         os.close(placement._LOCKS.pop())
     assert placement._abandoned(made, 0)
+
+
+def test_ram_backed_reads_the_mount_a_path_is_on(tmp_path, monkeypatch) -> None:
+    """The mount holding a path is the longest mount point it is below;
+    a path that does not exist yet is judged by where it would be."""
+    mounts = {"/": "ext4", "/dev/shm": "tmpfs", "/dev/shm/disk": "ext4", "/mnt/r": "ramfs"}
+    monkeypatch.setattr(placement, "_mounts", lambda: mounts)
+    assert placement.ram_backed("/dev/shm/durable_obj-1/data")
+    assert placement.ram_backed("/mnt/r/not/made/yet")
+    assert not placement.ram_backed("/dev/shm/disk/data")  # a disk mounted below it
+    assert not placement.ram_backed("/dev/shmx/data")  # a name that only starts alike
+    assert not placement.ram_backed("/var/lib/data")
+    link = tmp_path / "to-shm"
+    link.symlink_to("/dev/shm")
+    assert placement.ram_backed(str(link / "data"))  # where it resolves to
+
+
+@pytest.mark.skipif(placement.ram_folder() is None, reason="needs a RAM-backed /dev/shm (Linux)")
+def test_ram_backed_on_this_machine() -> None:
+    assert placement.ram_backed(os.path.join(placement.RAM_FOLDER, "x", "data"))
+    assert not placement.ram_backed("/proc/self")  # procfs
