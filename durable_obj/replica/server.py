@@ -192,7 +192,7 @@ def _start() -> None:
     args["backups.allowed_path"] = os.path.join(placed.root, "backups")
     if placed.config is not None:
         args["config-file"] = placed.config
-    if placed.kind == "ram" or placement_mod.ram_backed(placed.data):
+    if placement_mod.ram_backed(placed.data):
         # A tmpfs refuses the engine's default read (pread_threadpool first
         # tries preadv2 with RWF_NOWAIT: EOPNOTSUPP), so every read of a
         # part went through its thread pool: a scan of 100k rows took 130
