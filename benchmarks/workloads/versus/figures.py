@@ -214,31 +214,25 @@ class Bench:
                 floor_goal=GOAL_FOLDER_FLUSH if lean else GOAL_FLOOR,
                 note=f"floor: the same INSERTs on bare chdb, then {how}" if size == 1 else "",
             )
-        for size in (1, 10, 100):
-            self.report.add(
-                Row(
-                    self.label,
-                    f"  over the publish alone, {size}",
-                    "ms",
-                    median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
-                    median(self.samples[f"floor_idle_flush_{size}_ms"]["floor"]),
-                    note="right: the same publish in a process running no engine"
-                    if size == 1
-                    else "",
-                )
-            )
+        # the same flushes beside another floor each: the publish alone, in
+        # a process running no engine; on a folder, the V1 layout's floor
+        beside = [("  over the publish alone, {}", "floor_idle", "the same publish, no engine")]
         if lean:
+            v1 = "flush, {} buffered, over the V1-layout floor"
+            beside.append((v1, "floor_v1", "the segment in wal/ too"))
+        for metric, prefix, what in beside:
             for size in (1, 10, 100):
                 self.report.add(
                     Row(
                         self.label,
-                        f"flush, {size} buffered, over the V1-layout floor",
+                        metric.format(size),
                         "ms",
                         median(self.samples[f"flush_{size}_ms"][IMPLS[0]]),
-                        median(self.samples[f"floor_v1_flush_{size}_ms"]["floor"]),
-                        note="right: the floor (the same, the segment in wal/ too)",
+                        median(self.samples[f"{prefix}_flush_{size}_ms"]["floor"]),
+                        note=f"right: the floor ({what})" if size == 1 else "",
                     )
                 )
+        if lean:
             for size in (1, 10, 100):
                 key = f"lean_flush_{size}_ms"
                 self.row(f"flush, {size} buffered, no fsync in either", "ms", key, goal=1.0)
