@@ -85,6 +85,34 @@ class ObjectRef(Model):
     size: int
     sha256: str
 
+    # Its JSON text once made (a slot: not a field, nor in __eq__ or a copy).
+    # A head names up to hundreds of refs and is written on every flush.
+    __slots__ = ("_json",)
+    _json: str
+
+    def json_text(self, extra: dict[str, Any] | None = None) -> str:
+        if extra:
+            return super().json_text(extra)
+        try:
+            return self._json
+        except AttributeError:
+            text = super().json_text()
+            object.__setattr__(self, "_json", text)
+            return text
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        self._forget()
+        super().__setattr__(name, value)
+
+    @property
+    def model_extra(self) -> dict[str, Any]:
+        self._forget()  # the caller may change what it is handed
+        return self._extra
+
+    def _forget(self) -> None:
+        with contextlib.suppress(AttributeError):
+            object.__delattr__(self, "_json")
+
 
 def stamp(ref: ObjectRef, *, committed_at: float, owner: str) -> ObjectRef:
     """`ref` with durable_obj's commit fields (when, by whom) as an extension."""
@@ -297,10 +325,14 @@ class Head(Model):
         field holding a lone surrogate (valid JSON escapes, no UTF-8) is
         written back escaped, as read. A non-finite number an unknown field
         holds is written as json.dumps writes it (Infinity)."""
-        doc = self.document()  # a new dict: this head keeps its own extension
-        ext = doc.get(EXTENSION)
-        doc[EXTENSION] = {**(ext if isinstance(ext, dict) else {}), NONCE: uuid.uuid4().hex}
-        body = dump_json(doc)
+        ext = self.model_extra.get(EXTENSION)
+        nonce = {EXTENSION: {**(ext if isinstance(ext, dict) else {}), NONCE: uuid.uuid4().hex}}
+        try:
+            body = self.json_text(nonce).encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: the whole head with escapes
+            doc = self.document()  # a new dict: this head keeps its own extension
+            doc.update(nonce)
+            body = dump_json(doc)
         if len(body) > MAX_HEAD_BYTES:
             raise LimitExceeded(
                 f"head.json would be {len(body)} bytes, over the V1 limit of {MAX_HEAD_BYTES}; "

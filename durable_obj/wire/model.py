@@ -15,6 +15,7 @@ The messages are pydantic's wording, so an error reads as it always did.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Self
@@ -248,6 +249,17 @@ class Model:
         out.update(self._extra)
         return out
 
+    def json_text(self, extra: dict[str, Any] | None = None) -> str:
+        """`document()` as compact JSON text, text as it is (not as escapes),
+        with the unknown fields in `extra` set (added last, or in place):
+        json.dumps of the same document, made of each nested model's own
+        `json_text` (which a model may keep: `ObjectRef`'s)."""
+        fields = self.__dict__
+        parts = [f"{_quote(name)}:{_json(fields[name])}" for name in self.FIELDS]
+        unknown = {**self._extra, **extra} if extra else self._extra
+        parts += [f"{_quote(name)}:{_json(value)}" for name, value in unknown.items()]
+        return "{" + ",".join(parts) + "}"
+
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.__dict__ == self.__dict__
 
@@ -274,6 +286,25 @@ def _dumped(value: Any) -> Any:
     if isinstance(value, list):
         return [_dumped(item) for item in value]
     return value
+
+
+_text = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_quote: Callable[[str], str] = json.encoder.encode_basestring
+
+
+def _json(value: Any) -> str:
+    """`value` as `_text` writes it; a string, a whole number or a list
+    without the encoder's set-up, a model as its `json_text`."""
+    kind = type(value)
+    if kind is str:
+        return _quote(value)
+    if kind is int:
+        return int.__repr__(value)
+    if isinstance(value, Model):
+        return value.json_text()
+    if kind is list:
+        return "[" + ",".join(map(_json, value)) + "]"
+    return _text(value)
 
 
 def _plain(value: Any) -> Any:

@@ -267,3 +267,55 @@ def test_a_lone_surrogate_read_is_written_back_escaped_everywhere() -> None:
     assert json.loads(catalog.dump({"rows": [{"description": "\ud800"}]}))["rows"][0] == {
         "description": "\ud800"
     }
+
+
+@given(
+    st.dictionaries(
+        st.text(max_size=8),
+        st.recursive(
+            st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+            lambda inner: (
+                st.lists(inner, max_size=3)
+                | st.dictionaries(st.text(max_size=5), inner, max_size=3)
+            ),
+            max_leaves=8,
+        ),
+        max_size=3,
+    ),
+    st.integers(0, 5),
+)
+def test_a_head_is_written_as_json_dumps_writes_its_document(
+    extra: dict[str, Any], refs: int
+) -> None:
+    """to_bytes splices each ref's kept JSON text into the head's: the bytes
+    are json.dumps's of the same document, whatever the unknown fields hold
+    (at the head, the manifest and a ref), and a ref changed after it was
+    written (a field set, its unknown fields handed out) is written anew."""
+    from durable_obj.wire.head import EXTENSION, NONCE, ObjectRef, stamp
+    from durable_obj.wire.untrusted import dump_json
+
+    doc = valid_doc()
+    doc.update({f"x{k}": v for k, v in extra.items()})
+    doc["manifest"].update({f"y{k}": v for k, v in extra.items()})
+    doc["manifest"]["wal"][0].update({f"z{k}": v for k, v in extra.items()})
+    head = Head.parse(json.dumps(doc).encode())
+    wal = head.manifest.wal
+    wal += [
+        stamp(
+            ObjectRef(key=f"wal/1-{i}-ab.jsonl", size=i, sha256=SHA), committed_at=i / 3, owner="wé"
+        )
+        for i in range(refs)
+    ]
+    head.manifest.wal = wal
+
+    def expected(body: bytes) -> bytes:
+        want = head.document()
+        want[EXTENSION] = {**want.get(EXTENSION, {}), NONCE: json.loads(body)[EXTENSION][NONCE]}
+        return dump_json(want)
+
+    body = head.to_bytes()
+    assert body == expected(body)
+    wal[0].size = 7
+    wal[-1].model_extra["late"] = [1.5, "é"]
+    body = head.to_bytes()
+    assert body == expected(body) and b'"late":[1.5,"\xc3\xa9"]' in body and b'"size":7' in body
