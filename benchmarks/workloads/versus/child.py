@@ -80,16 +80,27 @@ def phase_write() -> dict[str, Any]:
     obj.flush()
     out: dict[str, Any] = {"execute_ms": execute_latencies(obj.execute, SPEC["executes"])}
     obj.flush()
+    # durable_obj's flushes take turns with their floors' publishes
+    # (`floors.inline_floors`), the order turned every round
+    turns: dict[str, Any] = {"": None}
+    if SPEC.get("inline_floors"):
+        turns.update(floors.inline_floors(SPEC, STORE))
     n = 100_000
     for size in (1, 10, 100):
-        times = []
+        times: dict[str, list[float]] = {name: [] for name in turns}
         # small flushes are cheap and noisy: three times the samples
-        for _ in range(SPEC["flushes"] * (1 if size == 100 else 3)):
-            for _ in range(size):
-                n += 1
-                obj.execute(row_sql(n))
-            times.append(timed(obj.flush))
-        out[f"flush_{size}_ms"] = times
+        for turn in range(SPEC["flushes"] * (1 if size == 100 else 3)):
+            k = turn % len(turns)
+            for name in [*turns][k:] + [*turns][:k]:
+                if name:
+                    times[name].append(turns[name](n + 1, size, len(obj._w.head.to_bytes())))
+                else:
+                    for i in range(size):
+                        obj.execute(row_sql(n + 1 + i))
+                    times[name].append(timed(obj.flush))
+                n += size
+        for name, values in times.items():
+            out[f"{name}{'_' if name else ''}flush_{size}_ms"] = values
     out["bulk_ms"] = bulk_latencies(obj.execute, obj.flush)
     obj.close()
     return out

@@ -146,10 +146,12 @@ class Bench:
         lean = self.label == "local"  # durable_obj with fsync off: like for like
         for rep in range(self.args.repeat):
             for impl in alternating(rep):
-                got = self.child(impl, "write", self.oid(f"write{rep}", impl), **n)
+                inline = {"inline_floors": True} if impl == IMPLS[0] else {}
+                got = self.child(impl, "write", self.oid(f"write{rep}", impl), **n, **inline)
                 for key, values in got.items():
                     if isinstance(values, list):
-                        self.keep(key, impl, values)
+                        # floor*_flush_*: the floors' turns beside durable_obj's flushes
+                        self.keep(key, "floor" if key.startswith("floor") else impl, values)
             if lean:
                 store = {**self.store, "storage_options": {"fsync": False}}
                 spec = {"impl": IMPLS[0], "phase": "write", "oid": f"lean{rep}", "store": store}
@@ -164,28 +166,17 @@ class Bench:
                 got = run_child({"impl": "raw", "phase": "raw", **n})
                 self.keep("execute_ms", "raw", got["execute_ms"])
                 self.keep("bulk_ms", "raw", got["bulk_ms"])
-            # the floor: the same publishes with nothing of durable_obj (on a
+            # the floors: the same publishes with nothing of durable_obj (on a
             # folder fsync'd in plain Python, also in the V1 layout; on S3 two
             # bare conditional PUTs through obstore), each after the same
-            # INSERTs on a bare chdb in its process; and the publish alone
+            # INSERTs on a bare chdb connection, took turns with durable_obj's
+            # flushes in its process (above); here the publish alone, in a
+            # process of its own that runs no engine
             head_bytes = len(json.dumps(self.head(self.oid(f"write{rep}", IMPLS[0]))))
-            spec = {"impl": "floor", "phase": "floor", "oid": f"floor{rep}", **n}
-            layouts = [("flat", "floor", True), ("flat", "floor_idle", False)]
-            if lean:
-                layouts.append(("wal", "floor_v1", True))
-            for layout, prefix, engine in layouts:
-                got = run_child(
-                    {
-                        **spec,
-                        "oid": f"{prefix}{rep}",
-                        "store": self.store,
-                        "head_bytes": head_bytes,
-                        "layout": layout,
-                        "engine": engine,
-                    }
-                )
-                for size in (1, 10, 100):
-                    self.keep(f"{prefix}_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
+            spec = {"impl": "floor", "phase": "floor", "oid": f"floor_idle{rep}", **n}
+            got = run_child({**spec, "store": self.store, "head_bytes": head_bytes})
+            for size in (1, 10, 100):
+                self.keep(f"floor_idle_flush_{size}_ms", "floor", got[f"flush_{size}_ms"])
         self.progress("execute + flush", start)
         note = ""
         if raw:

@@ -144,48 +144,78 @@ def connect(folder: str, *args: str) -> Any:
     )
 
 
-def bare_engine() -> Any:
-    """A bare chdb connection with the `memories` table, its files where
-    durable_obj keeps them (`engine_data`; left for the process's end)."""
-    conn = connect(*engine_data("bench-floor-engine-"))
-    conn.query("CREATE DATABASE bench")
-    conn.query("USE bench")
-    conn.query(DDL)
-    return conn
-
-
 def phase_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
-    """The floor under phase_write's flushes: per flush, the same statements
-    (one JSON line each) published as a segment and a head of `head_bytes`,
-    with nothing of durable_obj: fsync'd files on a folder, two bare
-    conditional PUTs on S3. With `spec["engine"]`, the statements are first
-    run (untimed) on a bare chdb in this process, as a flush follows the
-    INSERTs it publishes: the publish then meets what the engine does after
-    them (its background merges, on the same cores), as durable_obj's and
-    chdb.durable's flushes do; without it, the publish alone in an idle
-    process."""
+    """The publish alone under phase_write's flushes: per flush, the same
+    statements (one JSON line each) published as a segment and a head of
+    `head_bytes`, with nothing of durable_obj (fsync'd files on a folder,
+    two bare conditional PUTs on S3), in a process that runs no engine. The
+    floors a flush is judged by also run the INSERTs first, as a flush
+    follows the INSERTs it publishes, and take turns with its flushes
+    (`inline_floors`)."""
     publish = (
         folder_publisher(spec, store) if store["kind"] == "local" else s3_publisher(spec, store)
     )
-    conn = bare_engine() if spec.get("engine") else None
     out: dict[str, Any] = {}
     n, k = 100_000, 0
     for size in (1, 10, 100):
         times = []
         for _ in range(spec["flushes"] * (1 if size == 100 else 3)):
-            lines = []
-            for _ in range(size):
-                n += 1
-                sql = row_sql(n)
-                if conn is not None:
-                    conn.query(sql)
-                lines.append(json.dumps({"sql": sql}) + "\n")
-            segment = "".join(lines).encode()
+            segment = segment_of(n + 1, size)
+            n += size
             k += 1
             head = str(k).encode().ljust(spec["head_bytes"], b"h")
             times.append(timed(lambda s=segment, h=head, k=k: publish(s, h, k)))
         out[f"flush_{size}_ms"] = times
     return out
+
+
+def segment_of(first: int, size: int, run: Any = None) -> bytes:
+    """The statements `row_sql(first)` .. `row_sql(first + size - 1)` as a
+    segment's JSON lines, each first run by `run` (a bare chdb's `query`)
+    when given, as a flush follows the INSERTs it publishes."""
+    lines = []
+    for n in range(first, first + size):
+        sql = row_sql(n)
+        if run is not None:
+            run(sql)
+        lines.append(json.dumps({"sql": sql}) + "\n")
+    return "".join(lines).encode()
+
+
+def inline_floors(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
+    """The floors of `phase_write`'s flushes measured in its own process,
+    each turn beside a flush: name -> `turn(first, size, head_bytes)`, which
+    runs the same INSERTs on a bare connection of the process's engine (in
+    a database of its own, untimed) and returns the ms of one publish of
+    their segment and a head of `head_bytes` (`phase_floor`'s publishers:
+    "floor" on the flat layout, on a folder also "floor_v1", the V1 layout).
+    A fsync here costs from 0.3 to 4 ms from one second to the next, so a
+    floor measured in another process, seconds away, moves a ratio by more
+    than the difference it is there to show."""
+    from durable_obj.replica import server
+
+    conn = server.connect()
+    conn.query("CREATE DATABASE IF NOT EXISTS bench_floor")
+    conn.query(f"CREATE TABLE bench_floor.{DDL.split('CREATE TABLE IF NOT EXISTS ')[1]}")
+
+    def into(sql: str) -> str:  # the floor's own table, never the object's
+        return sql.replace("INSERT INTO memories ", "INSERT INTO bench_floor.memories ", 1)
+
+    layouts = {"floor": "flat", **({"floor_v1": "wal"} if store["kind"] == "local" else {})}
+    turns: dict[str, Any] = {}
+    for name, layout in layouts.items():
+        each = {**spec, "oid": f"{spec['oid']}-{name}", "layout": layout}
+        publish = (
+            folder_publisher(each, store) if store["kind"] == "local" else s3_publisher(each, store)
+        )
+
+        def turn(first: int, size: int, head_bytes: int, publish: Any = publish) -> float:
+            segment = segment_of(first, size, lambda sql: conn.query(into(sql)))
+            head = str(first).encode().ljust(head_bytes, b"h")
+            return timed(lambda: publish(segment, head, first))
+
+        turns[name] = turn
+    return turns
 
 
 def floor_archive(spec: dict[str, Any], store: dict[str, Any], i: int) -> str:
