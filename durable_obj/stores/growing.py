@@ -31,6 +31,8 @@ from durable_obj.wire.v1base import DefaultBase
 
 #: How long a reader waits for more bytes before it looks again.
 _POLL = 0.002
+#: Bytes written between two of `sync_while_growing`'s syncs.
+SYNC_EVERY = 8 * 1024 * 1024
 
 
 class SourceFailed(DurableError):
@@ -88,14 +90,20 @@ class GrowingFile:
     def done(self) -> bool:
         return self._done.is_set()
 
-    def sync_while_growing(self, interval: float = 0.05) -> None:
-        """Until the producer ends, `fdatasync` what it has written every
-        `interval` seconds: the disk writes the archive while BACKUP still
-        produces it, and the fsync that publishes it waits for the tail only."""
-        while not self._done.wait(interval):
+    def sync_while_growing(self, every: int = SYNC_EVERY, poll: float = _POLL) -> None:
+        """Until the producer ends, `fdatasync` what it has written each time
+        `every` more bytes are there (looked at every `poll` seconds): the
+        disk writes the archive while BACKUP still produces it, and the
+        fsync that publishes it waits for the tail only. By bytes, not by
+        time: a sync every 50 ms never came during a checkpoint of 10k rows
+        (25 ms), and one every 2 ms would ask a disk to flush its cache 500
+        times a second."""
+        synced = 0
+        while not self._done.wait(poll):
             fd = self._descriptor()
-            if fd is not None:
+            if fd is not None and (size := os.fstat(fd).st_size) - synced >= every:
                 os.fdatasync(fd)
+                synced = size
 
     # -- readers -----------------------------------------------------------------------
     def _descriptor(self) -> int | None:
