@@ -43,7 +43,9 @@ def seal_read(
             sealed: deque[Future[bytes]] = deque()
 
             def drain(keep: int) -> None:
-                while len(sealed) > keep:
+                # what is sealed already is written now, not once `keep` wait:
+                # its hashing then runs while BACKUP still writes, not after
+                while len(sealed) > keep or (sealed and sealed[0].done()):
                     piece = sealed.popleft().result()
                     out.write(piece)
                     out.flush()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import time
 from pathlib import Path
 
 import pytest
@@ -55,3 +56,27 @@ def test_a_failed_read_fails_the_sealing() -> None:
 
     with pytest.raises(Gone):
         sealer.seal_read(KEY, OID, NAME, read, io.BytesIO(), size=16)
+
+
+def test_each_piece_is_written_once_sealed_not_once_more_are_in_flight(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A piece sealed is written (and hashed) while the archive still
+    grows, not held back until `IN_FLIGHT` more are read: with 16 allowed
+    in flight and 8 chunks that come 20 ms apart (BACKUP still writing),
+    pieces are in the output before the archive's end is read."""
+    monkeypatch.setattr(sealer, "IN_FLIGHT", 16)
+    out = io.BytesIO()
+    written: list[int] = []
+
+    def read(at: int, n: int) -> bytes:
+        written.append(len(out.getbuffer()))
+        if at:
+            time.sleep(0.02)
+        return b"x" * n if at < 8 * n else b""
+
+    digest = sealer.seal_read(KEY, OID, NAME, read, out, size=16)
+    assert digest.result()[0] == len(out.getvalue())
+    assert max(written) > HEADER_SIZE, f"nothing written while the archive grew: {written}"
+    opener = Unsealer({KEY.id: KEY}, "static:test")
+    assert b"".join(opener.open_chunks(OID, NAME, [out.getvalue()], what="base")) == b"x" * 128
