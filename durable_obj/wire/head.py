@@ -113,6 +113,9 @@ class ObjectRef(Model):
         with contextlib.suppress(AttributeError):
             object.__delattr__(self, "_json")
 
+    def __getstate__(self) -> dict[str, Any]:  # a pickle or a copy: the fields only
+        return self.__dict__
+
 
 def stamp(ref: ObjectRef, *, committed_at: float, owner: str) -> ObjectRef:
     """`ref` with durable_obj's commit fields (when, by whom) as an extension."""

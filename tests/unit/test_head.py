@@ -319,3 +319,15 @@ def test_a_head_is_written_as_json_dumps_writes_its_document(
     wal[-1].model_extra["late"] = [1.5, "é"]
     body = head.to_bytes()
     assert body == expected(body) and b'"late":[1.5,"\xc3\xa9"]' in body and b'"size":7' in body
+
+
+def test_a_ref_whose_text_is_kept_pickles_and_copies_as_its_fields() -> None:
+    import copy
+    import pickle
+
+    from durable_obj.wire.head import ObjectRef, stamp
+
+    ref = stamp(ObjectRef(key="wal/1-2-ab.jsonl", size=1, sha256=SHA), committed_at=1.0, owner="w")
+    text = ref.json_text()
+    for twin in (pickle.loads(pickle.dumps(ref)), copy.deepcopy(ref), copy.copy(ref)):
+        assert twin == ref and twin.json_text() == text
