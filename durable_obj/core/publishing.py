@@ -11,10 +11,10 @@ here.
 `commit_segment` and `commit_base` are a writer's flush and checkpoint:
 publish the segment (or the base, and the manifest it supersedes), then
 commit it into the head with `HeadWriter.commit` (`commit.py`, the one head
-writer). A flush hands the segment's publish to that commit as `first`,
-which runs it before the head write (`Store.replace_after`: a store may
-stage the head meanwhile, where no reader sees it; none here does). On
-failure the head is as it was.
+writer). A flush hands the segment's publish to that commit as `first`: a
+folder store writes and fsyncs the new head beside the old one meanwhile,
+and renames it only once the segment is durable (`Store.replace_after`).
+On failure the head is as it was.
 """
 
 from __future__ import annotations
@@ -69,8 +69,8 @@ def commit_segment(
     manifest.wal = [*manifest.wal, ref]
     manifest.seq = seq
     try:
-        # The segment is published before the head that names it can land
-        # (`Store.replace_after`).
+        # The segment is published before the head that names it can land;
+        # a folder stages that head meanwhile (`Store.replace_after`).
         writer.commit(first=segment)
     except BaseException:
         manifest.wal, manifest.seq = saved

@@ -188,10 +188,10 @@ class Store(abc.ABC):
     ) -> Version | None:
         """`replace`, once `first()` (the publish of what `data` names: a
         flush's segment) has returned; its error is raised and nothing is
-        replaced. A store may write `data` meanwhile where no reader sees it,
-        but the replace never lands before `first()` returned, and on any
-        answer but an error of `first()` it has run. By default (every store
-        here): `first()`, then `replace`."""
+        replaced. A store may write `data` meanwhile where no reader sees it
+        (a folder: the staged file and its fsync), but the replace never
+        lands before `first()` returned, and on any answer but an error of
+        `first()` it has run. By default: `first()`, then `replace`."""
         first()
         return self.replace(key, data, version)
 

@@ -7,12 +7,10 @@ renamed over the key and the folder is fsynced. Every file this store
 writes (`_write`) is stamped with a fresh nonce in an extended attribute of
 its inode before it is linked or renamed into place (`file.py` says why).
 
-A flush's head write (`replace_after`) comes after its segment's publish,
-on the caller's thread. Staging the head on a worker meanwhile, so the two
-fsyncs overlapped, was measured slower or no faster on ext4 (whose journal
-commits one fsync after another) at every flush size, idle and under a
-writer's load, and cost 0.33 ms of handing over per flush on a tmpfs
-(docs/performance.md).
+`replace_after` is a flush's head write: the lock, the compare, and the temp
+file with its fsync are made on a worker while the caller publishes the
+segment the new head names, so the two fsyncs overlap. The rename waits for
+the segment: a head never names a segment that is not durable.
 """
 
 from __future__ import annotations
@@ -21,9 +19,11 @@ import contextlib
 import fcntl
 import hashlib
 import os
+import threading
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from durable_obj.errors import BackendError
@@ -88,6 +88,21 @@ class _Staged:
     version: Version
 
 
+#: The workers that stage a head beside its key while a segment is published
+#: (`FileStore.replace_after`), with the process that started them: a forked
+#: child starts its own (a parent's workers do not exist there).
+_STAGER: tuple[int, ThreadPoolExecutor] | None = None
+_STAGER_LOCK = threading.Lock()
+
+
+def _stager() -> ThreadPoolExecutor:
+    global _STAGER
+    with _STAGER_LOCK:
+        if _STAGER is None or _STAGER[0] != os.getpid():
+            _STAGER = (os.getpid(), ThreadPoolExecutor(8, thread_name_prefix="durable_obj-stage"))
+        return _STAGER[1]
+
+
 class FolderSwap(ConfinedFolder):
     """The compare-and-swap of a folder store (`FileStore`)."""
 
@@ -125,6 +140,25 @@ class FolderSwap(ConfinedFolder):
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         staged = self._stage(key, data, version)
+        return None if staged is None else self._land(key, staged)
+
+    def replace_after(
+        self, key: str, data: bytes, version: Version, first: Callable[[], None]
+    ) -> Version | None:
+        """`first()` on this thread while a worker takes the key's lock,
+        compares and writes and fsyncs the new bytes to a temp file (unseen:
+        nothing renames it yet); then the rename and the folder's fsync.
+        Their fsyncs overlap; the rename still comes after `first()` (every
+        fsync it makes, the segment's and its folder's) returned."""
+        if not self._fsync:
+            return super().replace_after(key, data, version, first)
+        future = _stager().submit(self._stage, key, data, version)
+        try:
+            first()
+            staged = future.result()
+        except BaseException:
+            future.add_done_callback(self._abandon)  # whenever the worker ends
+            raise
         return None if staged is None else self._land(key, staged)
 
     def _stage(self, key: str, data: bytes, version: Version) -> _Staged | None:
@@ -196,6 +230,15 @@ class FolderSwap(ConfinedFolder):
         finally:
             os.close(staged.lock)
             os.close(staged.dfd)
+
+    def _abandon(self, future: Future[_Staged | None]) -> None:
+        """A staging whose `first()` failed: undo it once it is done."""
+        if future.cancelled() or future.exception() is not None:
+            return
+        staged = future.result()
+        if staged is not None:
+            with contextlib.suppress(OSError):
+                self._drop(staged)
 
     def _lock(self, fd: int, key: str) -> None:
         """An exclusive flock on `fd`, waited for at most `lock_wait`

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -51,24 +52,27 @@ class TestFileStore(SharedStoreTests):
         # the lock file beside the head is the store's, not a key
         assert [e.key for e in store.list_keys()] == ["o/head.json"]
 
-    def test_replace_after_writes_nothing_of_the_head_before_first(
-        self, store: Store, tmp_path: Path
-    ) -> None:
-        """While `first()` runs (the segment's publish) nothing of the new
-        head is written yet: no temp file, the key holds the old bytes; a
-        failed `first()` leaves the key as it was and no file behind."""
+    def test_replace_after_stages_beside_the_key(self, store: Store, tmp_path: Path) -> None:
+        """While `first()` runs the new bytes are staged unseen (a temp file
+        the listing skips), the key still holds the old ones; a failed
+        `first()` leaves no staged file behind."""
         v1 = store.create("o/head.json", b"one")
         assert v1 is not None
         folder = tmp_path / "root" / "o"
-        seen: list[list[str]] = []
+        staged: list[list[str]] = []
         old = [b"one"]
 
         def first() -> None:
-            seen.append(sorted(os.listdir(folder)))
+            deadline = time.monotonic() + 10
+            while not any(n.endswith(".tmp") for n in os.listdir(folder)):
+                assert time.monotonic() < deadline, "the head was never staged"
+                time.sleep(0.001)
+            staged.append(sorted(os.listdir(folder)))
+            assert [e.key for e in store.list_keys("o")] == ["o/head.json"]
             assert (folder / "head.json").read_bytes() == old[0]
 
         v2 = store.replace_after("o/head.json", b"two", v1, first)
-        assert v2 is not None and seen == [["head.json"]]
+        assert v2 is not None and len(staged) == 1
         assert (folder / "head.json").read_bytes() == b"two"
         old[0] = b"two"
 
@@ -78,7 +82,10 @@ class TestFileStore(SharedStoreTests):
 
         with pytest.raises(BackendError):
             store.replace_after("o/head.json", b"three", v2, failing)
-        assert not any(n.endswith(".tmp") for n in os.listdir(folder))
+        deadline = time.monotonic() + 10
+        while any(n.endswith(".tmp") for n in os.listdir(folder)):  # dropped by the worker
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
         assert store.get("o/head.json") == Blob(b"two", v2)
 
     def test_same_bytes_new_token(self, store: Store) -> None:
