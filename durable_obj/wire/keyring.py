@@ -200,6 +200,10 @@ class Keys:
         self.oid, self.url, self.provider = oid, url, provider
         self._unwrapped: dict[tuple[str, str], DataKey] = {}
         self._lock = threading.Lock()
+        #: The last codec made, with the encryption section (the very dict,
+        #: which nothing changes in place: a rotation or a rewrap sets a new
+        #: one, a head read makes new ones), provider and zstd it was made for.
+        self._made: tuple[object, KeyProvider | None, bool, Codec] | None = None
 
     def check(self, head: Head) -> None:
         """Refuse, before anything is changed, an encrypted head without a
@@ -224,6 +228,12 @@ class Keys:
         zstd = is_compressed(head)
         if not is_encrypted(head):
             return Codec(self.oid, zstd=zstd)
+        # A flush asks for every segment: the section is checked and its
+        # keys looked up once for each section dict, not once per flush.
+        raw = head.extension().get(ENCRYPTION)
+        made = self._made
+        if made is not None and made[0] is raw and made[1] is self.provider and made[2] == zstd:
+            return made[3]
         self.check(head)
         assert self.provider is not None
         section = _section(head)
@@ -236,7 +246,9 @@ class Keys:
                 active = key
         if active is None:
             raise Corrupt(f"{self.url}: the head's active data key is not in its key list")
-        return Codec(self.oid, key=active, opener=Unsealer(keys, kek_of(head) or "?"), zstd=zstd)
+        codec = Codec(self.oid, key=active, opener=Unsealer(keys, kek_of(head) or "?"), zstd=zstd)
+        self._made = (raw, self.provider, zstd, codec)
+        return codec
 
     def _key(self, entry: dict[str, Any]) -> DataKey:
         assert self.provider is not None
