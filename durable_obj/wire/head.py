@@ -36,6 +36,7 @@ from durable_obj.wire.model import (
     after,
     finite,
     integer,
+    json_copy,
     list_of,
     model,
     non_empty,
@@ -85,33 +86,28 @@ class ObjectRef(Model):
     size: int
     sha256: str
 
-    # Its JSON text once made (a slot: not a field, nor in __eq__ or a copy).
-    # A head names up to hundreds of refs and is written on every flush.
+    # Its JSON text once made, with a copy of the values it was made from (a
+    # slot: not a field, nor in __eq__ or a copy). A head names up to
+    # hundreds of refs and is written on every flush; a hit compares the ref
+    # with that copy, so a change made any way (a field set, an unknown
+    # field changed through a reference shared with a copy or a document,
+    # another thread) writes the text anew. Equal as Python compares: an
+    # unknown 1 changed in place to 1.0 or True would keep its text.
     __slots__ = ("_json",)
-    _json: str
+    _json: tuple[str, tuple[str, int, str], dict[str, Any]]
 
     def json_text(self, extra: dict[str, Any] | None = None) -> str:
         if extra:
             return super().json_text(extra)
-        try:
-            return self._json
-        except AttributeError:
-            text = super().json_text()
-            object.__setattr__(self, "_json", text)
-            return text
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        self._forget()
-        super().__setattr__(name, value)
-
-    @property
-    def model_extra(self) -> dict[str, Any]:
-        self._forget()  # the caller may change what it is handed
-        return self._extra
-
-    def _forget(self) -> None:
-        with contextlib.suppress(AttributeError):
-            object.__delattr__(self, "_json")
+        kept: tuple[str, tuple[str, int, str], dict[str, Any]] | None = getattr(self, "_json", None)
+        fields = (self.key, self.size, self.sha256)
+        if kept is not None and kept[1] == fields and kept[2] == self._extra:
+            return kept[0]
+        values = json_copy(self._extra)
+        text = super().json_text()
+        if (self.key, self.size, self.sha256) == fields and self._extra == values:
+            object.__setattr__(self, "_json", (text, fields, values))  # unchanged meanwhile
+        return text
 
     def __getstate__(self) -> dict[str, Any]:  # a pickle or a copy: the fields only
         return self.__dict__

@@ -237,7 +237,7 @@ class Model:
 
     def model_dump(self, *, mode: str = "json", exclude: set[str] | None = None) -> dict[str, Any]:
         """The document, a copy: declared fields in order, then the unknown ones."""
-        out: dict[str, Any] = _plain(self.document())
+        out: dict[str, Any] = json_copy(self.document())
         for name in exclude or ():
             out.pop(name, None)
         return out
@@ -307,10 +307,10 @@ def _json(value: Any) -> str:
     return _text(value)
 
 
-def _plain(value: Any) -> Any:
+def json_copy(value: Any) -> Any:
     """A copy of JSON values (dicts and lists new, the rest immutable)."""
     if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
+        return {k: json_copy(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_plain(item) for item in value]
+        return [json_copy(item) for item in value]
     return value

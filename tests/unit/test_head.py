@@ -331,3 +331,26 @@ def test_a_ref_whose_text_is_kept_pickles_and_copies_as_its_fields() -> None:
     text = ref.json_text()
     for twin in (pickle.loads(pickle.dumps(ref)), copy.deepcopy(ref), copy.copy(ref)):
         assert twin == ref and twin.json_text() == text
+
+
+def test_a_ref_changed_through_a_shared_reference_is_written_as_it_now_is() -> None:
+    """A ref's kept text is compared with the ref on every use: its unknown
+    fields changed through a copy that shares them, or through a document
+    whose values are shared, are written as they now are."""
+    import copy
+
+    from durable_obj.wire.head import EXTENSION, NONCE
+    from durable_obj.wire.untrusted import dump_json
+
+    doc = valid_doc()
+    doc["manifest"]["wal"][0]["x"] = {"n": 1}
+    head = Head.parse(json.dumps(doc).encode())
+    ref = head.manifest.wal[0]
+    head.to_bytes()  # the ref's text is kept
+    copy.copy(ref).model_extra["added"] = 1  # a copy shares the unknown fields
+    head.document()["manifest"]["wal"][0]["x"]["n"] = 2  # a document shares their values
+    body = head.to_bytes()
+    want = head.document()
+    want[EXTENSION] = {**want.get(EXTENSION, {}), NONCE: json.loads(body)[EXTENSION][NONCE]}
+    assert body == dump_json(want)
+    assert json.loads(body)["manifest"]["wal"][0]["x"] == {"n": 2}
