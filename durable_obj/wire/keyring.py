@@ -32,6 +32,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Final
 
 from durable_obj.errors import Corrupt, InvalidArgument, KeyRefused
+from durable_obj.wire.model import json_copy
 from durable_obj.wire.protocol import COMPRESSED_FEATURE, ENCRYPTED_FEATURE
 from durable_obj.wire.sealing import Codec, DataKey, Unsealer
 
@@ -200,10 +201,9 @@ class Keys:
         self.oid, self.url, self.provider = oid, url, provider
         self._unwrapped: dict[tuple[str, str], DataKey] = {}
         self._lock = threading.Lock()
-        #: The last codec made, with the encryption section (the very dict,
-        #: which nothing changes in place: a rotation or a rewrap sets a new
-        #: one, a head read makes new ones), provider and zstd it was made for.
-        self._made: tuple[object, KeyProvider | None, bool, Codec] | None = None
+        #: The last codec made, with a copy of the encryption section it was
+        #: made from (checked), the provider and zstd.
+        self._made: tuple[Any, KeyProvider | None, bool, Codec] | None = None
 
     def check(self, head: Head) -> None:
         """Refuse, before anything is changed, an encrypted head without a
@@ -229,11 +229,13 @@ class Keys:
         if not is_encrypted(head):
             return Codec(self.oid, zstd=zstd)
         # A flush asks for every segment: the section is checked and its
-        # keys looked up once for each section dict, not once per flush.
+        # keys looked up once while it stays equal to the one checked (a
+        # rotation or a rewrap makes a new one), not once per flush.
         raw = head.extension().get(ENCRYPTION)
         made = self._made
-        if made is not None and made[0] is raw and made[1] is self.provider and made[2] == zstd:
+        if made is not None and made[1] is self.provider and made[2] == zstd and made[0] == raw:
             return made[3]
+        kept = json_copy(raw)
         self.check(head)
         assert self.provider is not None
         section = _section(head)
@@ -247,7 +249,7 @@ class Keys:
         if active is None:
             raise Corrupt(f"{self.url}: the head's active data key is not in its key list")
         codec = Codec(self.oid, key=active, opener=Unsealer(keys, kek_of(head) or "?"), zstd=zstd)
-        self._made = (raw, self.provider, zstd, codec)
+        self._made = (kept, self.provider, zstd, codec)
         return codec
 
     def _key(self, entry: dict[str, Any]) -> DataKey:

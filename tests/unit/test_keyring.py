@@ -45,3 +45,16 @@ def test_a_codec_is_made_once_per_encryption_section_and_anew_after_a_rotation()
     doc["durable_obj"]["encryption"]["active"] = "00" * 8
     with pytest.raises(Corrupt, match="no active key"):
         keys.codec(Head.parse(json.dumps(doc).encode()))
+
+
+def test_a_section_changed_in_place_is_checked_again() -> None:
+    """The codec is kept while the section equals the one checked: the same
+    dict changed in place (a cipher it does not name) is checked again and
+    refused, not sealed under the codec made for what it said before."""
+    key = StaticKey(os.urandom(32))
+    keys = keyring.Keys("o", "file:///x/o", key)
+    head = _encrypted(key)
+    keys.codec(head)
+    head.extension()[keyring.ENCRYPTION]["cipher"] = "ROT13"
+    with pytest.raises(Corrupt, match="ROT13"):
+        keys.codec(head)
