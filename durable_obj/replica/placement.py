@@ -154,7 +154,7 @@ def ram_folder() -> str | None:
     """The RAM-backed folder this machine has, writable by us, or None."""
     if not os.path.isdir(RAM_FOLDER) or not os.access(RAM_FOLDER, os.W_OK | os.X_OK):
         return None
-    return RAM_FOLDER if _mounts().get(RAM_FOLDER) in _RAM_FS else None
+    return RAM_FOLDER if ram_backed(RAM_FOLDER) else None
 
 
 def ram_backed(path: str) -> bool:

@@ -43,8 +43,8 @@ def seal_read(
             sealed: deque[Future[bytes]] = deque()
 
             def drain(keep: int) -> None:
-                # what is sealed already is written now, not once `keep` wait:
-                # its hashing then runs while BACKUP still writes, not after
+                # what is sealed already is written now, not once more than
+                # `keep` wait: it is hashed while BACKUP still writes, not after
                 while len(sealed) > keep or (sealed and sealed[0].done()):
                     piece = sealed.popleft().result()
                     out.write(piece)

@@ -116,6 +116,8 @@ def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
 
 #: Where durable_obj keeps an engine's part files by default, when this
 #: machine has it (a tmpfs); the floors' engines keep theirs there too.
+#: Not `placement.ram_folder()`: the open floor is timed from before any
+#: import, and importing durable_obj would be in its time.
 RAM = "/dev/shm"
 
 
