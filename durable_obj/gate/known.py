@@ -24,7 +24,11 @@ always did (one table's row, the views, one table's columns), so what a
 statement's check reads inside the statement's own bounds never grows
 with the other tables, and a run of CREATE-then-INSERT pairs costs what it
 did. A checkpoint's question is asked once (`checkpointing`) and kept
-until `forget` too.
+until `forget` too. So is each read the gate let through
+(`pipeline.Gate.read`): what it reads and resolves to is the catalog's
+doing, so the same text passes again, unchecked, until the catalog may
+have changed (an agent asks the same recall again and again; its check
+cost one engine query, EXPLAIN QUERY TREE, as much as the read itself).
 
 Any statement but an INSERT may change the catalog. Every place that runs
 one forgets what is known, whether it succeeded or failed (one that fails
@@ -183,12 +187,16 @@ class Known:
         self.passed: dict[str, str] = {}
         #: Per table: does a view read it (`fires_views`)?
         self.views: dict[str, bool] = {}
+        #: The reads that passed the gate (`pipeline.Gate.read`): what it
+        #: vouched for, by the text it was given; at most `READS_KEPT`.
+        self.reads: dict[tuple[str, str, tuple[str, ...]], tuple[str, bool]] = {}
 
     def forget(self) -> None:
         self._kept = None
         self._checkpointing = None
         self.verified = False
         self.views.clear()
+        self.reads.clear()
 
     def read(self, engine: Engine) -> Catalog:
         """The object's database as it is now, in full (one engine query):

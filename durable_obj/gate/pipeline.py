@@ -66,6 +66,11 @@ def first_word(text: str) -> str:
     return head[0].word if head else ""
 
 
+#: How many reads that passed an object keeps, and the longest text kept
+#: (an agent's recalls are a few short texts; a long one is checked again).
+READS_KEPT = 32
+READ_KEPT_CHARS = 4096
+
 #: First words of a statement meant as a query.
 _QUERY_WORDS = frozenset({"select", "with", "show", "describe", "desc", "exists", "explain"})
 
@@ -87,7 +92,24 @@ class Gate:
         """`sql` as it runs, once it is proved one read-only statement that
         reads only this object's database (anything else is refused unrun),
         and whether the engine's messages about it must be withheld (it
-        carries a credential)."""
+        carries a credential). A text that passed is kept
+        (`known.Known.reads`) until the catalog may change."""
+        key = (sql, db, self.external)
+        kept = engine.known.reads.get(key)
+        if kept is not None:
+            return kept
+        local, secret, resolved = self._read(engine, sql, db)
+        if resolved and len(sql) <= READ_KEPT_CHARS:
+            reads = engine.known.reads
+            if len(reads) >= READS_KEPT:
+                del reads[next(iter(reads))]  # the oldest
+            reads[key] = (local, secret)
+        return local, secret
+
+    def _read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool, bool]:
+        """`read`'s checks, and whether all of them ran: a SELECT whose
+        query tree the engine would not print (`Engine.query_tree`: None)
+        is let through to fail as it runs, never kept as passed."""
         text = engine_text(engine, sql)
         reach.check(engine, text, self.external)  # before anything resolves a table function
         files = any(w.startswith("/") for w in self.external)
@@ -98,9 +120,10 @@ class Gate:
         first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
         if first in ("select", "with") or local.lstrip().startswith("("):
             tree = engine.query_tree(local)
-            if tree is not None:
-                self._check_resolved(engine, tree)
-        return local, analysis.has_secrets
+            if tree is None:
+                return local, analysis.has_secrets, False
+            self._check_resolved(engine, tree)
+        return local, analysis.has_secrets, True
 
     def _check_resolved(self, engine: Engine, tree: str) -> None:
         """What the engine resolved: every table the object's own (or an
