@@ -21,16 +21,19 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from durable_obj.core.history import archive_of
 from durable_obj.errors import BackendError, CommitAmbiguous, DurableError, StoreAmbiguous
 from durable_obj.wire.digest import BackgroundDigest, Digest, bytes_digest, file_digest, verify
-from durable_obj.wire.head import ObjectRef, stamp
+from durable_obj.wire.head import Head, ObjectRef, stamp
 from durable_obj.wire.keyring import ENCRYPTION
 from durable_obj.wire.protocol import BACKUP_FORMAT, mint_wal_key, object_key
+
+T = TypeVar("T")
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -112,6 +115,10 @@ def commit_base(
         pending = taken = BackgroundDigest(archive.chunks())
     else:
         pending = digest
+    # The manifest the new base supersedes is archived (retention > 0) while
+    # the base is published, not after: it was proven committed, so the
+    # archive of a checkpoint that then fails is a harmless orphan (history.py).
+    history = _archiving(writer, head, scratch=scratch, unsettled=again)
     try:
         _create(
             writer,
@@ -126,21 +133,11 @@ def commit_base(
     finally:
         if taken is not None:
             taken.join()  # before the archive's descriptor closes, whatever the store did
+        if history is not None:
+            history.join()  # never left running past a failed base
     ref = _stamped(writer, key, *pending.result())
-    # Archive the manifest a new base supersedes (proven committed, so an
-    # orphan of a failed commit is harmless: history.py); retention > 0.
-    archived = archive_of(
-        head, writer.retention, writer.clock.time(), writer.holder.owner, writer.codec()
-    )
-    if archived is not None:
-        body = archived[1]
-        publish(
-            writer,
-            archived[0],
-            lambda k: writer.store.create(k, body),
-            scratch=scratch,
-            unsettled=again,
-        )
+    if history is not None:
+        history.result()  # its failure fails the checkpoint, as before
     saved = head.model_copy(deep=True)
     head.manifest.base = ref
     head.manifest.wal = []
@@ -159,6 +156,56 @@ def commit_base(
         writer.head = saved
         raise
     return ref
+
+
+def _archiving(
+    writer: HeadWriter, head: Head, *, scratch: str | None, unsettled: str
+) -> Beside[None] | None:
+    """`publish` of the archive of `head`'s manifest (`history.archive_of`)
+    on a thread; None when there is nothing to archive."""
+    assert writer.holder is not None
+    archived = archive_of(
+        head, writer.retention, writer.clock.time(), writer.holder.owner, writer.codec()
+    )
+    if archived is None:
+        return None
+    ref, body = archived
+    return Beside(
+        lambda: publish(
+            writer,
+            ref,
+            lambda k: writer.store.create(k, body),
+            scratch=scratch,
+            unsettled=unsettled,
+        )
+    )
+
+
+class Beside(Generic[T]):
+    """`run()` on a thread of its own; `result()` waits and returns what it
+    returned or raises what it raised."""
+
+    def __init__(self, run: Callable[[], T]) -> None:
+        self._run = run
+        self._value: T | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._call, name="durable_obj-beside", daemon=True)
+        self._thread.start()
+
+    def _call(self) -> None:
+        try:
+            self._value = self._run()
+        except BaseException as exc:  # re-raised in the caller's thread by result()
+            self._error = exc
+
+    def join(self) -> None:
+        self._thread.join()
+
+    def result(self) -> T:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return cast(T, self._value)
 
 
 def _stamped(writer: HeadWriter, key: str, size: int, sha256: str) -> ObjectRef:
