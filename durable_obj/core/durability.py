@@ -185,6 +185,10 @@ class Durability(Units):
         retry_full = False
         archive = GrowingFile(local, DefaultBase(local) if self.db == "default" else None)
         backup = archive.produce(lambda: engine.backup(self.db, local, over))
+        # The listing the next increment needs, read as BACKUP writes the
+        # archive (`links.stub_walked`), kept once the base is committed.
+        listed = os.path.join(work, _NEXT_STUB)
+        walked = publishing.Beside(lambda: links.stub_walked(archive.read, listed))
         # An encrypted object's base is sealed as BACKUP writes it, under a
         # new data key (one per checkpoint), and the sealed file is stored.
         stored, sealing, section, digest = archive, None, None, None
@@ -232,12 +236,15 @@ class Durability(Units):
             raise
         finally:
             backup.join()
+            walked.join()  # it reads through the archive's descriptor
             archive.close()
             if sealing is not None:
                 sealing.join()
                 stored.close()
             if not retry_full and self._w.head is not None:
-                self._keep_listing(self._w.head, key, local)
+                self._keep_listing(self._w.head, key, local, walked)
+            with contextlib.suppress(FileNotFoundError):  # not committed, or kept
+                os.unlink(listed)
             for path in (local, local + ".sealed"):
                 with contextlib.suppress(FileNotFoundError):  # a folder store moved it in
                     os.unlink(path)
@@ -259,16 +266,21 @@ class Durability(Units):
         )
         return key
 
-    def _keep_listing(self, head: Head, key: str, local: str) -> None:
+    def _keep_listing(
+        self, head: Head, key: str, local: str, walked: publishing.Beside[bool]
+    ) -> None:
         """After a checkpoint of `key` (committed when the head names it),
-        keep its listing for the next one to be an increment over it; a
-        folder store moved the archive in, so it is read back from there."""
+        keep its listing for the next one to be an increment over it: the
+        one `walked` read as BACKUP wrote; else read from the archive now (a
+        folder store moved it in, so it is read back from there)."""
         stub = os.path.join(os.path.dirname(local), "base.stub")
         if head.manifest.base is None or head.manifest.base.key != key:
             return  # not committed: the base and its listing stay
         self._local.base_link = None
         try:
-            if os.path.exists(local):
+            if _walked(walked):
+                os.replace(os.path.join(os.path.dirname(local), _NEXT_STUB), stub)
+            elif os.path.exists(local):
                 links.stub(local, stub)
             else:
                 back = local + ".back"
@@ -279,9 +291,22 @@ class Durability(Units):
                 finally:
                     with contextlib.suppress(FileNotFoundError):
                         os.unlink(back)
-        except DurableError as exc:  # the next checkpoint is full: never an error here
+        except (DurableError, OSError) as exc:  # the next checkpoint is full: never an error here
             log.info(
                 "%s: kept no listing of %s (%s); the next checkpoint is full", self.url, key, exc
             )
             return
         self._local.keep_base(head, stub)
+
+
+#: Where a checkpoint keeps the listing it read (`links.stub_walked`) until
+#: its base is committed: then it becomes `base.stub`.
+_NEXT_STUB = "base.stub.next"
+
+
+def _walked(walked: publishing.Beside[bool]) -> bool:
+    """Whether `walked` wrote the listing; any error of its is only a miss."""
+    try:
+        return walked.result()
+    except Exception:  # the archive failed, or its listing did not read: read it again
+        return False

@@ -30,7 +30,7 @@ import re
 import shutil
 import tarfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import Corrupt
@@ -103,7 +103,23 @@ def stub(archive: str, into: str) -> str:
     what the engine writes, so an increment would store the rest as a tail,
     which the engine cannot pack ("Couldn't pack tar archive"). Left out, it
     is stored whole in each increment (and put in V1's shape there too)."""
-    listing_bytes = _DEFAULT_SQL.sub(b"", listing(archive))
+    return _write_stub(listing(archive), into)
+
+
+def stub_walked(read: Callable[[int, int], bytes], into: str) -> bool:
+    """`stub` of an archive read as `read(offset, size)` gives it (a
+    growing archive's: `GrowingFile.read` waits for the bytes), found by
+    `_walk` alone: False, and nothing written, where `_walk` leaves it to
+    tarfile (`stub` of the file then)."""
+    found = _walk(read)
+    if found is None:
+        return False
+    _write_stub(found, into)
+    return True
+
+
+def _write_stub(found: bytes, into: str) -> str:
+    listing_bytes = _DEFAULT_SQL.sub(b"", found)
     try:
         with tarfile.open(into, "w", format=tarfile.GNU_FORMAT) as out:
             info = tarfile.TarInfo(".backup")
@@ -118,7 +134,64 @@ def stub(archive: str, into: str) -> str:
 
 def listing(archive: str) -> bytes:
     """The `.backup` listing of the tar at `archive` (a stub's: small);
-    `Corrupt` if there is none."""
+    `Corrupt` if there is none. Found by `_walk` when every header before
+    it is a plain one; else read by tarfile, as `_walk` never answers
+    otherwise than it would."""
+    try:
+        with open(archive, "rb") as file:
+            fd = file.fileno()
+            end = os.fstat(fd).st_size  # a size past the end is read short, never allocated
+            found = _walk(lambda at, size: os.pread(fd, max(0, min(size, end - at)), at))
+    except OSError:
+        found = None
+    return found if found is not None else _read_by_tarfile(archive)
+
+
+#: A tar block, and the typeflags `_walk` reads (a regular file's).
+_BLOCK = 512
+_REGULAR = (b"0", b"\0")
+_ZEROS = bytes(_BLOCK)
+#: The longest listing `_walk` reads (a database of about 400k files); a
+#: longer one is tarfile's to read.
+_LISTING_MAX = 64 * 1024 * 1024
+
+
+def _walk(read: Callable[[int, int], bytes]) -> bytes | None:
+    """The first `.backup` member's bytes, reading the headers one
+    `read(offset, size)` each (an archive of ours: a few dozen; tarfile's
+    Python spent about a millisecond on them per checkpoint). None, for tarfile to read it, at
+    anything but a plain header of a regular file: a checksum tarfile alone
+    would accept, a long name or extended header, a ustar prefix, a name
+    ending in "/", a base-256 or negative size, a listing over
+    `_LISTING_MAX`, a short read, the end."""
+    offset = 0
+    while True:
+        header = read(offset, _BLOCK)
+        if len(header) < _BLOCK or header == _ZEROS:
+            return None
+        try:
+            checksum = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
+            size_field = header[124:136]
+            if size_field[0] & 0x80:
+                return None
+            size = int(size_field.split(b"\0", 1)[0].strip() or b"0", 8)
+        except ValueError:
+            return None
+        if size < 0 or checksum != 256 + sum(header[:148]) + sum(header[156:]):
+            return None
+        name = header[:100].split(b"\0", 1)[0]
+        # a ustar prefix lengthens the name; an old-style directory ends in "/"
+        if header[156:157] not in _REGULAR or header[345:500].split(b"\0", 1)[0]:
+            return None
+        if name.endswith(b"/"):
+            return None
+        if name == b".backup":
+            data = read(offset + _BLOCK, size) if size <= _LISTING_MAX else b""
+            return data if len(data) == size else None
+        offset += _BLOCK + -(-size // _BLOCK) * _BLOCK
+
+
+def _read_by_tarfile(archive: str) -> bytes:
     try:
         with tarfile.open(archive, "r:") as tar:
             member = next((m for m in tar if m.name == ".backup" and m.isfile()), None)

@@ -12,6 +12,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from durable_obj.errors import Corrupt
 from durable_obj.replica import links
@@ -134,3 +136,124 @@ def test_a_stub_holds_only_the_listing_without_the_default_definition(tmp_path: 
     with pytest.raises(Corrupt):
         links.stub(str(tmp_path / "bad.tar"), str(tmp_path / "stub2"))
     assert not (tmp_path / "stub2").exists()
+
+
+# -- the listing found by walking the headers (`links._walk`) ------------------------
+_FORMATS = {"gnu": tarfile.GNU_FORMAT, "pax": tarfile.PAX_FORMAT, "ustar": tarfile.USTAR_FORMAT}
+_NAMES = st.one_of(
+    st.sampled_from([".backup", "data/a.bin", ".backup/", "x/.backup", "metadata/t.sql"]),
+    st.text("ab/._", min_size=1, max_size=12),
+    st.text("ab", min_size=101, max_size=130),  # a long name: GNU 'L', pax or a ustar prefix
+    st.builds(lambda d: "d" * 60 + "/" + d, st.text("ab", min_size=41, max_size=60)),
+    st.just("d" * 110 + "/.backup"),  # ustar: a prefix and the name ".backup"
+)
+_MEMBERS = st.lists(
+    st.tuples(_NAMES, st.sampled_from(["file", "dir", "symlink"]), st.binary(max_size=1300)),
+    max_size=6,
+)
+
+
+def _tar(fmt: str, members: list[tuple[str, str, bytes]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=_FORMATS[fmt]) as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "dir":
+                info.type = tarfile.DIRTYPE
+            elif kind == "symlink":
+                info.type, info.linkname = tarfile.SYMTYPE, "data/a.bin"
+            else:
+                info.size = len(data)
+            try:
+                tar.addfile(info, io.BytesIO(data) if kind == "file" else None)
+            except ValueError:  # a name this format cannot hold
+                continue
+    return buf.getvalue()
+
+
+def _either(path: Path, read: Any) -> bytes | str:
+    try:
+        return cast(bytes, read(str(path)))
+    except Corrupt as exc:
+        return str(exc)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fmt=st.sampled_from(sorted(_FORMATS)),
+    members=_MEMBERS,
+    cut=st.one_of(st.none(), st.integers(0, 6000)),
+    flip=st.one_of(st.none(), st.tuples(st.integers(0, 6000), st.integers(1, 255))),
+)
+def test_the_walked_listing_is_what_tarfile_reads(
+    tmp_path_factory: pytest.TempPathFactory,
+    fmt: str,
+    members: list[tuple[str, str, bytes]],
+    cut: int | None,
+    flip: tuple[int, int] | None,
+) -> None:
+    """Any archive, truncated or with a byte changed anywhere: the listing
+    (or the `Corrupt`) is the one tarfile alone gives."""
+    data = bytearray(_tar(fmt, members))
+    if flip is not None and flip[0] < len(data):
+        data[flip[0]] ^= flip[1]
+    if cut is not None:
+        del data[cut:]
+    path = tmp_path_factory.mktemp("walk") / "a.tar"
+    path.write_bytes(bytes(data))
+    assert _either(path, links.listing) == _either(path, links._read_by_tarfile)
+
+
+def _header(name: bytes, size: bytes, kind: bytes = b"0") -> bytes:
+    """A tar header with the raw `size` field and typeflag `kind`."""
+    block = bytearray(512)
+    block[: len(name)] = name
+    block[100:108] = b"0000644\0"
+    block[124:136] = size.ljust(11, b" ")[:11] + b"\0"
+    block[156:157] = kind
+    block[257:265] = b"ustar  \0"
+    block[148:156] = b" " * 8
+    block[148:156] = b"%06o\0 " % sum(block)
+    return bytes(block)
+
+
+def _padded(data: bytes) -> bytes:
+    return data + bytes(-len(data) % 512)
+
+
+_FAKE = _header(b".backup", b"%o" % 3) + _padded(b"AAA")
+_CRAFTED = {
+    # a V7 directory: a regular typeflag of NUL and a name ending in "/";
+    # tarfile reads no data of it, so its "data" is the next header
+    "v7 directory": _header(b"x/", b"%o" % len(_FAKE), b"\0")
+    + _FAKE
+    + _header(b".backup", b"3")
+    + _padded(b"BBB"),
+    "negative size": _header(b"a", b"-1") + _FAKE,
+    "large negative size": _header(b"a", b"-1001") + _FAKE + _FAKE,
+    "listing cut short": _header(b".backup", b"%o" % 600) + b"x" * 300,
+    "ustar prefix": tarfile.TarInfo("d" * 110 + "/.backup").tobuf(tarfile.USTAR_FORMAT)
+    + bytes(1024),
+    "no listing": _header(b"a", b"3") + _padded(b"abc") + bytes(1024),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_CRAFTED))
+def test_crafted_headers_read_as_tarfile_reads_them(tmp_path: Path, name: str) -> None:
+    path = tmp_path / "a.tar"
+    path.write_bytes(_CRAFTED[name])
+    assert _either(path, links.listing) == _either(path, links._read_by_tarfile)
+
+
+def test_an_archive_of_ours_is_walked_not_read_by_tarfile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    members = [(f"data/default/t/all_{i}_{i}_0/data.bin", "file", b"x" * i) for i in range(30)]
+    path = tmp_path / "a.tar"
+    path.write_bytes(_tar("gnu", [*members, (".backup", "file", b"<config/>")]))
+
+    def refused(archive: str) -> bytes:
+        raise AssertionError("read by tarfile")
+
+    monkeypatch.setattr(links, "_read_by_tarfile", refused)
+    assert links.listing(str(path)) == b"<config/>"
