@@ -28,7 +28,8 @@ until `forget` too. So is each read the gate let through
 (`pipeline.Gate.read`): what it reads and resolves to is the catalog's
 doing, so the same text passes again, unchecked, until the catalog may
 have changed (an agent asks the same recall again and again; its check
-cost one engine query, EXPLAIN QUERY TREE, as much as the read itself).
+cost one engine query, EXPLAIN QUERY TREE, as much as the read itself);
+never for an object with `external_reads` (`pipeline.Gate.read`).
 
 Any statement but an INSERT may change the catalog. Every place that runs
 one forgets what is known, whether it succeeded or failed (one that fails

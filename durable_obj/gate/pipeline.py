@@ -66,8 +66,9 @@ def first_word(text: str) -> str:
     return head[0].word if head else ""
 
 
-#: How many reads that passed an object keeps, and the longest text kept
-#: (an agent's recalls are a few short texts; a long one is checked again).
+#: How many reads that passed an object keeps, and the longest text kept,
+#: as given and as it runs (an agent's recalls are a few short texts; a
+#: long one is checked again).
 READS_KEPT = 32
 READ_KEPT_CHARS = 4096
 
@@ -99,7 +100,9 @@ class Gate:
         if kept is not None:
             return kept
         local, secret, resolved = self._read(engine, sql, db)
-        if resolved and len(sql) <= READ_KEPT_CHARS:
+        # Never with an opt-in to outside reads: whether file() stays in its
+        # folder depends on the files (a link made since), not the catalog.
+        if resolved and not self.external and max(len(sql), len(local)) <= READ_KEPT_CHARS:
             reads = engine.known.reads
             if len(reads) >= READS_KEPT:
                 del reads[next(iter(reads))]  # the oldest

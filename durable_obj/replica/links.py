@@ -161,22 +161,20 @@ def _walk(read: Callable[[int, int], bytes]) -> bytes | None:
     `read(offset, size)` each (an archive of ours: a few dozen; tarfile's
     Python spent about a millisecond on them per checkpoint). None, for tarfile to read it, at
     anything but a plain header of a regular file: a checksum tarfile alone
-    would accept, a long name or extended header, a ustar prefix, a name
-    ending in "/", a base-256 or negative size, a listing over
+    would accept, a numeric field tarfile would not read, a long name or
+    extended header, a ustar prefix, a name ending in "/", a base-256 or
+    negative size, a listing over
     `_LISTING_MAX`, a short read, the end."""
     offset = 0
     while True:
         header = read(offset, _BLOCK)
         if len(header) < _BLOCK or header == _ZEROS:
             return None
-        try:
-            checksum = int(header[148:156].split(b"\0", 1)[0].strip() or b"0", 8)
-            size_field = header[124:136]
-            if size_field[0] & 0x80:
-                return None
-            size = int(size_field.split(b"\0", 1)[0].strip() or b"0", 8)
-        except ValueError:
+        numbers = [_octal(header[start:end]) for start, end in _NUMBERS]
+        if None in numbers:
             return None
+        size, checksum = numbers[3], numbers[5]
+        assert size is not None
         if size < 0 or checksum != 256 + sum(header[:148]) + sum(header[156:]):
             return None
         name = header[:100].split(b"\0", 1)[0]
@@ -189,6 +187,26 @@ def _walk(read: Callable[[int, int], bytes]) -> bytes | None:
             data = read(offset + _BLOCK, size) if size <= _LISTING_MAX else b""
             return data if len(data) == size else None
         offset += _BLOCK + -(-size // _BLOCK) * _BLOCK
+
+
+#: A header's numeric fields, in tarfile's order: mode, uid, gid, size,
+#: mtime, checksum, devmajor, devminor (tarfile reads each, and a header
+#: with any of them unreadable ends its list of members).
+_NUMBERS = (
+    (100, 108), (108, 116), (116, 124), (124, 136), (136, 148), (148, 156), (329, 337), (337, 345)
+)  # fmt: skip
+
+
+def _octal(field: bytes) -> int | None:
+    """A numeric field as tarfile's `nti` reads its octal form (the ASCII
+    up to the first NUL, stripped, in base 8); None for the base-256 form
+    and for anything `nti` refuses."""
+    if field[:1] in (b"\x80", b"\xff"):
+        return None
+    try:
+        return int(field.split(b"\0", 1)[0].decode("ascii").strip() or "0", 8)
+    except ValueError:  # UnicodeDecodeError is one
+        return None
 
 
 def _read_by_tarfile(archive: str) -> bytes:

@@ -135,3 +135,41 @@ def test_a_follower_forgets_on_a_replayed_definition(tmp_path: Path) -> None:
             assert reader.refresh() is True
             assert not reader._require_open().known.reads
             assert reader.rows("SELECT count() FROM v") == [(2,)]
+
+
+def test_with_outside_reads_opted_in_nothing_is_kept(tmp_path: Path) -> None:
+    """Whether file() stays in its folder depends on the files, not on the
+    catalog: a file made a link out of the folder since the last read is
+    refused (found by the attack round: the kept read returned the file
+    outside)."""
+    inside = tmp_path / "inside"
+    inside.mkdir()
+    outside = tmp_path / "outside.csv"
+    outside.write_text("SECRET\n")
+    target = inside / "a.csv"
+    target.write_text("inside\n")
+    sql = f"SELECT * FROM file('{target}', CSV, 'x String')"
+    ns = durable_obj.Namespace(str(tmp_path / "store"), owner="w", external_reads=(str(inside),))
+    with ns.open("o") as obj:
+        assert obj.rows(sql) == [("inside",)]
+        assert obj.rows("SELECT 1") == [(1,)]
+        assert not obj._require_open().known.reads
+        target.unlink()
+        target.symlink_to(outside)
+        with pytest.raises(durable_obj.errors.ClassificationRefused):
+            obj.rows(sql)
+
+
+def test_a_text_that_runs_long_is_not_kept(tmp_path: Path) -> None:
+    """The limit holds for the text as it runs too: localizing a
+    `system.` name writes it out at length."""
+    with _obj(tmp_path) as obj:
+        term = "(SELECT count() > 0 FROM system.tables)"
+        short = f"SELECT {term}"
+        names = " + ".join([term] * 10)
+        long = f"SELECT {names}"
+        assert len(long) <= READ_KEPT_CHARS
+        assert obj.rows(short) == [(1,)]
+        assert obj.rows(long) == [(10,)]
+        reads = obj._require_open().known.reads
+        assert [key[0] for key in reads] == [short]  # the long one runs at 5.5k

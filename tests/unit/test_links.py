@@ -257,3 +257,36 @@ def test_an_archive_of_ours_is_walked_not_read_by_tarfile(
 
     monkeypatch.setattr(links, "_read_by_tarfile", refused)
     assert links.listing(str(path)) == b"<config/>"
+
+
+_FIELDS = {
+    "mode": (100, 108),
+    "uid": (108, 116),
+    "gid": (116, 124),
+    "mtime": (136, 148),
+    "devmajor": (329, 337),
+    "devminor": (337, 345),
+}
+
+
+@pytest.mark.parametrize("where", [0, 1024])
+@pytest.mark.parametrize("field", sorted(_FIELDS))
+def test_a_numeric_field_tarfile_would_not_read_is_read_as_tarfile_reads_it(
+    tmp_path: Path, field: str, where: int
+) -> None:
+    """Garbage in any numeric field of the first member or of `.backup`
+    itself: tarfile stops there, and so does the listing (found by the
+    attack round: the walk read only the size and the checksum)."""
+    data = bytearray(
+        _tar("gnu", [("data/x.bin", "file", b"abc"), (".backup", "file", b"<config/>")])
+    )
+    start, end = _FIELDS[field]
+    data[where + start : where + end] = b"zz".ljust(end - start, b"\0")
+    header = data[where : where + 512]
+    header[148:156] = b" " * 8
+    data[where + 148 : where + 156] = b"%06o\0 " % sum(header)
+    path = tmp_path / "a.tar"
+    path.write_bytes(bytes(data))
+    with pytest.raises(Corrupt):
+        links._read_by_tarfile(str(path))
+    assert _either(path, links.listing) == _either(path, links._read_by_tarfile)
