@@ -102,7 +102,9 @@ class Gate:
         local, secret, resolved = self._read(engine, sql, db)
         # Never with an opt-in to outside reads: whether file() stays in its
         # folder depends on the files (a link made since), not the catalog.
-        if resolved and not self.external and max(len(sql), len(local)) <= READ_KEPT_CHARS:
+        # Never a text carrying a credential: nothing keeps it past its call.
+        kept_ok = not self.external and not secret
+        if resolved and kept_ok and max(len(sql), len(local)) <= READ_KEPT_CHARS:
             reads = engine.known.reads
             if len(reads) >= READS_KEPT:
                 del reads[next(iter(reads))]  # the oldest

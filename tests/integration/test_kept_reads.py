@@ -173,3 +173,12 @@ def test_a_text_that_runs_long_is_not_kept(tmp_path: Path) -> None:
         assert obj.rows(long) == [(10,)]
         reads = obj._require_open().known.reads
         assert [key[0] for key in reads] == [short]  # the long one runs at 5.5k
+
+
+def test_a_read_carrying_a_credential_is_never_kept(tmp_path: Path) -> None:
+    with _obj(tmp_path) as obj:
+        key = "k" * 32
+        sql = f"SELECT length(encrypt('aes-256-ofb', toString(k), '{key}')) FROM t"
+        assert obj.rows(sql) == [(1,)]
+        assert obj.rows(sql) == [(1,)]
+        assert not obj._require_open().known.reads
