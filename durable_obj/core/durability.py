@@ -28,6 +28,7 @@ from durable_obj.replica import links
 from durable_obj.replica.archives import NotIncremental
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.wire import keyring, sealer
+from durable_obj.wire.beside import Beside
 from durable_obj.wire.protocol import mint_checkpoint_key, object_key
 from durable_obj.wire.v1base import DefaultBase
 
@@ -188,7 +189,7 @@ class Durability(Units):
         # The listing the next increment needs, read as BACKUP writes the
         # archive (`links.stub_walked`), kept once the base is committed.
         listed = os.path.join(work, _NEXT_STUB)
-        walked = publishing.Beside(lambda: links.stub_walked(archive.read, listed))
+        walked = Beside(lambda: listed if links.stub_walked(archive.read, listed) else None)
         # An encrypted object's base is sealed as BACKUP writes it, under a
         # new data key (one per checkpoint), and the sealed file is stored.
         stored, sealing, section, digest = archive, None, None, None
@@ -266,20 +267,19 @@ class Durability(Units):
         )
         return key
 
-    def _keep_listing(
-        self, head: Head, key: str, local: str, walked: publishing.Beside[bool]
-    ) -> None:
+    def _keep_listing(self, head: Head, key: str, local: str, walked: Beside[str | None]) -> None:
         """After a checkpoint of `key` (committed when the head names it),
         keep its listing for the next one to be an increment over it: the
-        one `walked` read as BACKUP wrote; else read from the archive now (a
-        folder store moved it in, so it is read back from there)."""
+        file `walked` wrote as BACKUP wrote the archive; else read from the
+        archive now (a folder store moved it in, so it is read back from
+        there)."""
         stub = os.path.join(os.path.dirname(local), "base.stub")
         if head.manifest.base is None or head.manifest.base.key != key:
             return  # not committed: the base and its listing stay
         self._local.base_link = None
         try:
-            if _walked(walked):
-                os.replace(os.path.join(os.path.dirname(local), _NEXT_STUB), stub)
+            if (listed := _walked(walked)) is not None:
+                os.replace(listed, stub)
             elif os.path.exists(local):
                 links.stub(local, stub)
             else:
@@ -304,9 +304,9 @@ class Durability(Units):
 _NEXT_STUB = "base.stub.next"
 
 
-def _walked(walked: publishing.Beside[bool]) -> bool:
-    """Whether `walked` wrote the listing; any error of its is only a miss."""
+def _walked(walked: Beside[str | None]) -> str | None:
+    """The listing `walked` wrote, or None; any error of its is only a miss."""
     try:
         return walked.result()
     except Exception:  # the archive failed, or its listing did not read: read it again
-        return False
+        return None

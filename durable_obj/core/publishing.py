@@ -21,19 +21,17 @@ from __future__ import annotations
 
 import os
 import tempfile
-import threading
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.core.history import archive_of
 from durable_obj.errors import BackendError, CommitAmbiguous, DurableError, StoreAmbiguous
+from durable_obj.wire.beside import Beside
 from durable_obj.wire.digest import BackgroundDigest, Digest, bytes_digest, file_digest, verify
 from durable_obj.wire.head import Head, ObjectRef, stamp
 from durable_obj.wire.keyring import ENCRYPTION
 from durable_obj.wire.protocol import BACKUP_FORMAT, mint_wal_key, object_key
-
-T = TypeVar("T")
 
 if TYPE_CHECKING:
     from fsspec.callbacks import Callback
@@ -179,33 +177,6 @@ def _archiving(
             unsettled=unsettled,
         )
     )
-
-
-class Beside(Generic[T]):
-    """`run()` on a thread of its own; `result()` waits and returns what it
-    returned or raises what it raised."""
-
-    def __init__(self, run: Callable[[], T]) -> None:
-        self._run = run
-        self._value: T | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._call, name="durable_obj-beside", daemon=True)
-        self._thread.start()
-
-    def _call(self) -> None:
-        try:
-            self._value = self._run()
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
-
-    def join(self) -> None:
-        self._thread.join()
-
-    def result(self) -> T:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        return cast(T, self._value)
 
 
 def _stamped(writer: HeadWriter, key: str, size: int, sha256: str) -> ObjectRef:

@@ -159,12 +159,12 @@ _LISTING_MAX = 64 * 1024 * 1024
 def _walk(read: Callable[[int, int], bytes]) -> bytes | None:
     """The first `.backup` member's bytes, reading the headers one
     `read(offset, size)` each (an archive of ours: a few dozen; tarfile's
-    Python spent about a millisecond on them per checkpoint). None, for tarfile to read it, at
-    anything but a plain header of a regular file: a checksum tarfile alone
-    would accept, a numeric field tarfile would not read, a long name or
-    extended header, a ustar prefix, a name ending in "/", a base-256 or
-    negative size, a listing over
-    `_LISTING_MAX`, a short read, the end."""
+    Python spent about a millisecond on them per checkpoint). None, for
+    tarfile to read it, at anything but a plain header of a regular file:
+    a checksum tarfile alone would accept, a numeric field tarfile would
+    not read, a long name or extended header, a ustar prefix, a name ending
+    in "/", a base-256 or negative size, a listing over `_LISTING_MAX`, a
+    short read, the end."""
     offset = 0
     while True:
         header = read(offset, _BLOCK)

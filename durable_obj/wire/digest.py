@@ -10,11 +10,11 @@ from __future__ import annotations
 import hashlib
 import io
 import mmap
-import threading
 from collections.abc import Iterable, Iterator
 from typing import Protocol
 
 from durable_obj.errors import Corrupt
+from durable_obj.wire.beside import Beside
 from durable_obj.wire.head import ObjectRef
 
 CHUNK = 4 * 1024 * 1024
@@ -75,35 +75,14 @@ class Digest(Protocol):
     def result(self) -> tuple[int, str]: ...
 
 
-class BackgroundDigest:
+class BackgroundDigest(Beside[tuple[int, str]]):
     """`chunks_digest` on a thread, so that hashing a file overlaps other
     work on the same bytes (BACKUP still writing them, a store's fsync or
     upload of them: all release the GIL, as hashlib does on large chunks).
     `result()` waits for it."""
 
     def __init__(self, chunks: Iterable[bytes | memoryview]) -> None:
-        self._chunks = chunks
-        self._result: tuple[int, str] | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="durable_obj-digest", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self._result = chunks_digest(self._chunks)
-        except BaseException as exc:  # re-raised in the caller's thread by result()
-            self._error = exc
-
-    def join(self) -> None:
-        """Wait for the thread; its error, if any, is result()'s to raise."""
-        self._thread.join()
-
-    def result(self) -> tuple[int, str]:
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
+        super().__init__(lambda: chunks_digest(chunks), name="durable_obj-digest")
 
     def sha256(self) -> str:
         return self.result()[1]
