@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate import shipped
+from durable_obj.gate import aggregates, shipped
 from durable_obj.gate.control import DDL_SETTING
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS
 from durable_obj.gate.reading import code_of
@@ -161,6 +161,10 @@ class Catalog:
     allowed: frozenset[str]  # lower-cased: every other function, for a read's tree
     aggregates: frozenset[str]  # lower-cased aggregate functions, for combinators
     table_settings: frozenset[str]  # lower-cased names a table's SETTINGS may take
+    #: The refused aggregate functions' names, found anywhere in a text:
+    #: with a combinator (`...If`, `...State`), as arrayReduce's or
+    #: initializeAggregation's string, inside an AggregateFunction type.
+    refused_aggregates: re.Pattern[str] | None
 
     @classmethod
     def load(cls, engine: Engine) -> Catalog:
@@ -180,27 +184,38 @@ class Catalog:
         # `format` is a string function too (`format('{} {}', a, b)`): allowed
         # as one; as a table function it is refused (`_format_pattern`)
         allowed = {name for name, *_ in rows} - refused | {"format"}
-        aggregates = {name for name, _al, _c, agg, _d in rows if agg}
+        folding = {name for name, _al, _c, agg, _d in rows if agg}
+        barred = sorted(folding & refused, key=len, reverse=True)
         return cls(
             frozenset(refused),
             outside,
             frozenset(allowed),
-            frozenset(aggregates),
+            frozenset(folding),
             frozenset(found.table_settings),
+            re.compile("|".join(map(re.escape, barred)), re.IGNORECASE) if barred else None,
         )
 
     def allowed_in_tree(self, name: str) -> bool:
         """Whether a read may call `name`, as the engine resolved it (an
         allow-list: a name the catalogue does not hold is refused, unless it
-        is an aggregate function with combinators)."""
+        is an allowed aggregate function with combinators)."""
         lowered = name.lower()
         if lowered in self.allowed:
             return True
         while (m := _COMBINATORS.search(lowered)) is not None and m.start() > 0:
             lowered = lowered[: m.start()]
             if lowered in self.aggregates:
-                return True
+                return lowered in self.allowed
         return False
+
+    def refused_aggregate(self, text: str) -> str | None:
+        """The first refused aggregate function named anywhere in `text` (an
+        engine's tree or parse, a call's name), or None. The engine's names
+        are case-sensitive and never trimmed, so a name it would resolve is
+        this exact run of letters; a text that merely mentions one (a
+        literal) is refused too."""
+        found = self.refused_aggregates.search(text) if self.refused_aggregates else None
+        return found.group(0) if found else None
 
 
 _CATALOGS: dict[str, Catalog] = {}
@@ -275,6 +290,8 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
             raise refuse(f"the table function {call.shown[:60]}()", OWN_TABLES)
         if call.name in known.refused:
             raise refuse(f"{call.shown[:60]}()")
+        if known.refused_aggregate(call.name) is not None:
+            raise aggregates.refuse(call.shown)
     _check_settings(tokens, ddl, known)
     if ddl:
         _check_layouts(tokens)
@@ -412,6 +429,8 @@ _AST_LINE = re.compile(r"^( *)(\S.*?)(?: \(children \d+\))?(?: \(alias [^)]*\))?
 def _check_tree(ast: str, known: Catalog) -> None:
     """The engine's parse of a DDL statement: its engines, sources and every
     function it names."""
+    if (barred := known.refused_aggregate(ast)) is not None:
+        raise aggregates.refuse(barred)
     lines = [(len(m.group(1)), m.group(2)) for m in map(_AST_LINE.match, ast.splitlines()) if m]
     for k, (depth, node) in enumerate(lines):
         kind, _, name = node.partition(" ")
@@ -428,6 +447,8 @@ def _check_tree(ast: str, known: Catalog) -> None:
             raise refuse(f"a dictionary SOURCE({name.upper()[:40]})")
         elif kind == "Function" and name.lower() in known.refused:
             raise refuse(f"{name[:60]}()")
+        elif kind == "Function" and name.lower() in aggregates.NAMED_CALLS:
+            aggregates.check_named(lines, k, name)
         elif node == "Refresh strategy definition":
             raise refuse_refresh()
 
@@ -444,6 +465,8 @@ def check_resolved(engine: Engine, tree: str) -> None:
     """Every function the engine resolved in a read's `EXPLAIN QUERY TREE`
     is on the allow-list (`Catalog.allowed_in_tree`)."""
     known = catalog(engine)
+    if (barred := known.refused_aggregate(tree)) is not None:
+        raise aggregates.refuse(barred)
     for name in set(_RESOLVED_FUNCTION.findall(tree)):
         if not known.allowed_in_tree(name):
             raise refuse(f"{name[:60]}()")

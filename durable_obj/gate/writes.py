@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate import reach
+from durable_obj.gate import aggregates, reach
 from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
 from durable_obj.gate.quoting import splice
@@ -178,7 +178,8 @@ def _rows(engine: Engine, data: str) -> list[tuple[str, bool]]:
     if not quoted and all(ident.lower() in _VALUE_WORDS for ident, _, _ in shapes):
         return []  # literals only: nothing is evaluated
     known = reach.catalog(engine)
-    if not quoted and _all_literal_calls(shapes, known):
+    named = known.refused_aggregate(data) is not None  # maybe in a string: resolve it
+    if not quoted and not named and _all_literal_calls(shapes, known):
         return []  # every row's code is allowed calls: no row lexed
     rows = split_rows(data)
     if rows is None:
@@ -216,13 +217,16 @@ def _all_literal_calls(shapes: frozenset[tuple[str, bool, bool]], known: reach.C
     """`_literal_calls` of every row at once, from the distinct shapes of
     their code (`sql.code_shapes`, the rows holding no quoted name): each
     word a literal, a row's DEFAULT, or a call of an allowed function
-    (never qualified). False sends the rows one by one."""
+    (never qualified), none taking a type or an aggregate function by a
+    string (`aggregates.NAMES_BY_STRING`). False sends the rows one by one."""
     for ident, called, dotted in shapes:
         word = ident.lower()
         if word in LITERAL_WORDS or (word == "default" and not called and not dotted):
             continue
         if dotted or not called or not known.allowed_in_tree(ident):
             return False
+        if aggregates.NAMES_BY_STRING.search(word):
+            return False  # a name it takes may be folded from an expression
     return True
 
 
@@ -230,7 +234,11 @@ def _literal_calls(row: str, known: reach.Catalog) -> bool:
     """Whether the row's only code is calls of functions on the allow-list
     (no bare name, no subquery, no lambda): it cannot reach a table."""
     quoted, shapes = code_shapes(row)
-    return not quoted and _all_literal_calls(shapes, known)
+    return (
+        not quoted
+        and known.refused_aggregate(row) is None  # arrayReduce('...'), CAST(x, '...')
+        and _all_literal_calls(shapes, known)
+    )
 
 
 def _as_select(tokens: list[Token]) -> int | None:

@@ -249,6 +249,9 @@ def test_a_replayed_kill_query_cancels_nothing(world: World, tmp_path: Path) -> 
         "INSERT INTO t FORMAT values (/* /* */ ' */ file('/etc/hostname') /* ' */)",
         "INSERT INTO t FORMAT VALUES ((SELECT query FROM system.processes LIMIT 1))",
         "CREATE VIEW v AS SELECT * FROM merge(REGEXP('^__durable_obj_'), '^secret$')",
+        "INSERT INTO t VALUES (toString(arrayReduce(concat('stochasticLinear', 'Regression'), "
+        "[2.], [1.])))",
+        "CREATE VIEW v AS SELECT stochasticLinearRegressionIf(1., 1., 1) AS w FROM t",
     ],
 )
 def test_a_replayed_line_execute_refuses_is_corrupt(tmp_path: Path, line: str) -> None:

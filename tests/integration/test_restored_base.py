@@ -155,6 +155,27 @@ HOSTILE = {
         ],
     ),
     "a URL table": ("u", ["CREATE TABLE u (s String) ENGINE = URL('{url}', LineAsString)"]),
+    "view with a refused aggregate under a combinator": (
+        "v",
+        [
+            "CREATE VIEW v AS SELECT stochasticLinearRegressionIf(0.1, 0.0, 5, 'SGD')"
+            "(toFloat64(length(s)), 1., 1) AS w FROM src"
+        ],
+    ),
+    "view folding a refused aggregate's name": (
+        "v",
+        [
+            "CREATE VIEW v AS SELECT arrayReduce(concat('stochasticLinear', 'Regression'), "
+            "[1.], [2.]) AS w FROM src"
+        ],
+    ),
+    "column of a refused aggregate's state": (
+        "t",
+        [
+            "CREATE TABLE t (k UInt8, w AggregateFunction(stochasticLinearRegression, "
+            "Float64, Float64)) ENGINE = Memory"
+        ],
+    ),
 }
 
 
