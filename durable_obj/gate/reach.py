@@ -276,6 +276,10 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     text = code_of(text)  # rows the engine reads as literals only are no code
     head = tokenize_head(text)
     first = head[0].word if head else ""
+    if (barred := known.refused_aggregate(text)) is not None:
+        # anywhere in the code: an expression the engine folds only as it
+        # runs (a mutation's, a definition's) is never resolved here
+        raise aggregates.refuse(barred)
     words = code_words(text)
     ddl = first in _DDL
     if not ddl and not (words & (known.refused | _TRIGGERS)):

@@ -348,11 +348,16 @@ class Engine:
         (`EXPLAIN QUERY TREE`: nothing runs), for the gate to check; None
         when it does not analyse (running it fails the same way)."""
         try:
-            tree = self.text("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
+            raw = self.output("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
         except EngineError as exc:
             if _stopped(exc, None) is not None:
                 raise  # planning ran past a bound: the run must not follow it
             return None
+        # A constant the query holds is printed as its bytes, which need not
+        # be UTF-8 (unhex('FF')): such a tree is read with those bytes
+        # replaced, never taken for one that did not print. Every name the
+        # gate allows is plain text, so a replaced byte only ever fails a check.
+        tree = raw.decode("utf-8", "replace")
         if not tree.startswith(("QUERY id:", "UNION id:")):
             raise ClassificationRefused(
                 "could not check what the query reads (its plan did not print as a query "

@@ -33,8 +33,13 @@ READS = [
     "SELECT arrayReduceInRanges('stochasticLinearRegression', [(1, 2)], [2., 4.], [1., 2.])",
     "SELECT initializeAggregation('stochasticLinearRegressionState', 2., 1.)",
     f"SELECT length(toString(defaultValueOfTypeName('{STATE_TYPE}')))",
+    # a constant that is not UTF-8 text makes the tree so: it is still checked
+    f"SELECT arrayReduce({FOLDED}, [2., 4.], [1., 2.]) WHERE unhex('FF') != ''",
 ]
 WRITES = [
+    f"INSERT INTO t SELECT arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1 WHERE unhex('FF') != ''",
+    "DELETE FROM t WHERE x = arrayReduce('stochasticLinearRegression', [2., 4.], [1., 2.])[1]",
+    "ALTER TABLE t UPDATE y = arrayReduce('stochasticLinearRegression', [2.], [1.])[1] WHERE 1",
     f"INSERT INTO t SELECT arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1",
     "INSERT INTO t VALUES (arrayReduce('stochasticLinearRegression', [2., 4.], [1., 2.])[1], 1)",
     f"INSERT INTO t VALUES (arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1)",
@@ -51,6 +56,7 @@ WRITES = [
     "arrayReduce('stochasticLinearRegression', [x], [x])) ENGINE = Memory",
 ]
 ALLOWED_READS = [
+    "SELECT hex(unhex('FF')) AS h WHERE unhex('FF') != ''",
     "SELECT sumIf(x, 1), finalizeAggregation(avgState(x)) FROM t",
     "SELECT arrayReduce('sumIf', [1, 2], [1, 0])",
     "SELECT arrayReduce(concat('su', 'm'), [1, 2])",
