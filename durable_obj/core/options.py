@@ -11,6 +11,7 @@ import posixpath
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj.errors import InvalidArgument
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from durable_obj.wire.head import ObjectRef
 
 Seconds = float
+
+#: A ref's size, for a C-speed sum over a WAL list (`fold_due`, every flush).
+_SIZE = attrgetter("size")
 
 
 @dataclass(frozen=True)
@@ -200,7 +204,7 @@ class Options:
             limit = min(limit, self.cheap_fold_segments)  # fold_segments=0 still never folds
         size_limit = self.fold_bytes if segments is None else 0
         return bool(limit and len(wal) >= limit) or bool(
-            size_limit and sum(r.size for r in wal) >= size_limit
+            size_limit and sum(map(_SIZE, wal)) >= size_limit
         )
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, ClassVar, Self
 
 from durable_obj.wire.protocol import MAX_SAFE_INT
@@ -130,9 +131,13 @@ def after(inner: Check, then: Callable[[Any], Any]) -> Check:
 
 
 def list_of(inner: Check) -> Check:
+    kind: type | None = getattr(inner, "model", None)
+
     def check(value: Any, loc: Loc) -> list[Any]:
         if type(value) is not list:
             raise fail(loc, "Input should be a valid list")
+        if kind is not None and all(map(isinstance, value, repeat(kind))):
+            return list(value)  # instances already (a head's WAL, every flush): as `model`
         out, problems = [], []
         for i, item in enumerate(value):
             try:
@@ -154,6 +159,7 @@ def model(cls: type[Model]) -> Check:
             return value
         return cls.validate_at(value, loc)
 
+    check.model = cls  # type: ignore[attr-defined]  # for `list_of`
     return check
 
 
@@ -255,10 +261,14 @@ class Model:
         json.dumps of the same document, made of each nested model's own
         `json_text` (which a model may keep: `ObjectRef`'s)."""
         fields = self.__dict__
-        parts = [f"{_quote(name)}:{_json(fields[name])}" for name in self.FIELDS]
+        parts = [f"{_quote(name)}:{self._field_json(name, fields[name])}" for name in self.FIELDS]
         unknown = {**self._extra, **extra} if extra else self._extra
         parts += [f"{_quote(name)}:{_json(value)}" for name, value in unknown.items()]
         return "{" + ",".join(parts) + "}"
+
+    def _field_json(self, name: str, value: Any) -> str:
+        """A declared field's value as JSON text (a model may keep some)."""
+        return _json(value)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.__dict__ == self.__dict__

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from durable_obj.errors import Corrupt, LimitExceeded
@@ -354,3 +354,53 @@ def test_a_ref_changed_through_a_shared_reference_is_written_as_it_now_is() -> N
     want[EXTENSION] = {**want.get(EXTENSION, {}), NONCE: json.loads(body)[EXTENSION][NONCE]}
     assert body == dump_json(want)
     assert json.loads(body)["manifest"]["wal"][0]["x"] == {"n": 2}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["append", "set", "extra", "nested", "delete", "swap", "copy"]),
+            st.integers(0, 50),
+        ),
+        max_size=12,
+    )
+)
+def test_a_wal_list_s_kept_text_follows_every_change(ops: list[tuple[str, int]]) -> None:
+    """The manifest keeps its WAL list's text (`Manifest._wal_json`); after
+    any change, however made (a ref appended, a field set, an unknown field
+    or a value inside one changed in place, a ref removed or replaced in the
+    list in place, the head copied), the bytes are json.dumps's of the same
+    document."""
+    import copy
+
+    from durable_obj.wire.head import EXTENSION, NONCE, ObjectRef, stamp
+    from durable_obj.wire.untrusted import dump_json
+
+    head = Head.parse(json.dumps(valid_doc()).encode())
+
+    def new_ref(i: int) -> ObjectRef:
+        ref = ObjectRef(key=f"wal/1-{i}-ab.jsonl", size=i, sha256=SHA)
+        return stamp(ref, committed_at=i / 3, owner="w")
+
+    for op, n in ops:
+        wal = head.manifest.wal
+        at = n % len(wal) if wal else 0
+        if op == "append" or not wal:
+            head.manifest.wal = [*wal, new_ref(n)]
+        elif op == "set":
+            wal[at].size = n
+        elif op == "extra":
+            wal[at].model_extra[f"e{n}"] = n
+        elif op == "nested":
+            wal[at].model_extra.setdefault(EXTENSION, {})["owner"] = f"o{n}"
+        elif op == "delete":
+            del wal[at]
+        elif op == "swap":
+            wal[at] = new_ref(n + 100)
+        else:
+            head = copy.deepcopy(head) if n % 2 else head.model_copy(deep=True)
+        body = head.to_bytes()
+        want = head.document()
+        want[EXTENSION] = {**want.get(EXTENSION, {}), NONCE: json.loads(body)[EXTENSION][NONCE]}
+        assert body == dump_json(want), op
