@@ -33,10 +33,27 @@ def refuse(name: str) -> ClassificationRefused:
     )
 
 
-#: Functions that take an aggregate function's name as a string: in a
-#: definition it must be written as one literal, so that the name is in the
-#: engine's parse (`reach._check_tree`), not folded from an expression later.
-NAMED_CALLS = frozenset({"arrayreduce", "arrayreduceinranges", "initializeaggregation"})
+#: Functions that take an aggregate function's name or a type by a string,
+#: and which argument that is (-1: the last). In a definition or a
+#: mutation, whose expressions the engine folds only as they run, that
+#: argument must be written as one literal, so that the name is in the
+#: engine's parse (`reach._check_tree`, `Catalog.refused_aggregate`).
+NAMED_CALLS = {
+    "arrayreduce": 0,
+    "arrayreduceinranges": 0,
+    "initializeaggregation": 0,
+    "defaultvalueoftypename": 0,
+    "cast": 1,
+    "_cast": 1,
+    "accuratecast": 1,
+    "accuratecastornull": 1,
+    "accuratecastordefault": 1,
+    "reinterpret": 1,
+    "dynamicelement": 1,
+    "variantelement": 1,
+    "jsonextract": -1,
+    "jsonextractkeysandvalues": -1,
+}
 #: Words in the names of functions that take a type or an aggregate
 #: function by a string (CAST, accurateCastOrNull, defaultValueOfTypeName,
 #: JSONExtract, dynamicElement, reinterpret, arrayReduce, ...), matched
@@ -46,20 +63,25 @@ NAMES_BY_STRING = re.compile(r"cast|type|aggregat|reduce|json|variant|dynamic|re
 
 
 def check_named(lines: list[tuple[int, str]], k: int, name: str) -> None:
-    """Refused unless the call `name` on line `k` of a definition's parse
-    (`reach._check_tree`'s (depth, node) lines) takes a string literal
-    first: the name it resolves, there for `Catalog.refused_aggregate`."""
+    """Refused unless the call `name` (a key of `NAMED_CALLS`) on line `k`
+    of an engine's parse (`reach._check_tree`'s (depth, node) lines) takes
+    a string literal where it takes the name or the type."""
     depth = lines[k][0]
     args = lines[k + 1] if k + 1 < len(lines) else (-1, "")
-    first = lines[k + 2] if k + 2 < len(lines) else (-1, "")
-    if not (
-        args[0] == depth + 1
-        and args[1].startswith("ExpressionList")
-        and first[0] == depth + 2
-        and first[1].startswith("Literal '")
-    ):
+    given: list[str] = []
+    if args[0] == depth + 1 and args[1].startswith("ExpressionList"):
+        for at, node in lines[k + 2 :]:
+            if at <= depth + 1:
+                break
+            if at == depth + 2:
+                given.append(node)
+    position = NAMED_CALLS[name.lower()]
+    if not given or position >= len(given) or not given[position].startswith("Literal '"):
+        what = "aggregate function" if position == 0 and "reduce" in name.lower() else "type"
+        if name.lower() == "initializeaggregation":
+            what = "aggregate function"
         raise ClassificationRefused(
-            f"{name[:60]}() in a definition must name its aggregate function by a plain "
-            "string literal (the gate reads the name; an expression would be folded only "
-            "when the definition runs). Nothing was run or logged."
+            f"{name[:60]}() in a definition or a mutation must name its {what} by a plain "
+            "string literal (the gate reads the name; an expression or a parameter would be "
+            "folded only as it runs). Nothing was run or logged."
         )

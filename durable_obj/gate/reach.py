@@ -282,7 +282,10 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
         raise aggregates.refuse(barred)
     words = code_words(text)
     ddl = first in _DDL
-    if not ddl and not (words & (known.refused | _TRIGGERS)):
+    # what the engine parses, not resolves: a definition, and a mutation's
+    # expressions (a lightweight DELETE's, UPDATE's; an ALTER is DDL here)
+    parsed = ddl or first in ("delete", "update")
+    if not parsed and not (words & (known.refused | _TRIGGERS)):
         return
     tokens = tokenize(text)
     for call in find_calls(tokens):
@@ -299,6 +302,7 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     _check_settings(tokens, ddl, known)
     if ddl:
         _check_layouts(tokens)
+    if parsed:
         _check_tree(engine.ast(text), known)
 
 
@@ -431,14 +435,18 @@ _AST_LINE = re.compile(r"^( *)(\S.*?)(?: \(children \d+\))?(?: \(alias [^)]*\))?
 
 
 def _check_tree(ast: str, known: Catalog) -> None:
-    """The engine's parse of a DDL statement: its engines, sources and every
-    function it names."""
+    """The engine's parse of a DDL statement or a mutation: its engines,
+    sources and every function it names."""
     if (barred := known.refused_aggregate(ast)) is not None:
         raise aggregates.refuse(barred)
     lines = [(len(m.group(1)), m.group(2)) for m in map(_AST_LINE.match, ast.splitlines()) if m]
     for k, (depth, node) in enumerate(lines):
         kind, _, name = node.partition(" ")
         name = name.strip()
+        if kind == "Function":
+            # its name alone: `_AST_LINE` leaves " (alias w)" on a call
+            # that has arguments too ("Function f (alias w) (children 1)")
+            name = name.split(" ", 1)[0]
         nxt = lines[k + 1] if k + 1 < len(lines) else (-1, "")
         if node == "Storage definition" and nxt[0] == depth + 1 and nxt[1].startswith("Function "):
             engine = nxt[1].split(" ", 1)[1].strip()

@@ -21,6 +21,10 @@ from durable_obj.core.object import DurableObject
 SGD = "stochasticLinearRegression(0.1, 0.0, 5, 'SGD')"
 FOLDED = "concat('stochasticLinear', 'Regression')"
 STATE_TYPE = "AggregateFunction(stochasticLinearRegression, Float64, Float64)"
+FOLDED_TYPE = (
+    "concat('AggregateFunction(stochasticLinear', 'Regression(0.1, 0.0, 1, ''SGD''), "
+    "Float64, Float64)')"
+)
 
 READS = [
     f"SELECT {SGD}(y, x) FROM t",
@@ -41,6 +45,17 @@ WRITES = [
     "DELETE FROM t WHERE x = arrayReduce('stochasticLinearRegression', [2., 4.], [1., 2.])[1]",
     "ALTER TABLE t UPDATE y = arrayReduce('stochasticLinearRegression', [2.], [1.])[1] WHERE 1",
     f"INSERT INTO t SELECT arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1",
+    # a mutation's and a definition's expressions are folded only as they
+    # run: a name or a type there must be a literal
+    f"DELETE FROM t WHERE x = arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1]",
+    f"UPDATE t SET y = arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1] WHERE 1",
+    f"ALTER TABLE t UPDATE y = (arrayReduce({FOLDED}, [2.], [1.]) AS q)[1] WHERE 1",
+    f"ALTER TABLE t UPDATE y = finalizeAggregation(CAST(unhex(''), {FOLDED_TYPE}))[1] WHERE 1",
+    "ALTER TABLE t ADD COLUMN z Array(Float64) DEFAULT "
+    f"finalizeAggregation(defaultValueOfTypeName({FOLDED_TYPE}))",
+    "CREATE TABLE m (x Float64, w Array(Float64) MATERIALIZED "
+    f"finalizeAggregation(CAST(unhex(''), {FOLDED_TYPE}))) ENGINE = MergeTree ORDER BY x",
+    "CREATE VIEW pv AS SELECT finalizeAggregation(CAST(unhex({s:String}), {ty:String})) AS w",
     "INSERT INTO t VALUES (arrayReduce('stochasticLinearRegression', [2., 4.], [1., 2.])[1], 1)",
     f"INSERT INTO t VALUES (arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1)",
     "INSERT INTO t VALUES (length(toString(defaultValueOfTypeName(concat("
@@ -64,6 +79,10 @@ ALLOWED_READS = [
     "SELECT arrayReduceInRanges('sum', [(1, 2)], [1, 2, 3])",
 ]
 ALLOWED_WRITES = [
+    "ALTER TABLE t UPDATE y = CAST(x AS Float64) WHERE x > 100",
+    "DELETE FROM t WHERE x = CAST('5', 'Float64')",
+    "CREATE TABLE ok (x Float64, s String DEFAULT CAST(concat(toString(x), 'a') AS String), "
+    "j String, e Int64 DEFAULT JSONExtract(j, 'a', 'Int64')) ENGINE = MergeTree ORDER BY x",
     "INSERT INTO t VALUES (arrayReduce('sum', [2., 4.]), 1)",
     "CREATE TABLE a (x Float64, s Float64 DEFAULT arrayReduce('sum', [x]), "
     "st AggregateFunction(sum, Float64)) ENGINE = Memory",

@@ -169,6 +169,15 @@ HOSTILE = {
             "[1.], [2.]) AS w FROM src"
         ],
     ),
+    "column folding a refused aggregate's type": (
+        "t",
+        [
+            "CREATE TABLE t (k UInt8, w Array(Float64) MATERIALIZED finalizeAggregation(CAST("
+            "unhex('DE718A8EE4F2EF3F01B0B6627FD93DF93F0400000000000000020000000000000000000000"
+            "00000000000000000000000000'), concat('AggregateFunction(stochasticLinear', "
+            "'Regression(0.1, 0.0, 1, ''SGD''), Float64, Float64)')))) ENGINE = Memory"
+        ],
+    ),
     "column of a refused aggregate's state": (
         "t",
         [
