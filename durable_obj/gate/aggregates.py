@@ -5,14 +5,15 @@ the engine resolves besides a plain call: a combinator (`-If`, `-State`,
 `-Array`, ...), a name in a string (`arrayReduce`, `arrayReduceInRanges`,
 `initializeAggregation`) and an `AggregateFunction` type.
 
-The engine's own tree and parse are searched for the names
-(`reach.Catalog.refused_aggregate`): its names are case-sensitive and
-never trimmed, and in a read's or a write's tree a name built by an
-expression is already folded into a constant. A definition's parse is not
-folded, so there the calls that take a name by a string must give it as a
-literal (`check_named`), and a `VALUES` row calling a function that takes
-a type or an aggregate by a string is resolved by the engine
-(`NAMES_BY_STRING`, `writes._all_literal_calls`).
+The engine's own tree and parse, and the statement's code, are searched
+for the names (`reach.Catalog.refused_aggregate`): the engine's names are
+case-sensitive and never trimmed, and in a read's or a write's tree a name
+built by an expression is already folded into a constant. A definition's
+or a mutation's expressions are folded only as they run, so there every
+call that takes a name or a type by a string must give it as a literal
+(`NAMED_CALLS`, `check_named`), and a `VALUES` row calling a function that
+may take one is resolved by the engine (`NAMES_BY_STRING`,
+`writes._all_literal_calls`).
 """
 
 from __future__ import annotations
