@@ -290,25 +290,37 @@ class AsyncDurableObject(AsyncExpiry, AsyncTransactions):
         query = self._sync.query
         return await self._read("aquery()", query, sql, fmt, params=params, bounds=bounds)
 
-    async def aquery_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
+    async def aquery_bytes(
+        self,
+        sql: str,
+        fmt: str = "Parquet",
+        *,
+        params: Params = None,
+        bounds: Bounds | None = None,
+    ) -> bytes:
         """`DurableObject.query_bytes` in a worker."""
-        return await self._read("aquery_bytes()", self._sync.query_bytes, sql, fmt, params=params)
+        query = self._sync.query_bytes
+        return await self._read("aquery_bytes()", query, sql, fmt, params=params, bounds=bounds)
 
-    async def arows(self, sql: str, *, params: Params = None) -> list[tuple[Any, ...]]:
+    async def arows(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[tuple[Any, ...]]:
         """`DurableObject.rows` in a worker."""
-        return await self._read("arows()", self._sync.rows, sql, params=params)
+        return await self._read("arows()", self._sync.rows, sql, params=params, bounds=bounds)
 
-    async def adicts(self, sql: str, *, params: Params = None) -> list[dict[str, Any]]:
+    async def adicts(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[dict[str, Any]]:
         """`DurableObject.dicts` in a worker."""
-        return await self._read("adicts()", self._sync.dicts, sql, params=params)
+        return await self._read("adicts()", self._sync.dicts, sql, params=params, bounds=bounds)
 
-    async def aarrow(self, sql: str, *, params: Params = None) -> Any:
+    async def aarrow(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """`DurableObject.arrow` in a worker (a pyarrow.Table)."""
-        return await self._read("aarrow()", self._sync.arrow, sql, params=params)
+        return await self._read("aarrow()", self._sync.arrow, sql, params=params, bounds=bounds)
 
-    async def adf(self, sql: str, *, params: Params = None) -> Any:
+    async def adf(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """`DurableObject.df` in a worker (a pandas.DataFrame)."""
-        return await self._read("adf()", self._sync.df, sql, params=params)
+        return await self._read("adf()", self._sync.df, sql, params=params, bounds=bounds)
 
     async def _read(self, call: str, fn: Callable[P, T], *args: P.args, **kw: P.kwargs) -> T:
         with speaking_as(call):  # a refusal names the caller's own call

@@ -158,32 +158,47 @@ class AsyncTransaction:
             "tx.aquery()", lambda: sync.query(sql, fmt, params=params, bounds=bounds)
         )
 
-    async def aquery_bytes(self, sql: str, fmt: str = "Parquet", *, params: Params = None) -> bytes:
+    async def aquery_bytes(
+        self,
+        sql: str,
+        fmt: str = "Parquet",
+        *,
+        params: Params = None,
+        bounds: Bounds | None = None,
+    ) -> bytes:
         """`DurableObject.query_bytes` inside the transaction."""
         sync = self._face._sync
         return await self._read(
-            "tx.aquery_bytes()", lambda: sync.query_bytes(sql, fmt, params=params)
+            "tx.aquery_bytes()", lambda: sync.query_bytes(sql, fmt, params=params, bounds=bounds)
         )
 
-    async def arows(self, sql: str, *, params: Params = None) -> list[tuple[Any, ...]]:
+    async def arows(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[tuple[Any, ...]]:
         """`DurableObject.rows` inside the transaction."""
         sync = self._face._sync
-        return await self._read("tx.arows()", lambda: sync.rows(sql, params=params))
+        return await self._read("tx.arows()", lambda: sync.rows(sql, params=params, bounds=bounds))
 
-    async def adicts(self, sql: str, *, params: Params = None) -> list[dict[str, Any]]:
+    async def adicts(
+        self, sql: str, *, params: Params = None, bounds: Bounds | None = None
+    ) -> list[dict[str, Any]]:
         """`DurableObject.dicts` inside the transaction."""
         sync = self._face._sync
-        return await self._read("tx.adicts()", lambda: sync.dicts(sql, params=params))
+        return await self._read(
+            "tx.adicts()", lambda: sync.dicts(sql, params=params, bounds=bounds)
+        )
 
-    async def aarrow(self, sql: str, *, params: Params = None) -> Any:
+    async def aarrow(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """`DurableObject.arrow` inside the transaction."""
         sync = self._face._sync
-        return await self._read("tx.aarrow()", lambda: sync.arrow(sql, params=params))
+        return await self._read(
+            "tx.aarrow()", lambda: sync.arrow(sql, params=params, bounds=bounds)
+        )
 
-    async def adf(self, sql: str, *, params: Params = None) -> Any:
+    async def adf(self, sql: str, *, params: Params = None, bounds: Bounds | None = None) -> Any:
         """`DurableObject.df` inside the transaction."""
         sync = self._face._sync
-        return await self._read("tx.adf()", lambda: sync.df(sql, params=params))
+        return await self._read("tx.adf()", lambda: sync.df(sql, params=params, bounds=bounds))
 
     async def atables(self) -> list[str]:
         """`DurableObject.tables` inside the transaction."""

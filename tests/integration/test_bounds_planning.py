@@ -91,6 +91,26 @@ def test_every_read_method_takes_its_own_bounds(method: str) -> None:
         ]
 
 
+@pytest.mark.parametrize("method", ["aquery", "aquery_bytes", "arows", "adicts", "adf", "aarrow"])
+def test_every_async_read_method_takes_its_own_bounds(method: str) -> None:
+    """The async wrappers and a transaction's pass `bounds=` on as the sync
+    methods take it."""
+
+    async def main() -> None:
+        async with await durable_obj.aopen(_url(), owner="w") as o:
+            call = getattr(o, method)
+            started = time.monotonic()
+            with pytest.raises(errors.Timeout):
+                await call(LONG_READ, bounds=Bounds(seconds=0.3))
+            assert time.monotonic() - started < 10 * 0.3 + 5
+            assert await call("SELECT count() FROM numbers(10)") is not None
+            async with o.atransaction() as tx:
+                with pytest.raises(errors.Timeout):
+                    await getattr(tx, method)(LONG_READ, bounds=Bounds(seconds=0.3))
+
+    asyncio.run(main())
+
+
 def test_scalar_subqueries_planned_by_the_gate_count_against_the_bound(
     obj: DurableObject,
 ) -> None:
