@@ -71,11 +71,17 @@ def decode_rows(text: str, timezone: str) -> tuple[list[str], list[tuple[Any, ..
         convert = [converter(t, timezone) for t in types]
         rows = []
         for line in lines[2:]:
-            values = json.loads(line, parse_float=str)
+            values = json.loads(line, parse_float=str, parse_int=_int)
             rows.append(tuple(c(v) for c, v in zip(convert, values, strict=True)))
     except (ValueError, IndexError, TypeError, KeyError) as exc:
         raise EngineError(f"chDB answered rows that could not be read ({exc})") from None
     return names, rows
+
+
+def _int(text: str) -> int | float:
+    """A JSON integer; the engine prints a float's negative zero as `-0`,
+    which `int` would read as 0 and lose its sign."""
+    return -0.0 if text == "-0" else int(text)
 
 
 def converter(type_name: str, timezone: str) -> Convert:

@@ -274,3 +274,13 @@ def test_show_create_names_the_logical_database(tmp_path: Path) -> None:
         ((as_row,),) = obj.rows("SHOW CREATE VIEW v")
     assert "__durable_obj_" not in shown + as_row
     assert "CREATE TABLE `my-app`.t" in shown and "FROM `my-app`.t" in as_row
+
+
+def test_a_float_s_negative_zero_keeps_its_sign(obj: durable_obj.DurableObject) -> None:
+    """The engine prints -0.0 as `-0`, which JSON reads as the integer 0."""
+    row = obj.rows(
+        "SELECT {x:Float64}, [-0.0, 0.0], toFloat32(-0.0), toNullable(-0.0), 0::Int8",
+        params={"x": -0.0},
+    )[0]
+    signs = [math.copysign(1, v) for v in (row[0], *row[1], row[2], row[3])]
+    assert signs == [-1, -1, 1, -1, -1] and row[4] == 0 and type(row[4]) is int
