@@ -302,8 +302,15 @@ def check(engine: Engine, text: str, external: tuple[str, ...] = ()) -> None:
     _check_settings(tokens, ddl, known)
     if ddl:
         _check_layouts(tokens)
-    if parsed:
+    if ddl:
         _check_tree(engine.ast(text), known)
+    elif parsed:
+        try:
+            ast = engine.ast(text)
+        except ClassificationRefused:
+            return  # not a DELETE or UPDATE the parser reads: it runs as none (chDB's
+            # implicit SELECT reads "DELETE m WHERE ..." as a query), and is judged as that
+        _check_tree(ast, known)
 
 
 #: Table functions an opt-in may let a read call, by the word that allows each.
