@@ -52,13 +52,37 @@ from durable_obj.gate.control import admitted, check_kept
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.known import fires_views
 from durable_obj.gate.reading import engine_text, unread, with_literal_rows
-from durable_obj.gate.sql import insert_shape, tokenize_head
+from durable_obj.gate.sql import insert_shape, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine
 
 #: First words of a statement that defines what later statements run.
 _DEFINING = frozenset({"create", "alter", "attach", "replace"})
+
+
+def inner_query(local: str) -> str | None:
+    """The query a read resolves: the read itself (a SELECT, a WITH, a
+    parenthesized query), or the query inside another kind of read, to its
+    end (`EXPLAIN [kind] [settings] SELECT ...`, `DESCRIBE (SELECT ...)`);
+    None if it holds none (`SHOW TABLES`, `DESCRIBE t`)."""
+    if local.lstrip().startswith("("):
+        return local
+    tokens = tokenize(local)
+    depth = 0
+    for i, tok in enumerate(tokens):
+        if depth == 0:
+            at = i
+            while at < len(tokens) and tokens[at].text == "(":
+                at += 1  # `(SELECT ...)`, `((SELECT ...))`
+            named = tokens[at] if at < len(tokens) else None
+            if named is not None and named.kind == "ident" and named.word in ("select", "with"):
+                return local if i == 0 else local[tok.start :]
+        if tok.text in ("(", "["):
+            depth += 1
+        elif tok.text in (")", "]"):
+            depth -= 1
+    return None
 
 
 def first_word(text: str) -> str:
@@ -112,9 +136,12 @@ class Gate:
         return local, secret
 
     def _read(self, engine: Engine, sql: str, db: str) -> tuple[str, bool, bool]:
-        """`read`'s checks, and whether all of them ran: a SELECT whose
-        query tree the engine would not print (`Engine.query_tree`: None)
-        is let through to fail as it runs, never kept as passed."""
+        """`read`'s checks, and whether all of them ran. A query whose tree
+        the engine does not print is not run: the engine's error is raised
+        (before, such a read was let through to fail as it ran; a query that
+        analyses as it runs but not under EXPLAIN, found by attack, then ran
+        unchecked). So is the query inside an EXPLAIN or a DESCRIBE: the
+        engine folds its constants as it plans, and prints them."""
         text = engine_text(engine, sql)
         reach.check(engine, text, self.external)  # before anything resolves a table function
         files = any(w.startswith("/") for w in self.external)
@@ -122,11 +149,10 @@ class Gate:
         analysis = engine.analyze(local, db)
         syntax = engine.syntax_error(text) if analysis.query_class == "UNKNOWN" else ""
         check_read(analysis, syntax)
-        first = next((t.word for t in tokenize_head(local) if t.kind == "ident"), "")
-        if first in ("select", "with") or local.lstrip().startswith("("):
-            tree = engine.query_tree(local)
-            if tree is None:
-                return local, analysis.has_secrets, False
+        query = inner_query(local)
+        if query is not None:
+            tree = engine.query_tree(query, strict=True, redact=analysis.has_secrets)
+            assert tree is not None
             self._check_resolved(engine, tree)
         return local, analysis.has_secrets, True
 

@@ -23,7 +23,11 @@ def without_format(sql: str) -> str:
     for i, tok in depth_zero(tokens):
         if tok.word == "format" and tok.kind == "ident" and i + 1 < len(tokens):
             name = tokens[i + 1]
-            if name.kind in ("ident", "quoted"):
+            after = tokens[i + 2] if i + 2 < len(tokens) else None
+            # the clause ends the statement, or comes before its SETTINGS;
+            # anything else is a name (`1 AS format FROM t`), never cut
+            last = after is None or after.text == ";" or after.word == "settings"
+            if name.kind in ("ident", "quoted") and last:
                 cut = (tok.start, name.end)
     return sql if cut is None else sql[: cut[0]] + " " + sql[cut[1] :]
 

@@ -377,6 +377,16 @@ def find_calls(tokens: list[Token]) -> list[Call]:
             and (i == 0 or tokens[i - 1].text != ".")
         ):
             calls.append(Call(tok.word, tok.start, tok.end, i, i, tok.name, bare=True))
+        if tok.kind == "ident" and tok.word == "apply":
+            # `* APPLY f` and `COLUMNS(...) APPLY(f)` call f on each column
+            at = i + 2 if after == "(" else i + 1
+            named = tokens[at] if at < len(tokens) else None
+            if named is not None and named.kind in ("ident", "quoted"):
+                nxt = tokens[at + 1].text if at + 1 < len(tokens) else ""
+                if nxt != "(":  # `APPLY(f(...))` is a call found as any other
+                    calls.append(
+                        Call(named.word, named.start, named.end, at, at, named.name, bare=True)
+                    )
     return calls
 
 

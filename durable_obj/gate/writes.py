@@ -29,10 +29,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused
-from durable_obj.gate import aggregates, reach
+from durable_obj.gate import aggregates, params, reach
 from durable_obj.gate.control import INNER, inner_refused
 from durable_obj.gate.isolation import PURE_TABLE_FUNCTIONS, TABLE_FUNCTION
-from durable_obj.gate.quoting import splice
+from durable_obj.gate.quoting import quote_string, splice
 from durable_obj.gate.reading import TO_SEMICOLON, TO_SEMICOLON_OUTSIDE_STRINGS, unread
 from durable_obj.gate.sql import (
     Token,
@@ -64,9 +64,23 @@ def check(engine: Engine, local: str) -> None:
     allow-list; nothing runs (only the engine's analyser)."""
     for query, whole in queries(engine, local):
         tree = engine.query_tree(query)
+        if tree is None and whole:
+            # A parameterized view's query is checked with each placeholder
+            # as its type's default value; any other, the engine's error is
+            # raised (nothing runs what could not be checked; before, it ran
+            # to fail, and a query that analyses only as it runs ran unchecked).
+            found = params.placeholders(query)
+            if not found:
+                engine.query_tree(query, strict=True)
+            tree = engine.query_tree(_defaults(query, found))
+            if tree is None:
+                raise ClassificationRefused(
+                    "could not check what this parameterized view reads: its query does not "
+                    "analyse with each {name:Type} placeholder as its type's default value "
+                    "(a placeholder may not name a table, a column or a type). Nothing was run "
+                    "or logged."
+                )
         if tree is None:
-            if whole:
-                continue  # it does not analyse: running the write fails the same way
             raise ClassificationRefused(
                 "could not check what a subquery of this write reads (the engine does not "
                 "analyse it on its own); write it as INSERT ... SELECT or a read first. "
@@ -75,6 +89,14 @@ def check(engine: Engine, local: str) -> None:
         if INNER in tree:  # a materialized view's inner table: another name on replay
             raise ClassificationRefused(inner_refused(tree[tree.index(INNER) :].split()[0]))
         resolved(engine, tree)
+
+
+def _defaults(query: str, found: list[params.Placeholder]) -> str:
+    """`query` with each placeholder as its type's default value."""
+    return splice(
+        query,
+        [(p.start, p.end, f"defaultValueOfTypeName({quote_string(p.type_name)})") for p in found],
+    )
 
 
 def resolved(engine: Engine, tree: str, external: frozenset[str] = frozenset()) -> None:

@@ -343,14 +343,16 @@ class Engine:
             changes_database_lifecycle=bool(report["changes_database_lifecycle"]),
         )
 
-    def query_tree(self, sql: str) -> str | None:
+    def query_tree(self, sql: str, *, strict: bool = False, redact: bool = False) -> str | None:
         """What the engine resolves of the (localized) SELECT `sql`
         (`EXPLAIN QUERY TREE`: nothing runs), for the gate to check; None
-        when it does not analyse (running it fails the same way)."""
+        when it does not analyse. `strict`: the engine's error instead of
+        None (`redact`: without its message, which may quote a credential),
+        for a caller that must not run what it could not check."""
         try:
-            raw = self.output("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw")
+            raw = self.output("EXPLAIN QUERY TREE " + without_format(sql), "TSVRaw", redact=redact)
         except EngineError as exc:
-            if _stopped(exc, None) is not None:
+            if strict or _stopped(exc, None) is not None:
                 raise  # planning ran past a bound: the run must not follow it
             return None
         # A constant the query holds is printed as its bytes, which need not
