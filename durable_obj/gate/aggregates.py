@@ -54,6 +54,9 @@ NAMED_CALLS = {
     "variantelement": 1,
     "jsonextract": -1,
     "jsonextractkeysandvalues": -1,
+    "gettypeserializationstreams": 0,
+    "structuretocapnprotoschema": 0,
+    "structuretoprotobufschema": 0,
 }
 #: Words in the names of functions that take a type or an aggregate
 #: function by a string (CAST, accurateCastOrNull, defaultValueOfTypeName,

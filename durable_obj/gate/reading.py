@@ -42,7 +42,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from durable_obj.errors import ClassificationRefused
+from durable_obj.errors import ClassificationRefused, InvalidArgument
 from durable_obj.gate.quoting import quote_string
 from durable_obj.gate.sql import NUMBER as _NUMBER
 from durable_obj.gate.sql import Token, insert_shape, tokenize, tokenize_head
@@ -208,6 +208,15 @@ def engine_text(engine: Engine, sql: str) -> str:
     logged: `sql` itself when it is plain (or its rows are `unread`), else
     the engine's canonical form of it (`ClassificationRefused` when that is
     not plain either, or when the engine cannot parse it as one statement)."""
+    try:
+        sql.encode("utf-8")
+    except UnicodeEncodeError:
+        # the engine takes UTF-8 text: chDB's binding would refuse it with a
+        # message that quotes the statement (it may carry a credential)
+        raise InvalidArgument(
+            "the statement is not valid Unicode text (it holds a lone surrogate, such as "
+            "'\\ud800', which no UTF-8 text can); nothing was run or logged"
+        ) from None
     if unread(sql) is not None or is_plain(sql):
         return sql
     head, kind, data = _split_data(sql)

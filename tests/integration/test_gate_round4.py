@@ -144,3 +144,16 @@ def test_what_the_fixes_must_not_refuse(tmp_path: Path) -> None:
         o.flush()
     with durable_obj.open(str(tmp_path / "o"), read_only=True) as again:
         assert again.rows("SELECT format FROM pv(p = 1)") == [("csv",)]
+
+
+def test_a_statement_that_is_not_unicode_text_is_refused_without_its_text(world: World) -> None:
+    """chDB's binding refused a lone surrogate with a message that quoted
+    the statement (which may carry a credential)."""
+    sql = "SELECT 'key-round4\ud800'"
+    for read in (world.a.query, world.a.rows, world.a.query_bytes):
+        with pytest.raises(errors.InvalidArgument, match="lone surrogate") as info:
+            read(sql)
+        assert "key-round4" not in str(info.value)
+    with pytest.raises(errors.DurableError) as caught:
+        world.a.execute(sql)
+    assert "key-round4" not in str(caught.value)

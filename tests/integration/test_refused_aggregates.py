@@ -56,6 +56,8 @@ WRITES = [
     "CREATE TABLE m (x Float64, w Array(Float64) MATERIALIZED "
     f"finalizeAggregation(CAST(unhex(''), {FOLDED_TYPE}))) ENGINE = MergeTree ORDER BY x",
     "CREATE VIEW pv AS SELECT finalizeAggregation(CAST(unhex({s:String}), {ty:String})) AS w",
+    "CREATE TABLE d (x String, s String DEFAULT toString(getTypeSerializationStreams("
+    f"{FOLDED_TYPE}))) ENGINE = Memory",
     "INSERT INTO t VALUES (arrayReduce('stochasticLinearRegression', [2., 4.], [1., 2.])[1], 1)",
     f"INSERT INTO t VALUES (arrayReduce({FOLDED}, [2., 4.], [1., 2.])[1], 1)",
     "INSERT INTO t VALUES (length(toString(defaultValueOfTypeName(concat("
