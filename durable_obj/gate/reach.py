@@ -363,12 +363,26 @@ _AFTER_SETTINGS = frozenset(
 )
 
 
+#: Settings refused whatever else allows them: they name a file, a URL or
+#: a secret. `output_format_schema` has the engine write the schema of a
+#: Protobuf or CapnProto answer to a path (found by attack: a read wrote
+#: any host file, with lines it chose); a schema registry is a URL.
+_REACHING_SETTINGS = re.compile(
+    r".*(?:schema|registry|url|uri|secret|file|path|dir|subject|credential|password).*"
+)
+
+
 def _check_settings(tokens: list[Token], ddl: bool, known: Catalog) -> None:
     for i, tok in enumerate(tokens):
         if tok.kind != "ident" or tok.word not in ("settings", "setting"):
             continue
         start = i + 2 if i + 1 < len(tokens) and tokens[i + 1].text == "(" else i + 1
         for name in _setting_names(tokens, start):
+            if _REACHING_SETTINGS.fullmatch(name):
+                raise refuse(
+                    f"the setting {name[:60]} (it names a file, a URL or a secret)",
+                    "write the statement without that setting",
+                )
             if ddl and (
                 _REFUSED_TABLE_SETTINGS.fullmatch(name)
                 or not (

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -157,3 +158,40 @@ def test_a_statement_that_is_not_unicode_text_is_refused_without_its_text(world:
     with pytest.raises(errors.DurableError) as caught:
         world.a.execute(sql)
     assert "key-round4" not in str(caught.value)
+
+
+def test_no_setting_writes_a_file(world: World) -> None:
+    """Found by attack: `output_format_schema` had the engine write a
+    Protobuf answer's schema to any path (over another object's WAL, or a
+    `.pth` file with lines chosen by aliases), through every read path."""
+    target = world.root / "written.proto"
+    wal = Path(world.wal)
+    before = wal.read_bytes()
+    for path in (target, wal):
+        sql = f"SELECT 1 AS x SETTINGS output_format_schema = '{path}'"
+        with pytest.raises(errors.ClassificationRefused, match="output_format_schema"):
+            world.a.query(sql + " FORMAT ProtobufSingle")
+        with pytest.raises(errors.ClassificationRefused, match="output_format_schema"):
+            world.a.query_bytes(sql, "ProtobufSingle")
+        with pytest.raises(errors.ClassificationRefused, match="output_format_schema"):
+            world.a.execute(f"CREATE VIEW vs AS {sql}")
+
+    async def over_mcp() -> Any:
+        from mcp import Client
+
+        from durable_obj.mcp import build_server
+
+        async with Client(build_server(world.a, allow_sql=True)) as client:
+            return await client.call_tool(
+                "sql",
+                {
+                    "statement": "SELECT 1 AS x FORMAT ProtobufSingle SETTINGS "
+                    f"output_format_schema = '{target}'"
+                },
+            )
+
+    asyncio.run(over_mcp())
+    assert not target.exists() and wal.read_bytes() == before
+    with pytest.raises(errors.ClassificationRefused, match="format_display_secrets"):
+        world.a.query("SELECT 1 SETTINGS format_display_secrets_in_show_and_select = 1")
+    assert world.a.query("SELECT 1 SETTINGS output_format_json_quote_64bit_integers = 1") == "1\n"
