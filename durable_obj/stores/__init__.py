@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -150,7 +151,9 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None) -> Store
     module_name, _, cls_name = reg.target.partition(":")
     try:
         for name in reg.requires:
-            importlib.import_module(name)
+            # installed, not imported: a store may never need it (`s3static`)
+            if importlib.util.find_spec(name) is None:
+                raise ImportError(f"No module named {name!r}", name=name)
         module = importlib.import_module(module_name)
     except ImportError as exc:
         if (exc.name or "").split(".")[0] == "durable_obj":

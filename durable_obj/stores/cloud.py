@@ -14,6 +14,7 @@ import abc
 import asyncio
 import contextlib
 import os
+import threading
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
@@ -46,13 +47,18 @@ class CloudStore(Store):
     #: What the root's first part is called, for messages ("bucket", "container").
     root_word = "bucket"
 
+    #: storage_options every filesystem of this store takes, for sure: a
+    #: store given only these is not checked against the filesystem's own
+    #: signature, whose import a cold open may never need (`s3static`).
+    plain_options: frozenset[str] = frozenset()
+
     _bucket: str
     _prefix: str
     _attempts: int
-    _shared: SharedFS
-    _fs: Any
     _closed: bool
     _secrets: tuple[str, ...]
+    _making: tuple[dict[str, Any], Callable[[dict[str, Any], str], Any]]
+    _making_lock: threading.Lock
 
     def _take_root(self, root: str, storage_options: dict[str, Any] | None) -> dict[str, Any]:
         """Set the bucket, prefix and retries from the root; the fsspec options left."""
@@ -68,21 +74,54 @@ class CloudStore(Store):
         self._closed = False
         self._secrets = secret_values(storage_options)
         opts = dict(storage_options or {})
-        classes = self._fs_classes()
-        check_options(
-            f"{self.protocol}://{root.strip('/')}",
-            opts,
-            accepted_options(*classes) | {"retries", "skip_instance_cache"},
-            by=f"{classes[0].__module__.split('.')[0]}'s {classes[0].__name__}",
-        )
+        if not set(opts) <= self.plain_options | {"retries", "skip_instance_cache"}:
+            classes = self._fs_classes()
+            check_options(
+                f"{self.protocol}://{root.strip('/')}",
+                opts,
+                accepted_options(*classes) | {"retries", "skip_instance_cache"},
+                by=f"{classes[0].__module__.split('.')[0]}'s {classes[0].__name__}",
+            )
         self._attempts = max(1, int(opts.pop("retries", DEFAULT_ATTEMPTS)))
         opts["skip_instance_cache"] = True
         return opts
 
-    def _share(self, opts: dict[str, Any], make: Callable[[dict[str, Any], str], Any]) -> None:
-        """The process's filesystem for `opts`, made by `make(opts, url)` the first time."""
-        self._shared = SharedFS.acquire(self.protocol, opts, lambda: make(opts, self.url))
-        self._fs = self._shared.fs
+    def _share(
+        self,
+        opts: dict[str, Any],
+        make: Callable[[dict[str, Any], str], Any],
+        *,
+        lazy: bool = False,
+    ) -> None:
+        """The process's filesystem for `opts`, made by `make(opts, url)` the
+        first time; `lazy`: not until a call needs it (`_fs`)."""
+        self._making = (opts, make)
+        self._making_lock = threading.Lock()
+        if not lazy:
+            self._acquire()
+
+    def _acquire(self) -> SharedFS:
+        shared: SharedFS | None = self.__dict__.get("_shared_fs")
+        if shared is None:
+            with self._making_lock:
+                shared = self.__dict__.get("_shared_fs")
+                if shared is None:
+                    opts, make = self._making
+                    shared = SharedFS.acquire(self.protocol, opts, lambda: make(opts, self.url))
+                    self._shared_fs = shared
+        return shared
+
+    @property
+    def _shared(self) -> SharedFS:
+        return self._acquire()
+
+    @property
+    def _fs(self) -> Any:
+        """The shared filesystem, made now if it was not yet."""
+        return self._acquire().fs
+
+    def _fs_made(self) -> bool:
+        return "_shared_fs" in self.__dict__
 
     @abc.abstractmethod
     def _fs_classes(self) -> tuple[type, ...]:
@@ -105,10 +144,12 @@ class CloudStore(Store):
             raise BackendError(f"{self.url}: this store was closed")
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        from fsspec.asyn import sync
+        from fsspec.asyn import get_loop, sync
 
+        # fsspec's IO loop: the filesystem's own, once made (it is made on it)
+        loop = self._fs.loop if self._fs_made() else get_loop()
         try:
-            result: T = sync(self._fs.loop, fn, *args)
+            result: T = sync(loop, fn, *args)
         except BaseException as exc:
             scrub(exc, self._secrets)  # no credential in what a traceback prints
             raise
@@ -294,7 +335,7 @@ class CloudStore(Store):
         if self._closed:
             return
         self._closed = True
-        if self._shared.release():
+        if self._fs_made() and self._shared.release():
             with contextlib.suppress(Exception):  # closing is best effort
                 self._run(self._close)
 

@@ -77,8 +77,13 @@ class S3Store(S3Base):
 
     # -- reads ----------------------------------------------------------
     async def _get_if_changed(self, key: str, version: Version | None) -> Blob | Unchanged | None:
-        s3 = await self._s3()
         full = self._key(key)
+        if version is None and self._static is not None and self._static_creds is not None:
+            self._check_open()
+            got = (await self._static.fetch([full], self._static_creds, 1))[0]
+            if got is not None:
+                return Blob(got[0], Version(got[1]))
+        s3 = await self._s3()
         condition = {} if version is None else {"IfNoneMatch": entity_tag(version.token)}
 
         async def once() -> Blob | Unchanged:
@@ -106,7 +111,7 @@ class S3Store(S3Base):
         got: list[Blob | None] = [None] * len(keys)
         todo: list[int] = list(range(len(keys)))
         fast = await self._fast_reads() if len(keys) > 1 else None
-        creds = await s3reads.frozen_credentials(await self._s3()) if fast else None
+        creds = await self._read_credentials() if fast else None
         if fast is not None and creds is not None:
             answers = await fast.fetch(fulls, creds, concurrency)
             for index, answer in enumerate(answers):
@@ -123,7 +128,7 @@ class S3Store(S3Base):
         leaves (a second page, an answer not taken as is) through the client."""
         got: list[list[Entry] | None] = [None] * len(prefixes)
         fast = await self._fast_reads() if len(prefixes) > 1 else None
-        creds = await s3reads.frozen_credentials(await self._s3()) if fast else None
+        creds = await self._read_credentials() if fast else None
         if fast is not None and creds is not None:
             scopes = [self._list_scope(prefix) for prefix in prefixes]
             starts = [start for start, _ in scopes]
@@ -162,10 +167,43 @@ class S3Store(S3Base):
             body.close()
 
     async def _download(self, key: str, path: str, callback: Callback | None) -> bool:
+        tried = self._static is None
+
         async def write(dst: BinaryIO) -> None:
+            nonlocal tried
+            if not tried:  # once, before the client: see `s3static`
+                tried = True
+                if await self._stream_static(key, dst.write, callback):
+                    return
+                dst.seek(0)
+                dst.truncate()
             await self._body(key, dst.write, callback)
 
         return await self._download_to(key, path, write)
+
+    async def _stream_static(
+        self, key: str, write: Callable[[bytes], object], callback: Callback | None
+    ) -> bool:
+        """`_body` through the reader that needs no client; False where the
+        client must read it (after part of the body, maybe)."""
+        assert self._static is not None and self._static_creds is not None
+        self._check_open()
+
+        def counted(data: bytes) -> None:
+            write(data)
+            if callback is not None:
+                callback.relative_update(len(data))
+
+        if callback is not None:
+            callback.absolute_update(0)
+        size = await self._static.stream(
+            self._key(key), self._static_creds, counted if callback else write, READ_CHUNK
+        )
+        if size is not None and callback is not None:
+            callback.set_size(size)
+        elif callback is not None:
+            callback.absolute_update(0)
+        return size is not None
 
     def read_into(self, key: str, sink: Sink, callback: Callback | None = None) -> bool:
         return self._run(self._read_into, key, sink, callback)
@@ -266,6 +304,8 @@ class S3Store(S3Base):
         static (`writes_here`); else on the IO loop. The same PUT, sent once,
         judged the same way."""
         here = self.writes_here() if len(data) <= SINGLE_PUT_LIMIT else None
+        if here is None and len(data) <= SINGLE_PUT_LIMIT:
+            here = self.static_writes()  # before the client exists: see `s3static`
         if here is not None:
             writes, creds = here
             try:

@@ -14,7 +14,7 @@ import os
 from typing import Any
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores import s3reads, s3writes
+from durable_obj.stores import s3reads, s3static, s3writes
 from durable_obj.stores.cloud import CloudStore
 from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
 
@@ -36,6 +36,8 @@ def _make_fs(opts: dict[str, Any], url: str) -> Any:
 class S3Base(CloudStore):
     """The client side of `S3Store`: setup, errors, and the faster transports."""
 
+    plain_options = s3static.OPTIONS
+
     def __init__(self, root: str, storage_options: dict[str, Any] | None = None) -> None:
         opts = self._take_root(root, storage_options)
         config = dict(opts.pop("config_kwargs", None) or {})
@@ -46,11 +48,16 @@ class S3Base(CloudStore):
         self._endpoint = safe_endpoint(
             opts.get("endpoint_url") or client_kwargs.get("endpoint_url")
         )
-        self._share(opts, _make_fs)
+        #: Reads that need no client, where the options leave it nothing to
+        #: look up (`s3static`); the client is then made on first need.
+        self._static = s3static.static_reads(opts, self._bucket)
+        self._static_creds = s3static.static_credentials(opts) if self._static else None
+        self._share(opts, _make_fs, lazy=self._static is not None)
         self._fast: s3reads.FastReads | None = None
         self._fast_checked = False
         self._writes: s3writes.FastWrites | None = None
-        self._writes_checked = os.environ.get("DURABLE_OBJ_S3_WRITES", "").lower() == "client"
+        self._client_writes = os.environ.get("DURABLE_OBJ_S3_WRITES", "").lower() == "client"
+        self._writes_checked = self._client_writes
         #: (client, its credentials object, transport, frozen credentials):
         #: what a PUT may be sent with from the calling thread (`writes_here`).
         self._here: tuple[Any, Any, s3writes.FastWrites, s3reads.Credentials] | None = None
@@ -164,8 +171,17 @@ class S3Base(CloudStore):
         region = s3.meta.region_name or "us-east-1"
         return s3reads.Target.from_presigned(str(url), probe, region)
 
+    async def _read_credentials(self) -> s3reads.Credentials | None:
+        """What the batched reader signs with: the given keys (`s3static`),
+        else the client's, frozen now."""
+        if self._static_creds is not None:
+            return self._static_creds
+        return await s3reads.frozen_credentials(await self._s3())
+
     async def _fast_reads(self) -> s3reads.FastReads | None:
         """The batched reader for this store, or None where it would not be exact."""
+        if self._static is not None:
+            return self._static
         if self._fast_checked:
             return self._fast
         self._fast_checked = True
@@ -222,6 +238,23 @@ class S3Base(CloudStore):
         raw = _signer_credentials(s3)
         if creds is not None and raw is not None and type(raw) in _static_credentials():
             self._here = (s3, raw, writes, creds)
+
+    def static_writes(self) -> tuple[s3writes.FastWrites, s3reads.Credentials] | None:
+        """The obstore transport and the given keys, for a store whose
+        options leave the client nothing to look up (`s3static`): its PUTs
+        go where its GETs do, signed with those keys, from the calling
+        thread; None otherwise (or with `DURABLE_OBJ_S3_WRITES=client`)."""
+        static, creds = self._static, self._static_creds
+        if static is None or creds is None or self._client_writes:
+            return None
+        config = dict(self._making[0].get("config_kwargs") or {})
+        writes = s3writes.FastWrites.shared(
+            static.target,
+            self._bucket,
+            float(config.get("connect_timeout") or 60),
+            float(config.get("read_timeout") or 60),
+        )
+        return writes, creds
 
     def writes_here(self) -> tuple[s3writes.FastWrites, s3reads.Credentials] | None:
         """The obstore transport and the credentials to send a PUT with from

@@ -33,6 +33,7 @@ import hmac
 import inspect
 import os
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote_plus, urlsplit
@@ -174,6 +175,40 @@ class FastReads:
         pages = await self._send(requests, creds, concurrency)
         return [None if page is None else parse_listing(page[0]) for page in pages]
 
+    async def stream(
+        self, key: str, creds: Credentials, write: Callable[[bytes], object], chunk: int
+    ) -> int | None:
+        """One GET of the full `key`, its body handed to `write` as it
+        arrives, `chunk` bytes at a time; the body's length, or None where
+        the client must read it (any answer but a plain 200 with a length,
+        or a connection that failed). After None, `write` may have had part
+        of the body: the caller starts again."""
+        signer = _Signer(creds, self.target.region, self.target.host)
+        request = signer.request(self.target.path_prefix + quote_key(key))
+        try:
+            conn = await asyncio.wait_for(self._connect(), self._timeout)
+        except (TimeoutError, OSError, ssl.SSLError):
+            return None
+        reader, writer = conn
+        try:
+            writer.write(request)
+            status, headers = await asyncio.wait_for(_head(reader), self._timeout)
+            length = headers.get("content-length")
+            if status != 200 or length is None or "transfer-encoding" in headers:
+                return None
+            left = int(length)
+            while left:
+                data = await asyncio.wait_for(reader.read(min(chunk, left)), self._timeout)
+                if not data:
+                    return None  # the connection ended short
+                write(data)
+                left -= len(data)
+            return int(length)
+        except (TimeoutError, OSError, EOFError, ValueError, _Unusable):
+            return None
+        finally:
+            _close(conn)
+
     async def _send(
         self, requests: list[tuple[str, str]], creds: Credentials, concurrency: int
     ) -> list[tuple[bytes, str] | None]:
@@ -239,25 +274,35 @@ class FastReads:
         """(status, (body, ETag) or None for the client to handle, keep the connection)."""
         reader, writer = conn
         writer.write(request)
-        head = await reader.readuntil(b"\r\n\r\n")
-        lines = head.decode("latin-1").split("\r\n")
-        status_line = lines[0].split(" ", 2)
-        if len(status_line) < 2 or status_line[0] not in ("HTTP/1.1", "HTTP/1.0"):
-            raise _Unusable(lines[0][:40])
-        status = int(status_line[1])
-        headers: dict[str, str] = {}
-        for line in lines[1:]:
-            if line:
-                name, _, value = line.partition(":")
-                headers[name.strip().lower()] = value.strip()
+        status, headers = await _head(reader)
         length = headers.get("content-length")
         if length is None or "transfer-encoding" in headers:
             raise _Unusable("no content-length")
         body = await reader.readexactly(int(length))
-        keep = status_line[0] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+        keep = headers[_VERSION] == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
         if status != 200 or (etag and "etag" not in headers):
             return status, None, keep
         return status, (body, headers.get("etag", "")), keep
+
+
+#: Where `_head` puts the status line's HTTP version among the headers.
+_VERSION = ":version"
+
+
+async def _head(reader: asyncio.StreamReader) -> tuple[int, dict[str, str]]:
+    """An answer's status and headers (names lower-cased; the HTTP version
+    under `_VERSION`)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status_line = lines[0].split(" ", 2)
+    if len(status_line) < 2 or status_line[0] not in ("HTTP/1.1", "HTTP/1.0"):
+        raise _Unusable(lines[0][:40])
+    headers: dict[str, str] = {_VERSION: status_line[0]}
+    for line in lines[1:]:
+        if line:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+    return int(status_line[1]), headers
 
 
 def canonical_query(params: dict[str, str]) -> str:
