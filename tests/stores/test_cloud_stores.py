@@ -273,17 +273,32 @@ class S3StoreTests(TransportTests):
             assert store.create("t/a", b"x") is None and store.replace("t/a", b"3", v1) is None
             assert here == []  # every PUT on the loop, through aiobotocore
             return
-        v1 = store.create("t/a", b"1")
-        assert v1 is not None and here == []  # the loop froze the keys
-        v2 = store.replace("t/a", b"2", v1)
-        assert v2 is not None and store.create("t/a", b"x") is None
-        assert store.replace("t/a", b"3", v1) is None  # stale, judged as on the loop
-        assert here == ["a", "a", "a"]
-        assert store.get("t/a") == Blob(b"2", v2)
-        signer = store._fs._s3._request_signer
-        monkeypatch.setattr(signer, "_credentials", type("Refreshing", (), {})())
-        assert store.writes_here() is None  # not that object: back to the loop
-        monkeypatch.undo()
+        # keys, an IP endpoint and a region given (`s3static`): every PUT
+        # from the calling thread, and no client is ever made
+        assert store._static is not None
+        v1 = store.create("t/s", b"1")
+        assert v1 is not None and store.create("t/s", b"x") is None
+        assert store.replace("t/s", b"2", v1) is not None and here == ["s", "s", "s"]
+        assert not store._fs_made()
+        here.clear()
+        # an option that only the client reads: the loop freezes its keys first
+        options = {**self.storage_options(store), "config_kwargs": {"max_pool_connections": 9}}
+        store = open_store(f"{store.url}/client", options)
+        try:
+            assert store._static is None
+            v1 = store.create("t/a", b"1")
+            assert v1 is not None and here == []  # the loop froze the keys
+            v2 = store.replace("t/a", b"2", v1)
+            assert v2 is not None and store.create("t/a", b"x") is None
+            assert store.replace("t/a", b"3", v1) is None  # stale, judged as on the loop
+            assert here == ["a", "a", "a"]
+            assert store.get("t/a") == Blob(b"2", v2)
+            signer = store._fs._s3._request_signer
+            monkeypatch.setattr(signer, "_credentials", type("Refreshing", (), {})())
+            assert store.writes_here() is None  # not that object: back to the loop
+            monkeypatch.undo()
+        finally:
+            store.close()
 
     def _count_client_reads(self, store: Any, monkeypatch: pytest.MonkeyPatch) -> list[str]:
         reads: list[str] = []
@@ -327,6 +342,8 @@ class S3StoreTests(TransportTests):
         target = s3reads.Target("http", f"127.0.0.1:{port}", "127.0.0.1", port, "/b/", "us-east-1")
         monkeypatch.setattr(store, "_fast", s3reads.FastReads(target, None, 5.0))
         monkeypatch.setattr(store, "_fast_checked", True)
+        monkeypatch.setattr(store, "_static", None)  # the client's transport, not `s3static`
+        monkeypatch.setattr(store, "_static_creds", None)
         reads = self._count_client_reads(store, monkeypatch)
         try:
             assert store.get_many(keys, concurrency=4) == expected
@@ -386,6 +403,8 @@ class S3StoreTests(TransportTests):
         target = s3reads.Target("http", f"127.0.0.1:{port}", "127.0.0.1", port, "/b/", "us-east-1")
         monkeypatch.setattr(store, "_fast", s3reads.FastReads(target, None, 5.0))
         monkeypatch.setattr(store, "_fast_checked", True)
+        monkeypatch.setattr(store, "_static", None)  # the client's transport, not `s3static`
+        monkeypatch.setattr(store, "_static_creds", None)
         listed = self._count_client_listings(store, monkeypatch)
         try:
             assert store.list_keys_many(prefixes, concurrency=4) == expected
@@ -731,12 +750,13 @@ def test_server_error_on_conditional_write_is_ambiguous(
         # A conditional write is sent exactly once: a retry could meet its own success.
         assert len(stub.requests) == sent + 1
         # A read is not conditional: it is retried (retries=2: two attempts), then
-        # reported as a plain failure.
+        # reported as a plain failure (on S3, after one GET that needs no client:
+        # `s3static`).
         with pytest.raises(BackendError) as caught:
             store.get("head.json")
         assert not isinstance(caught.value, StoreAmbiguous)
         assert "stub-bucket" in str(caught.value)
-        assert len(stub.requests) == sent + 1 + 2
+        assert len(stub.requests) == sent + 1 + 2 + (proto == "s3")
     finally:
         store.close()
         stub.close()

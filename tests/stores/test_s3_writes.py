@@ -70,7 +70,8 @@ def _assert_clean(exc: BaseException) -> None:
 
 
 def _used_obstore(store: Store) -> bool:
-    return getattr(store, "_writes", None) is not None
+    static = getattr(store, "static_writes", None)
+    return getattr(store, "_writes", None) is not None or (static is not None and bool(static()))
 
 
 #: (status, S3 error code) -> (create's outcome, replace's outcome):
