@@ -26,6 +26,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from durable_obj.errors import EngineError
+
 #: How long the holder's engine call runs before another worker may go on.
 SLOW = 0.02
 
@@ -130,20 +132,60 @@ def released() -> Iterator[None]:
             _acquire()
 
 
+#: Answers read to drain a connection after a failed query, at most.
+_DRAINS = 3
+
+
 class Turned:
-    """A chDB connection whose `query` and `query_df` run in `released()`;
-    everything else is the connection's."""
+    """A chDB connection whose `query` and `query_df` run in `released()`,
+    and are drained after a failure; everything else is the connection's.
+
+    chDB 26.9 keeps the output a query wrote before it failed (a block of
+    rows, then `throwIf`; an ORC writer's error) and puts it in front of
+    the connection's next answer (found by attack: the rows a read wrote
+    before it failed became the start of the next statement's canonical
+    text, the text the gate checks, runs and logs). After every failure, a
+    query of a known answer is read until it comes back alone."""
 
     def __init__(self, conn: Any) -> None:
         self._conn = conn
+        self._undrained = False
 
     def query(self, *args: Any, **kwargs: Any) -> Any:
+        self._usable()
         with released():
-            return self._conn.query(*args, **kwargs)
+            try:
+                return self._conn.query(*args, **kwargs)
+            except BaseException:
+                self._drain()
+                raise
 
     def query_df(self, *args: Any, **kwargs: Any) -> Any:
+        self._usable()
         with released():
-            return self._conn.query_df(*args, **kwargs)
+            try:
+                return self._conn.query_df(*args, **kwargs)
+            except BaseException:
+                self._drain()
+                raise
+
+    def _usable(self) -> None:
+        if self._undrained:
+            raise EngineError(
+                "chDB's connection kept the output of a failed query and would not drain it; "
+                "nothing was run. Close the object and open it again"
+            )
+
+    def _drain(self) -> None:
+        """Read what a failed query left, so no later answer starts with it
+        (the connection refuses every call after, if it will not drain)."""
+        for _ in range(_DRAINS):
+            try:
+                if bytes(self._conn.query("SELECT 1", "TSVRaw").bytes()) == b"1\n":
+                    return
+            except Exception:
+                continue
+        self._undrained = True
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
