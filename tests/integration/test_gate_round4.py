@@ -195,3 +195,57 @@ def test_no_setting_writes_a_file(world: World) -> None:
     with pytest.raises(errors.ClassificationRefused, match="format_display_secrets"):
         world.a.query("SELECT 1 SETTINGS format_display_secrets_in_show_and_select = 1")
     assert world.a.query("SELECT 1 SETTINGS output_format_json_quote_64bit_integers = 1") == "1\n"
+
+
+def test_what_a_failed_read_wrote_never_starts_the_next_answer(tmp_path: Path) -> None:
+    """chDB put the output a query wrote before it failed in front of the
+    connection's next answer: here, the next statement's canonical text."""
+    with durable_obj.open(str(tmp_path / "o"), owner="w") as o:
+        o.execute("CREATE TABLE t (s String) ENGINE = MergeTree ORDER BY s")
+        o.execute("INSERT INTO t VALUES ('keep')")
+        for fmt in ("TSVRaw", "JSONEachRow"):
+            with pytest.raises(errors.EngineError, match="throwIf"):
+                o.query(
+                    "SELECT 'DELETE FROM t WHERE 1 -- ' AS s FROM numbers(100000) "
+                    "WHERE throwIf(number > 50000) = 0 SETTINGS max_block_size = 100",
+                    fmt,
+                )
+            o.execute(f"/* {fmt} */ INSERT INTO t VALUES ('{fmt}')")
+            assert o.query("SELECT count() FROM t", "TSVRaw") == f"{2 + (fmt != 'TSVRaw')}\n"
+        with pytest.raises(errors.EngineError):
+            o.query_bytes(
+                "SELECT number FROM numbers(100000) WHERE throwIf(number > 50000) = 0 "
+                "SETTINGS max_block_size = 100",
+                "Parquet",
+            )
+        assert o.rows("SELECT s FROM t ORDER BY s") == [("JSONEachRow",), ("TSVRaw",), ("keep",)]
+
+
+def test_no_setting_reads_a_file_or_holds_an_insert(tmp_path: Path) -> None:
+    """Found by attack: `output_format_orc_writer_time_zone_name` opened any
+    file under the zone folder (`../`), and crashed the engine on some;
+    MergeTree settings held each INSERT 30 s past a 2 s bound. Output
+    settings are now an allow-list by name (`gate/outputs.py`)."""
+    bound = durable_obj.Bounds(seconds=2)
+    with durable_obj.open(str(tmp_path / "o"), owner="w", write_bounds=bound) as o:
+        with pytest.raises(errors.ClassificationRefused, match="orc_writer_time_zone_name"):
+            o.query_bytes(
+                "SELECT now() SETTINGS output_format_orc_writer_time_zone_name = "
+                "'../../../etc/passwd'",
+                "ORC",
+            )
+        for setting in (
+            "parts_to_delay_insert = 1, min_delay_to_insert_ms = 30000",
+            "number_of_mutations_to_delay = 1, max_delay_to_mutate_ms = 30000",
+            "fault_probability_before_part_commit = 1",
+        ):
+            with pytest.raises(errors.ClassificationRefused, match="the setting"):
+                o.execute(
+                    f"CREATE TABLE d (x Int32) ENGINE = MergeTree ORDER BY x SETTINGS {setting}"
+                )
+        o.execute(
+            "CREATE TABLE d (x Int32) ENGINE = MergeTree ORDER BY x "
+            "SETTINGS ratio_of_defaults_for_sparse_serialization = 0.9, index_granularity = 512"
+        )
+        assert o.query("SELECT 1 SETTINGS output_format_pretty_row_numbers = 0", "TSV") == "1\n"
+        assert o.query_bytes("SELECT 1 AS x", "ORC")[:3] == b"ORC"
