@@ -268,7 +268,7 @@ class Bench:
             self.samples[f"size_{rows}"]["floor"] = self.samples[f"ckpt_floor_{rows}"]["size_mib"]
             how = "the BACKUP archive of the same rows by plain chdb"
             self.floored(f"stored base, {rows:,} rows", "MiB", f"size_{rows}", f"size_{rows}", how)
-            how = "a fresh process: import chdb, " + ("" if local else "boto3 download, ")
+            how = "a fresh process: import chdb, " + ("" if local else "obstore download, ")
             metric, key = f"cold open, base of {rows:,} rows", f"open_{rows}"
             how += "RESTORE (into RAM, as ours)"
             self.floored(metric, "s", key, key, how, goal=0.05 if goal else None)
@@ -281,7 +281,7 @@ class Bench:
                         median(self.samples[f"open_{rows}"][IMPLS[0]]),
                         floor,
                         note="right: the floor (hashlib of the archive, which an open "
-                        "verifies; boto3 download_file of it)",
+                        "verifies; a bare obstore download of it)",
                     )
                 )
             self.query_rows(key, rows)
@@ -346,7 +346,7 @@ class Bench:
             )
         self.open_floors[rows] = [("SHA-256 of its base", median(parts["sha256_ms"]) / 1000)]
         if parts["download_ms"]:
-            self.open_floors[rows].append(("boto3 download", median(parts["download_ms"]) / 1000))
+            self.open_floors[rows].append(("obstore download", median(parts["download_ms"]) / 1000))
 
     def segments(self) -> None:
         """--segments segments x 10 statements on top of the middle base."""
