@@ -87,16 +87,13 @@ def folder_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
     return publish
 
 
-def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
-    """The floor of a publish on S3: two bare conditional PUTs through
-    obstore, the segment created if absent, the head replaced if its ETag
-    still matches (the head's bytes change every time, as a head's must)."""
-    import obstore
+def obstore_store(store: dict[str, Any], prefix: str | None = None) -> Any:
+    """A bare obstore client of the store's bucket (under `prefix`)."""
     from obstore.store import S3Store
 
-    store = S3Store(
+    return S3Store(
         store["bucket"],
-        prefix=f"{store['prefix']}/{spec['oid']}",
+        prefix=prefix,
         endpoint=store["endpoint"],
         access_key_id=store["key"],
         secret_access_key=store["secret"],
@@ -104,6 +101,15 @@ def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
         virtual_hosted_style_request=False,
         client_options={"allow_http": True},
     )
+
+
+def s3_publisher(spec: dict[str, Any], store: dict[str, Any]) -> Any:
+    """The floor of a publish on S3: two bare conditional PUTs through
+    obstore, the segment created if absent, the head replaced if its ETag
+    still matches (the head's bytes change every time, as a head's must)."""
+    import obstore
+
+    store = obstore_store(store, f"{store['prefix']}/{spec['oid']}")
     etag = obstore.put(store, "head.json", b"{}", mode="create")["e_tag"]
 
     def publish(segment: bytes, head: bytes, k: int) -> None:
@@ -316,19 +322,9 @@ def obstore_download(store: dict[str, Any], key: str, path: str) -> None:
     (it imports in milliseconds and needs no client set-up, as durable_obj's
     reads of fully given options need none: `s3static`)."""
     import obstore
-    from obstore.store import S3Store
 
-    client = S3Store(
-        store["bucket"],
-        endpoint=store["endpoint"],
-        access_key_id=store["key"],
-        secret_access_key=store["secret"],
-        region="us-east-1",
-        virtual_hosted_style_request=False,
-        client_options={"allow_http": True},
-    )
     with open(path, "wb") as out:
-        for chunk in obstore.get(client, key).stream():
+        for chunk in obstore.get(obstore_store(store), key).stream():
             out.write(chunk)
 
 
