@@ -59,7 +59,7 @@ def test_benchmark_smoke_run(loopback_only_env: None, tmp_path: Path) -> None:
     floors = {(row["store"], row["metric"].strip()) for row in rows}
     assert {("local", "over BACKUP alone"), ("s3", "over boto3 upload")} <= floors
     assert {("local", "over SHA-256 of its base"), ("s3", "over SHA-256 of its base")} <= floors
-    assert ("s3", "over boto3 download") in floors
+    assert ("s3", "over obstore download") in floors
     assert ("local", "flush, 1 buffered, over the V1-layout floor") in floors
     # the flush floor runs the INSERTs; the publish alone beside it
     assert {("local", "over the publish alone, 1"), ("s3", "over the publish alone, 100")} <= floors
