@@ -14,7 +14,9 @@ from them alone, and the store's reads go out at once:
   (`/bucket/key`), whatever the bucket's name;
 * a region given (`client_kwargs` or `config_kwargs` `region_name`), which
   the signature names;
-* nothing else that changes a request: no other option, no AWS config
+* keys, token and region that are plain header text (printable ASCII);
+* nothing else that changes a request: no other option, no fsspec
+  configuration for s3, no AWS config
   file (or an empty one) or profile, no `AWS_*` setting but those the
   given options override or a plain GET never uses (`_OVERRIDDEN_ENV`),
   no proxy.
@@ -56,6 +58,13 @@ _OVERRIDDEN_ENV = frozenset(
 )
 #: A bucket name S3 accepts (lower case, digits, dots and hyphens).
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
+#: What the keys may hold to go into a request's headers as they are
+#: (printable ASCII, no space): anything else is the client's to judge
+#: (found by attack: a CR or LF in a token, a key or a region made a
+#: header, or a second request, of its own).
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
+#: A region as botocore accepts one.
+_REGION = re.compile(r"[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?")
 
 
 def static_reads(opts: dict[str, Any], bucket: str) -> s3reads.FastReads | None:
@@ -78,9 +87,9 @@ def _target(opts: dict[str, Any], bucket: str) -> s3reads.Target | None:
     if not set(opts) <= OPTIONS:
         return None
     key, secret, token = opts.get("key"), opts.get("secret"), opts.get("token")
-    if not (isinstance(key, str) and key and isinstance(secret, str) and secret):
+    if not (isinstance(key, str) and isinstance(secret, str) and _safe(key) and _safe(secret)):
         return None
-    if token is not None and not isinstance(token, str):
+    if token is not None and not (isinstance(token, str) and _safe(token)):
         return None
     client = opts.get("client_kwargs") or {}
     config = opts.get("config_kwargs") or {}
@@ -90,16 +99,20 @@ def _target(opts: dict[str, Any], bucket: str) -> s3reads.Target | None:
         return None
     endpoint = opts.get("endpoint_url") or client.get("endpoint_url")
     region = client.get("region_name") or config.get("region_name")
-    if not isinstance(endpoint, str) or not isinstance(region, str) or not region:
+    if not isinstance(endpoint, str) or not isinstance(region, str):
+        return None
+    if not _REGION.fullmatch(region) or _fsspec_configured():
         return None
     if not _BUCKET.fullmatch(bucket) or _configured_elsewhere() or s3reads.proxies_configured({}):
         return None
     try:
         parts = urlsplit(endpoint)
-        port = parts.port or 80
+        port = 80 if parts.port is None else parts.port
         ipaddress.ip_address(parts.hostname or "")
     except ValueError:
         return None
+    if not 0 < port < 65536 or parts.netloc.endswith(":"):
+        return None  # port 0, or none after the colon: the client's to judge
     if (
         parts.scheme != "http"
         or parts.path not in ("", "/")
@@ -118,6 +131,18 @@ def _target(opts: dict[str, Any], bucket: str) -> s3reads.Target | None:
         path_prefix=f"/{bucket}/",
         region=region,
     )
+
+
+def _safe(text: str) -> bool:
+    return _HEADER_SAFE.fullmatch(text) is not None
+
+
+def _fsspec_configured() -> bool:
+    """Whether fsspec's own configuration (`FSSPEC_S3_*` variables, its
+    config folder) gives s3fs defaults: the client would take them."""
+    from fsspec.config import conf
+
+    return bool(conf.get("s3"))
 
 
 def _configured_elsewhere() -> bool:

@@ -86,6 +86,12 @@ NOT_STATIC: dict[str, dict[str, Any]] = {
     "a profile": {"profile": "other"},
     "another client setting": {"config_kwargs": {"signature_version": "s3"}},
     "no secret": {"secret": ""},
+    # found by attack: what would reach the request's bytes as they are
+    "a line break in the token": {"token": "t\r\nX-Injected: yes"},
+    "a line break in the region": {"client_kwargs": {"region_name": "us-east-1\r\nX: r"}},
+    "a request in the key": {"key": "A\r\n\r\nGET /other HTTP/1.1\r\nHost: x\r\n\r\n"},
+    "port 0": {"endpoint_url": "http://127.0.0.1:0"},
+    "no port after the colon": {"endpoint_url": "http://127.0.0.1:"},
 }
 
 
@@ -122,6 +128,19 @@ def test_settings_from_the_environment_build_the_client(
             value = str(tmp_path / "config")
             Path(value).write_text("[default]\ns3 =\n    addressing_style = virtual\n")
         monkeypatch.setenv(name, value)
+    store = _store(
+        {**KEYS, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"region_name": "x"}}
+    )
+    try:
+        assert store._static is None
+    finally:
+        store.close()
+
+
+def test_fsspec_configuration_builds_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    from fsspec.config import conf
+
+    monkeypatch.setitem(conf, "s3", {"endpoint_url": "http://127.0.0.2:1"})
     store = _store(
         {**KEYS, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"region_name": "x"}}
     )
