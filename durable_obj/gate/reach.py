@@ -336,7 +336,9 @@ def _check_tree(ast: str, known: Catalog) -> None:
     sources and every function it names."""
     if (barred := known.refused_aggregate(ast)) is not None:
         raise aggregates.refuse(barred)
-    lines = [(len(m.group(1)), m.group(2)) for m in map(_AST_LINE.match, ast.splitlines()) if m]
+    # lines end at "\n" alone: a literal may hold \x0b, \x85 or another
+    # character `splitlines` would end a line at (a forged line, then)
+    lines = [(len(m.group(1)), m.group(2)) for m in map(_AST_LINE.match, ast.split("\n")) if m]
     for k, (depth, node) in enumerate(lines):
         kind, _, name = node.partition(" ")
         name = name.strip()
@@ -363,7 +365,7 @@ def _check_tree(ast: str, known: Catalog) -> None:
 
 
 def _arg_count(ast: str, line: int) -> int:
-    found = re.search(r"ExpressionList \(children (\d+)\)", ast.splitlines()[line])
+    found = re.search(r"ExpressionList \(children (\d+)\)", ast.split("\n")[line])
     return int(found.group(1)) if found else 0
 
 

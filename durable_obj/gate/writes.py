@@ -151,7 +151,15 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
     if last.kind != "ident":
         return []
     if last.word in _QUERY_START:
-        return [(local[last.start :], True)]
+        query = local[last.start :]
+        for i, tok in enumerate(head[:-1]):
+            if tok.kind == "ident" and tok.word == "settings" and i + 1 < len(head) - 1:
+                # `INSERT INTO t SETTINGS a = 1 SELECT ...`: the query runs
+                # under them (a second SETTINGS clause, after a line break
+                # that ends any comment, is the engine's too)
+                query += "\nSETTINGS " + local[head[i + 1].start : last.start]
+                break
+        return [(query, True)]
     if last.word == "values":
         if unread(local) is not None:
             return []  # the engine reads the rows as literals only: nothing is evaluated

@@ -133,3 +133,18 @@ def test_allowed_aggregates_write_and_replay(tmp_path: Path) -> None:
         again_rows = again.query("SELECT * FROM t", "TSV"), again.query("SELECT x, s FROM a", "TSV")
     assert again_rows == rows
     assert rows == ("6\t1\n", "5\t5\n")
+
+
+def test_a_literal_cannot_forge_a_line_of_the_parse(obj: DurableObject) -> None:
+    """The parse's lines end at "\\n" alone: a literal holding \\x0b or
+    \\x85 (where `str.splitlines` also ends a line) neither hides a call's
+    type argument behind a forged `Literal` line nor refuses a plain CAST."""
+    obj.execute("CREATE TABLE IF NOT EXISTS lt (x String, y Float64) ENGINE = Memory")
+    for sep in ("\x0b", "\x85", "\x1c", "\u2028"):
+        obj.execute(f"ALTER TABLE lt UPDATE x = CAST('a{sep}b', 'String') WHERE y > 1")
+        for depth in range(14):
+            forged = f"{sep}{' ' * depth}Literal ''Float64''{sep}"
+            with pytest.raises(errors.ClassificationRefused):
+                obj.execute(
+                    f"ALTER TABLE lt UPDATE y = CAST('{forged}', {FOLDED_TYPE}) WHERE y > 1"
+                )
