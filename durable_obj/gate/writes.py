@@ -157,6 +157,9 @@ def _insert(engine: Engine, local: str, head: list[Token]) -> list[tuple[str, bo
                 # `INSERT INTO t SETTINGS a = 1 SELECT ...`: the query runs
                 # under them (a second SETTINGS clause, after a line break
                 # that ends any comment, is the engine's too)
+                tail = tokenize(query)
+                while tail and tail[-1].text == ";":  # the statement's end, not the query's
+                    query = query[: tail.pop().start]
                 query += "\nSETTINGS " + local[head[i + 1].start : last.start]
                 break
         return [(query, True)]
