@@ -128,6 +128,11 @@ def test_settings_from_the_environment_build_the_client(
             value = str(tmp_path / "config")
             Path(value).write_text("[default]\ns3 =\n    addressing_style = virtual\n")
         monkeypatch.setenv(name, value)
+    _assert_builds_the_client()
+
+
+def _assert_builds_the_client() -> None:
+    """A store of options that are static but for the setting under test."""
     store = _store(
         {**KEYS, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"region_name": "x"}}
     )
@@ -141,13 +146,7 @@ def test_fsspec_configuration_builds_the_client(monkeypatch: pytest.MonkeyPatch)
     from fsspec.config import conf
 
     monkeypatch.setitem(conf, "s3", {"endpoint_url": "http://127.0.0.2:1"})
-    store = _store(
-        {**KEYS, "endpoint_url": "http://127.0.0.1:9000", "client_kwargs": {"region_name": "x"}}
-    )
-    try:
-        assert store._static is None
-    finally:
-        store.close()
+    _assert_builds_the_client()
 
 
 def _server_options(server: Server) -> tuple[str, dict[str, Any]]:
