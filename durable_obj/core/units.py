@@ -50,7 +50,8 @@ from durable_obj.gate.params import placeholders
 from durable_obj.gate.pipeline import first_word
 from durable_obj.gate.reading import ONE_BLOCK_BYTES, expression_refused, unread
 from durable_obj.gate.replay import MAX_BATCH_BYTES, Replayer
-from durable_obj.gate.sql import insert_shape, is_insert, tokenize_head
+from durable_obj.gate.shapes import insert_shape
+from durable_obj.gate.sql import is_insert, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

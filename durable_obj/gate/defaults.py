@@ -28,15 +28,8 @@ from typing import TYPE_CHECKING
 from durable_obj.errors import Nondeterministic
 from durable_obj.gate.literals import Literals
 from durable_obj.gate.quoting import quote_ident
-from durable_obj.gate.sql import (
-    Call,
-    InsertShape,
-    Token,
-    depth_zero,
-    evaluated_from,
-    find_calls,
-    tokenize,
-)
+from durable_obj.gate.shapes import InsertShape, evaluated_from
+from durable_obj.gate.sql import Call, Token, depth_zero, find_calls, tokenize
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

@@ -39,14 +39,12 @@ from durable_obj.gate.literals import Literals
 from durable_obj.gate.params import bind as bind_params
 from durable_obj.gate.quoting import after_settings, quote_string, splice
 from durable_obj.gate.reading import code_of
+from durable_obj.gate.shapes import InsertShape, evaluated_from, insert_shape
 from durable_obj.gate.sql import (
     Call,
-    InsertShape,
     Token,
     code_words,
-    evaluated_from,
     find_calls,
-    insert_shape,
     outermost,
     tokenize,
     tokenize_head,

@@ -52,7 +52,8 @@ from durable_obj.gate.control import admitted, check_kept
 from durable_obj.gate.determinism import Pinner
 from durable_obj.gate.known import fires_views
 from durable_obj.gate.reading import engine_text, unread, with_literal_rows
-from durable_obj.gate.sql import insert_shape, tokenize, tokenize_head
+from durable_obj.gate.shapes import insert_shape
+from durable_obj.gate.sql import tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

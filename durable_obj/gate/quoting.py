@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from durable_obj.errors import Nondeterministic
-from durable_obj.gate.sql import InsertShape, Token, depth_zero, match_parens, tokenize
+from durable_obj.gate.shapes import InsertShape
+from durable_obj.gate.sql import Token, depth_zero, match_parens, tokenize
 
 
 def without_format(sql: str) -> str:

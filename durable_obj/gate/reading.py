@@ -44,8 +44,9 @@ from typing import TYPE_CHECKING
 
 from durable_obj.errors import ClassificationRefused, InvalidArgument
 from durable_obj.gate.quoting import quote_string
+from durable_obj.gate.shapes import insert_shape
 from durable_obj.gate.sql import NUMBER as _NUMBER
-from durable_obj.gate.sql import Token, insert_shape, tokenize, tokenize_head
+from durable_obj.gate.sql import Token, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from durable_obj.errors import ClassificationRefused, Corrupt, EngineError, SecretRefused
 from durable_obj.gate.pipeline import committed
 from durable_obj.gate.reading import is_plain, unread
-from durable_obj.gate.sql import code_words, insert_shape, is_insert, split_rows, tokenize_head
+from durable_obj.gate.shapes import insert_shape
+from durable_obj.gate.sql import code_words, is_insert, split_rows, tokenize_head
 from durable_obj.gate.writes import LITERAL_WORDS
 
 if TYPE_CHECKING:

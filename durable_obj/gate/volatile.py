@@ -40,7 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from durable_obj.gate.sql import code_words, find_calls, insert_shape, tokenize, tokenize_head
+from durable_obj.gate.shapes import insert_shape
+from durable_obj.gate.sql import code_words, find_calls, tokenize, tokenize_head
 
 if TYPE_CHECKING:
     from durable_obj.replica.engine import Engine

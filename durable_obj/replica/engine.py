@@ -51,6 +51,8 @@ from durable_obj.replica.messages import (
     clean,
     describe_syntax_error,
     dropped_hint,
+    keywords,
+    parser_says,
     without_table_uuids,
 )
 from durable_obj.replica.server import LIVE, ORPHANS, decoded, engine_paths, engine_root
@@ -60,8 +62,6 @@ from durable_obj.replica.watchdog import WATCHDOG, Guard
 #: The database of each qualified name in an engine hint.
 _QUALIFIED = re.compile(r"([A-Za-z_][\w$]*)\.[A-Za-z_`]")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
-#: The words of the engine's keywords (`Engine._keywords`), once read.
-_KEYWORDS: frozenset[str] | None = None
 #: The time zones the engine has said it knows (`Engine.set_timezone`).
 _ZONES: set[str] = set()
 
@@ -395,7 +395,7 @@ class Engine:
                 "SELECT formatQuerySingleLine({q:String})", "TSVRaw", params={"q": param_text(sql)}
             )
         except Exception as exc:
-            why = describe_syntax_error(str(exc), sql, self._keywords())
+            why = describe_syntax_error(str(exc), sql, keywords(self._conn))
             raise ClassificationRefused(
                 f"chDB does not parse this as one statement ({why}). Nothing was run or logged."
             ) from None
@@ -417,23 +417,7 @@ class Engine:
         its suggestion and what it expected), without quoting the statement's
         text beyond a name or keyword: it may carry a credential."""
         self._due()
-        try:
-            self._conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
-        except Exception as exc:
-            return describe_syntax_error(str(exc), sql, self._keywords())
-        return "it parses but is not a statement chDB can classify"
-
-    def _keywords(self) -> frozenset[str]:
-        """Every word of the engine's keywords (`system.keywords`), upper
-        case; read once per process, on the first syntax error."""
-        global _KEYWORDS
-        if _KEYWORDS is None:
-            try:
-                out = decoded(self._conn.query("SELECT keyword FROM system.keywords", "TSVRaw"))
-            except Exception:  # an error path: without them, the engine's position stands
-                return frozenset()
-            _KEYWORDS = frozenset(w for line in out.splitlines() for w in line.upper().split())
-        return _KEYWORDS
+        return parser_says(self._conn, sql)
 
     # -- Durable V1 archives (archives.py) --------------------------------------
     def backup(self, db: str, path: str, base: tuple[str, str] | None = None) -> None:

@@ -8,9 +8,11 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Callable
+from typing import Any
 
 from durable_obj.gate.isolation import RESERVED_PREFIX
 from durable_obj.gate.sql import tokenize
+from durable_obj.replica.server import decoded
 
 #: Words a statement can begin with: only to suggest one for a mistyped
 #: first word (the engine suggests none there).
@@ -124,3 +126,30 @@ def dropped_hint(hint: re.Match[str]) -> str:
     "exist.", "'. Maybe ...? In scope" -> "'. In scope"), so whether there
     was one (another object has a table of a like name) does not show."""
     return "." if hint.group(1) or hint.group(2) else ""
+
+
+#: The words of the engine's keywords (`keywords`), once read.
+_KEYWORDS: frozenset[str] | None = None
+
+
+def keywords(conn: Any) -> frozenset[str]:
+    """Every word of the engine's keywords (`system.keywords`), upper case;
+    read once per process, on the first syntax error."""
+    global _KEYWORDS
+    if _KEYWORDS is None:
+        try:
+            out = decoded(conn.query("SELECT keyword FROM system.keywords", "TSVRaw"))
+        except Exception:  # an error path: without them, the engine's position stands
+            return frozenset()
+        _KEYWORDS = frozenset(w for line in out.splitlines() for w in line.upper().split())
+    return _KEYWORDS
+
+
+def parser_says(conn: Any, sql: str) -> str:
+    """`describe_syntax_error` of what chDB's parser answers for `sql` on
+    `conn` (`formatQuery`, the text given as a parameter)."""
+    try:
+        conn.query("SELECT formatQuery({q:String})", "TSV", params={"q": sql})
+    except Exception as exc:
+        return describe_syntax_error(str(exc), sql, keywords(conn))
+    return "it parses but is not a statement chDB can classify"

@@ -101,7 +101,8 @@ def _wal_statements(root: Path) -> list[str]:
 
 def _first_row_value(sql: str) -> str:
     """The text of the second value of the first row of a logged INSERT."""
-    from durable_obj.gate.sql import insert_shape, tokenize
+    from durable_obj.gate.shapes import insert_shape
+    from durable_obj.gate.sql import tokenize
 
     tokens = tokenize(sql)
     shape = insert_shape(tokens)

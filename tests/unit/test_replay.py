@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import durable_obj
-from durable_obj.gate.sql import insert_shape, split_rows, tokenize
+from durable_obj.gate.shapes import insert_shape
+from durable_obj.gate.sql import split_rows, tokenize
 
 PREFIX = "INSERT INTO t (a, b) VALUES"
 

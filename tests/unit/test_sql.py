@@ -18,11 +18,10 @@ from durable_obj.gate.quoting import (
     typed_literal,
     without_format,
 )
+from durable_obj.gate.shapes import evaluated_from, insert_shape
 from durable_obj.gate.sql import (
     depth_zero,
-    evaluated_from,
     find_calls,
-    insert_shape,
     is_insert,
     outermost,
     split_rows,
