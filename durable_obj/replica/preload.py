@@ -35,6 +35,8 @@ RTLD_DEEPBIND = 0x8
 LIBRARY = "_chdb.abi3.so"
 
 _THREADS: list[threading.Thread] = []
+#: The paths the preload's thread mapped.
+_MAPPED: list[str] = []
 
 #: The interpreter's own extension modules (each a small shared library)
 #: that `import durable_obj` loads, loaded first: glibc's loader holds one
@@ -90,6 +92,16 @@ def wait() -> None:
             thread.join()
 
 
+def mapped(path: str) -> None:
+    """Until `path` (`library()`) is mapped as chdb's package maps it: by
+    the preload's thread if it started, else now. OSError if it cannot be."""
+    wait()
+    if path not in _MAPPED:
+        import ctypes
+
+        ctypes.CDLL(path, mode=sys.getdlopenflags() | RTLD_DEEPBIND)
+
+
 def _map(path: str, flags: int) -> None:
     """dlopen(path, flags) as a foreign call (the interpreter's lock let go
     meanwhile). The handle is kept open: chdb's own dlopen of the file
@@ -100,6 +112,7 @@ def _map(path: str, flags: int) -> None:
         dlopen = ctypes.CDLL(None).dlopen
         dlopen.restype = ctypes.c_void_p
         dlopen.argtypes = [ctypes.c_char_p, ctypes.c_int]
-        dlopen(os.fsencode(path), flags)
+        if dlopen(os.fsencode(path), flags):
+            _MAPPED.append(path)
     except Exception:  # only a head start
         return

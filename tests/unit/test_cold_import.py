@@ -116,8 +116,9 @@ def test_an_encrypted_object_loads_cryptography_when_it_needs_it(tmp_path: Path)
 
 
 def test_the_preload_maps_the_library_chdb_loads() -> None:
-    """The preload maps the very file chdb's package loads first, and chdb
-    imports and starts as it would have, its engine in UTC."""
+    """The preload maps the very file chdb's package loads first, and the
+    engine module loads from it and starts, in UTC, without chdb's package
+    (`replica/extension.py`)."""
     got = fresh(
         """
         import json, sys
@@ -131,14 +132,15 @@ def test_the_preload_maps_the_library_chdb_loads() -> None:
         server.start()
         zone = server.decoded(server._SERVER["anchor"].query("SELECT serverTimezone()", "TSV"))
         print(json.dumps({"mapped": mapped, "started": started, "zone": zone.strip(),
-                          "chdb": "chdb" in sys.modules}))
+                          "chdb": "chdb" in sys.modules,
+                          "engine": sys.modules["chdb._chdb"].__file__ == path}))
         """,
         TZ="America/New_York",
     )
     if not sys.platform.startswith("linux"):
         assert got["started"] is False
         return
-    assert got == {"mapped": True, "started": True, "zone": "UTC", "chdb": True}
+    assert got == {"mapped": True, "started": True, "zone": "UTC", "chdb": False, "engine": True}
 
 
 def test_the_preload_stays_off_when_asked_or_when_chdb_came_first() -> None:
@@ -223,3 +225,74 @@ def test_every_extension_module_the_import_loads_is_loaded_before_the_mapping() 
         """
     )
     assert got["missed"] == []
+
+
+def test_the_callers_import_of_chdb_after_an_open_works(tmp_path: Path) -> None:
+    """The engine module loads without chdb's package, and the working
+    folder never changes (chdb's package changes it around its own load);
+    the caller's own `import chdb` afterwards initialises the package, in a
+    thread of its own too, on the running engine, and the object goes on."""
+    got = fresh(
+        f"""
+        import json, os, sys, threading
+        chdirs = []
+        real = os.chdir
+        os.chdir = lambda where: (chdirs.append(str(where)), real(where))[1]
+        import durable_obj
+        with durable_obj.open({str(tmp_path / "o")!r}, owner="t") as obj:
+            obj.execute("CREATE TABLE m (k String) ENGINE = MergeTree ORDER BY k")
+            obj.execute("INSERT INTO m VALUES ('a')")
+            obj.flush()
+            before = {{"chdb": "chdb" in sys.modules, "chdirs": list(chdirs)}}
+            found = []
+            def imports():
+                import chdb
+                found.append((chdb.engine_version, chdb.__version__))
+            thread = threading.Thread(target=imports)
+            thread.start()
+            thread.join()
+            import chdb
+            import chdb.durable
+            from durable_obj.replica import extension
+            after = {{
+                "version": found[0][0] == obj.query("SELECT version()").data().strip().strip('"'),
+                "package": found[0][1] == chdb.__version__ != "unknown",
+                "finder": [type(f).__name__ for f in sys.meta_path].count("_Finder"),
+                "rows": obj.query("SELECT count() FROM m").data().strip(),
+            }}
+            obj.execute("INSERT INTO m VALUES ('b')")
+            obj.flush()
+        with durable_obj.open({str(tmp_path / "o")!r}, read_only=True) as obj:
+            rows = obj.query("SELECT count() FROM m").data().strip()
+        print(json.dumps({{"before": before, "after": after, "rows": rows}}))
+        """,
+        TZ="Asia/Tokyo",
+    )
+    if not sys.platform.startswith("linux"):
+        return
+    assert got == {
+        "before": {"chdb": False, "chdirs": []},
+        "after": {"version": True, "package": True, "finder": 0, "rows": "1"},
+        "rows": "2",
+    }
+
+
+def test_the_engine_module_loads_without_the_preload_too() -> None:
+    """With the preload off, the library is mapped as chdb's package maps
+    it (RTLD_DEEPBIND) before the engine module loads from it; the engine
+    runs in UTC."""
+    got = fresh(
+        """
+        import json, sys
+        import durable_obj
+        from durable_obj.replica import preload, server
+        server.start()
+        zone = server.decoded(server._SERVER["anchor"].query("SELECT serverTimezone()", "TSV"))
+        print(json.dumps({"started": bool(preload._THREADS), "zone": zone.strip(),
+                          "chdb": "chdb" in sys.modules, "engine": "chdb._chdb" in sys.modules}))
+        """,
+        DURABLE_OBJ_PRELOAD="0",
+        TZ="America/New_York",
+    )
+    expected_chdb = not sys.platform.startswith("linux")
+    assert got == {"started": False, "zone": "UTC", "chdb": expected_chdb, "engine": True}

@@ -1,0 +1,141 @@
+"""chDB's engine module, loaded without chdb's package.
+
+`import chdb._chdb` first runs chdb's package (`chdb/__init__.py`), which
+reads two distributions' metadata, changes the process's working folder
+around its own load, and starts and stops a throwaway in-memory engine to
+read its version: measured on a cold open, about 80 ms before durable_obj's
+own engine could start, and a working folder that another thread saw
+change. `load` loads the extension module itself, from the file chdb's
+package loads first (`preload.library`), mapped with the flags chdb's
+package maps it with, under the name chdb gives it; the package is not
+imported.
+
+A later `import chdb` (the caller's own) must still work. When chdb's
+package initialises, it connects without arguments (an in-memory engine),
+which an engine already started on another path refuses ("EmbeddedServer
+already initialized with path ..."). So `load` puts a finder first on
+`sys.meta_path` that answers for the name `chdb` alone: it loads the
+package as before, except that while the package initialises, the
+module's `connect()` called without arguments connects to the running
+engine instead (the package only reads the version and closes that
+connection). Once the package has loaded, the finder is gone. Anything
+else about chdb is as before: its own `chdb.query()` meets the one engine
+a process may run, as it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from durable_obj.replica import preload
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from types import ModuleType
+
+#: The name chdb's package gives its engine module.
+NAME = "chdb._chdb"
+
+
+def load(
+    running: Callable[[], str | None], lock: threading.RLock | threading.Lock
+) -> ModuleType | None:
+    """The engine module, loaded from chdb's library without chdb's package,
+    or None where that cannot be done as chdb would (the caller then imports
+    it through the package). `running` gives the running engine's connection
+    string (None before it starts) and `lock` is held while it starts: a
+    later `import chdb` initialises the package under it (`_Finder`)."""
+    if "chdb" in sys.modules or sys.platform != "linux":
+        return None
+    path = preload.library()
+    if path is None:
+        return None
+    try:
+        preload.mapped(path)
+        loader = importlib.machinery.ExtensionFileLoader(NAME, path)
+        spec = importlib.util.spec_from_file_location(NAME, path, loader=loader)
+        if spec is None:
+            return None
+        module = importlib.util.module_from_spec(spec)
+        loader.exec_module(module)
+    except (ImportError, OSError):
+        return None  # the package's own import meets the same failure and names it
+    if not callable(getattr(module, "connect", None)):
+        return None
+    sys.modules[NAME] = module
+    sys.meta_path.insert(0, _Finder(module, running, lock))
+    return module
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """The name `chdb`, found by the other finders, loaded by `_Loader`;
+    this finder leaves `sys.meta_path` once the package has loaded."""
+
+    def __init__(
+        self,
+        module: ModuleType,
+        running: Callable[[], str | None],
+        lock: threading.RLock | threading.Lock,
+    ) -> None:
+        self.module = module
+        self.running = running
+        self.lock = lock
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "chdb" or "chdb" in sys.modules:
+            return None
+        spec: importlib.machinery.ModuleSpec | None = None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None) if finder is not self else None
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        if spec is None:
+            return None
+        if spec.loader is not None:
+            spec.loader = _Loader(spec.loader, self)
+        return spec
+
+
+class _Loader(importlib.abc.Loader):
+    """chdb's package loader, its initialisation run with the engine
+    module's argument-less `connect()` pointed at the running engine."""
+
+    def __init__(self, inner: Any, finder: _Finder) -> None:
+        self.inner = inner
+        self.finder = finder
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        create = getattr(self.inner, "create_module", None)
+        return create(spec) if create is not None else None
+
+    def exec_module(self, module: ModuleType) -> None:
+        engine: Any = self.finder.module
+        real = engine.connect
+        running = self.finder.running
+
+        def connect(*args: Any, **kwargs: Any) -> Any:
+            where = None if args or kwargs else running()
+            return real(where) if where is not None else real(*args, **kwargs)
+
+        # Under the engine's start lock: the package's in-memory engine can
+        # never start while durable_obj's starts (one engine per process).
+        with self.finder.lock:
+            engine.connect = connect
+            try:
+                self.inner.exec_module(module)
+            finally:
+                engine.connect = real
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self.finder)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)  # resources, get_data, is_package, ...
