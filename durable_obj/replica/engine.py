@@ -62,8 +62,9 @@ from durable_obj.replica.watchdog import WATCHDOG, Guard
 #: The database of each qualified name in an engine hint.
 _QUALIFIED = re.compile(r"([A-Za-z_][\w$]*)\.[A-Za-z_`]")
 _RESERVED_NAME = re.compile(rf"{RESERVED_PREFIX}[0-9a-f]{{32}}")
-#: The time zones the engine has said it knows (`Engine.set_timezone`).
-_ZONES: set[str] = set()
+#: The time zones the engine has said it knows (`Engine.set_timezone`); UTC,
+#: every head's default, is in every build's list.
+_ZONES: set[str] = {"UTC"}
 
 
 def acquire() -> Engine:
