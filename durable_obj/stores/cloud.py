@@ -144,15 +144,25 @@ class CloudStore(Store):
             raise BackendError(f"{self.url}: this store was closed")
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        from fsspec.asyn import get_loop, sync
-
-        # fsspec's IO loop: the filesystem's own, once made (it is made on it)
-        loop = self._fs.loop if self._fs_made() else get_loop()
         try:
-            result: T = sync(loop, fn, *args)
+            if self._fs_made():
+                from fsspec.asyn import sync
+
+                # the filesystem's own loop (it is made on `_run_first`'s)
+                result: T = sync(self._fs.loop, fn, *args)
+            else:
+                result = self._run_first(fn, *args)
         except BaseException as exc:
             scrub(exc, self._secrets)  # no credential in what a traceback prints
             raise
+        return result
+
+    def _run_first(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """A call made before the filesystem is (a lazy store's, `_share`):
+        on fsspec's IO loop, where the filesystem is made too."""
+        from fsspec.asyn import get_loop, sync
+
+        result: T = sync(get_loop(), fn, *args)
         return result
 
     def _open_local(self, key: str, path: str) -> tuple[int, BinaryIO]:

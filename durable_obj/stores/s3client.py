@@ -11,10 +11,11 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
-from durable_obj.stores import s3reads, s3static, s3writes
+from durable_obj.stores import ioloop, s3reads, s3static, s3writes
 from durable_obj.stores.cloud import CloudStore
 from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
 
@@ -24,13 +25,18 @@ log = logging.getLogger("durable_obj.stores.s3")
 def _make_fs(opts: dict[str, Any], url: str) -> Any:
     s3fs = importlib.import_module("s3fs")
     try:
-        return s3fs.S3FileSystem(**opts)
+        # on the loop the store's first calls ran on (`_run_first`), unless
+        # the options name one
+        return s3fs.S3FileSystem(**{"loop": ioloop.loop(), **opts})
     except (TypeError, ValueError, KeyError) as exc:
         raise InvalidArgument(
             f"{url}: storage_options were refused by s3fs "
             f"({type(exc).__name__}); check their names and types. "
             f"Nothing was touched."
         ) from exc
+
+
+T = TypeVar("T")
 
 
 class S3Base(CloudStore):
@@ -67,6 +73,11 @@ class S3Base(CloudStore):
         session = importlib.import_module("aiobotocore.session")
         # s3fs hands the options it does not name to botocore's session.
         return (s3fs.S3FileSystem, session.AioSession)
+
+    def _run_first(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+        """Before the client is made: on the process's S3 IO loop (`ioloop`),
+        without importing fsspec; the client is made on that loop too."""
+        return ioloop.run(fn, *args)
 
     # -- plumbing -------------------------------------------------------
     async def _s3(self) -> Any:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+import sys
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -139,10 +140,27 @@ def _safe(text: str) -> bool:
 
 def _fsspec_configured() -> bool:
     """Whether fsspec's own configuration (`FSSPEC_S3_*` variables, its
-    config folder) gives s3fs defaults: the client would take them."""
-    from fsspec.config import conf
+    config folder) may give s3fs defaults: the client would take them.
 
-    return bool(conf.get("s3"))
+    Once fsspec is imported, its `conf` says (a program may have changed
+    it). Before, fsspec is not imported to ask (it costs a cold open about
+    50 ms): any `FSSPEC_*` variable but the folder's, or any `.ini` or
+    `.json` file in the folder fsspec reads (`FSSPEC_CONFIG_DIR`, else
+    ~/.config/fsspec), counts as configured, a superset of what fsspec
+    would read for s3."""
+    config = sys.modules.get("fsspec.config")
+    if config is not None:
+        return bool(getattr(config, "conf", {}).get("s3"))
+    if any(name.startswith("FSSPEC_") and name != "FSSPEC_CONFIG_DIR" for name in os.environ):
+        return True
+    folder = os.environ.get("FSSPEC_CONFIG_DIR") or os.path.join(
+        os.path.expanduser("~"), ".config", "fsspec"
+    )
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return False  # no such folder: nothing to read
+    return any(name.endswith((".ini", ".json")) for name in names)
 
 
 def _configured_elsewhere() -> bool:

@@ -19,7 +19,7 @@ import pytest
 
 import durable_obj
 from durable_obj.errors import BackendError
-from durable_obj.stores import open_store, s3reads
+from durable_obj.stores import ioloop, open_store, s3reads
 from durable_obj.stores.s3 import S3Store
 from tests.servers import Server
 
@@ -149,6 +149,44 @@ def test_fsspec_configuration_builds_the_client(monkeypatch: pytest.MonkeyPatch)
     _assert_builds_the_client()
 
 
+def _static_in_a_fresh_process(env: dict[str, str]) -> list[bool]:
+    """[whether a store of static options reads without the client, whether
+    fsspec was imported to decide], in a new interpreter with `env` added."""
+    child = (
+        "import json, sys\n"
+        "from durable_obj.stores import open_store\n"
+        f"store = open_store('s3://bkt/p', {{**{KEYS!r}, **{SHAPES['endpoint and region']!r}}})\n"
+        "print(json.dumps([store._static is not None, 'fsspec' in sys.modules]))\n"
+    )
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("FSSPEC_")}
+    out = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**environ, **env},
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    got: list[bool] = json.loads(out.stdout.strip().splitlines()[-1])
+    return got
+
+
+def test_fsspec_configuration_is_read_without_importing_fsspec(tmp_path: Path) -> None:
+    """Before fsspec is imported, what it would read for s3 is looked at
+    without it: a `FSSPEC_*` variable or a configuration file builds the
+    client; an empty folder, or only the folder's own variable, does not
+    (and fsspec is not imported)."""
+    folder = tmp_path / "conf"
+    folder.mkdir()
+    empty = {"FSSPEC_CONFIG_DIR": str(folder)}
+    assert _static_in_a_fresh_process(empty) == [True, False]
+    # each builds the client (which imports fsspec then)
+    assert _static_in_a_fresh_process({**empty, "FSSPEC_S3_ENDPOINT_URL": "http://x:1"})[0] is False
+    assert _static_in_a_fresh_process({**empty, "FSSPEC_S3": '{"anon": true}'})[0] is False
+    (folder / "s3.json").write_text(json.dumps({"s3": {"endpoint_url": "http://x:1"}}))
+    assert _static_in_a_fresh_process(empty)[0] is False
+
+
 def _server_options(server: Server) -> tuple[str, dict[str, Any]]:
     root, options = server
     return root, {k: v for k, v in options.items() if k != "retries"}
@@ -168,7 +206,8 @@ def test_a_read_only_open_never_imports_the_client(seaweed_s3: Server, tmp_path:
         "cfg = json.loads(sys.argv[1])\n"
         "with durable_obj.open(cfg['url'], read_only=True, storage_options=cfg['so']) as o:\n"
         "    rows = o.rows('SELECT count(), max(n) FROM t')\n"
-        "print(json.dumps([rows, 's3fs' in sys.modules, 'botocore' in sys.modules]))\n"
+        "print(json.dumps([rows, 's3fs' in sys.modules, 'botocore' in sys.modules,\n"
+        "                  'fsspec' in sys.modules]))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", child, json.dumps({"url": url, "so": options})],
@@ -178,9 +217,9 @@ def test_a_read_only_open_never_imports_the_client(seaweed_s3: Server, tmp_path:
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    rows, s3fs_imported, botocore_imported = json.loads(out.stdout.strip().splitlines()[-1])
+    rows, *imported = json.loads(out.stdout.strip().splitlines()[-1])
     assert rows == [[1001, 5000]]
-    assert not s3fs_imported and not botocore_imported
+    assert imported == [False, False, False]  # s3fs, botocore, fsspec
 
 
 def test_what_static_reads_do_not_take_is_the_client_s(seaweed_s3: Server) -> None:
@@ -189,7 +228,10 @@ def test_what_static_reads_do_not_take_is_the_client_s(seaweed_s3: Server) -> No
     store = open_store(prefix, options)
     assert isinstance(store, S3Store) and store._static is not None
     try:
+        assert not store._fs_made()
         assert store.get("missing") is None  # a 404: the client says so, as before
+        # made then, on the loop the static reads ran on (`stores/ioloop.py`)
+        assert store._fs_made() and store._fs.loop is ioloop.loop()
         version = store.create("k", b"v")
         got = store.get("k")
         assert got is not None and got.data == b"v" and got.version == version
@@ -203,3 +245,35 @@ def test_what_static_reads_do_not_take_is_the_client_s(seaweed_s3: Server) -> No
         assert "not-the-secret-value-987" not in str(info.value)
     finally:
         store.close()
+
+
+def test_the_io_loop_is_the_process_s_own_and_a_forked_child_s_own() -> None:
+    """`ioloop.run` runs a coroutine on the process's loop thread; called
+    from that thread it refuses (it would wait for itself); a forked child
+    starts a loop of its own, which runs."""
+
+    async def answer(n: int) -> int:
+        return n + 1
+
+    assert ioloop.run(answer, 41) == 42
+
+    async def nested() -> int:
+        return ioloop.run(answer, 1)
+
+    with pytest.raises(RuntimeError, match="own IO thread"):
+        ioloop.run(nested)
+    if not hasattr(os, "fork"):
+        return
+    parent = id(ioloop.loop())
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            ok = id(ioloop.loop()) != parent and ioloop.run(answer, 1) == 2
+            os.write(write, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(write)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1" and os.waitstatus_to_exitcode(status) == 0
+    os.close(read)
