@@ -238,7 +238,8 @@ def floor_archive(spec: dict[str, Any], store: dict[str, Any], i: int) -> str:
 
 def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
     """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
-    the engine's BACKUP of the same rows to a .tar (on a folder: into the
+    the engine's BACKUP of the same rows to a .tar, each after the same
+    single-row INSERT as the implementations' (on a folder: into the
     store's folder, then the archive and its directory fsync'd), and (on S3)
     a bare boto3 upload_file of that archive (its default multipart
     transfer); and under a cold open of it: hashlib's SHA-256 of that
@@ -269,6 +270,8 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
         out: dict[str, Any] = {"backup_ms": [], "fsync_ms": []}
         archive = ""
         for i in range(spec["repeat"]):
+            if i:  # the row each implementation's checkpoint i follows (`phase_load`)
+                conn.query(row_sql(i))
             archive = os.path.join(backups, f"b{i}.tar")
             sql = f"BACKUP DATABASE bench TO File('{archive}')"
             out["backup_ms"].append(timed(lambda sql=sql: conn.query(sql, "CSV")))
