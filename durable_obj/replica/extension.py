@@ -11,16 +11,19 @@ package maps it with, under the name chdb gives it; the package is not
 imported.
 
 A later `import chdb` (the caller's own) must still work. When chdb's
-package initialises, it connects without arguments (an in-memory engine),
-which an engine already started on another path refuses ("EmbeddedServer
-already initialized with path ..."). So `load` puts a finder first on
-`sys.meta_path` that answers for the name `chdb` alone: it loads the
-package as before, except that while the package initialises, the
-module's `connect()` called without arguments connects to the running
-engine instead (the package only reads the version and closes that
-connection). Once the package has loaded, the finder is gone. Anything
-else about chdb is as before: its own `chdb.query()` meets the one engine
-a process may run, as it did.
+package initialises, it loads the engine module (changing the working
+folder) and connects without arguments (an in-memory engine), which an
+engine already started on another path refuses ("EmbeddedServer already
+initialized with path ..."). So when durable_obj is imported, a finder
+goes first on `sys.meta_path` (`install`) that answers for the name `chdb`
+alone: it loads the package as before, except that its initialisation
+runs under the engine's start lock (never beside durable_obj's engine
+start), with the engine module already loaded by `load` (in UTC, the
+working folder untouched), and, once durable_obj's engine runs, with the
+module's argument-less `connect()` pointed at that engine (the package only
+reads the version and closes that connection). Once the package has
+loaded, the finder is gone. Anything else about chdb is as before: its own
+`chdb.query()` meets the one engine a process may run, as it did.
 """
 
 from __future__ import annotations
@@ -43,15 +46,34 @@ if TYPE_CHECKING:
 NAME = "chdb._chdb"
 
 
-def load(
-    running: Callable[[], str | None], lock: threading.RLock | threading.Lock
-) -> ModuleType | None:
+def install(
+    load_engine: Callable[[], Any],
+    running: Callable[[], str | None],
+    lock: threading.RLock | threading.Lock,
+) -> None:
+    """Put `_Finder` first on `sys.meta_path`, unless chdb's package is
+    imported already. `load_engine()` loads the engine module as durable_obj
+    does (`server._chdb`), `running()` gives the running engine's
+    connection string (None before it starts), and `lock` is held while it
+    starts."""
+    if "chdb" in sys.modules or sys.platform != "linux":
+        return
+    if not any(isinstance(finder, _Finder) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _Finder(load_engine, running, lock))
+
+
+def load() -> ModuleType | None:
     """The engine module, loaded from chdb's library without chdb's package,
     or None where that cannot be done as chdb would (the caller then imports
-    it through the package). `running` gives the running engine's connection
-    string (None before it starts) and `lock` is held while it starts: a
-    later `import chdb` initialises the package under it (`_Finder`)."""
-    if "chdb" in sys.modules or sys.platform != "linux":
+    it through the package): when the package was imported other than
+    through `_Finder` (its own load comes first), or off Linux."""
+    loaded = sys.modules.get(NAME)
+    if loaded is not None:
+        return loaded
+    package = sys.modules.get("chdb")
+    if package is not None and not isinstance(getattr(package, "__loader__", None), _Loader):
+        return None
+    if sys.platform != "linux":
         return None
     path = preload.library()
     if path is None:
@@ -69,7 +91,6 @@ def load(
     if not callable(getattr(module, "connect", None)):
         return None
     sys.modules[NAME] = module
-    sys.meta_path.insert(0, _Finder(module, running, lock))
     return module
 
 
@@ -79,11 +100,11 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(
         self,
-        module: ModuleType,
+        load_engine: Callable[[], Any],
         running: Callable[[], str | None],
         lock: threading.RLock | threading.Lock,
     ) -> None:
-        self.module = module
+        self.load_engine = load_engine
         self.running = running
         self.lock = lock
 
@@ -106,8 +127,9 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 class _Loader(importlib.abc.Loader):
-    """chdb's package loader, its initialisation run with the engine
-    module's argument-less `connect()` pointed at the running engine."""
+    """chdb's package loader: its initialisation runs under the engine's
+    start lock, on the engine module durable_obj loads, whose
+    argument-less `connect()` is pointed at the running engine if one runs."""
 
     def __init__(self, inner: Any, finder: _Finder) -> None:
         self.inner = inner
@@ -118,17 +140,18 @@ class _Loader(importlib.abc.Loader):
         return create(spec) if create is not None else None
 
     def exec_module(self, module: ModuleType) -> None:
-        engine: Any = self.finder.module
-        real = engine.connect
         running = self.finder.running
-
-        def connect(*args: Any, **kwargs: Any) -> Any:
-            where = None if args or kwargs else running()
-            return real(where) if where is not None else real(*args, **kwargs)
-
-        # Under the engine's start lock: the package's in-memory engine can
-        # never start while durable_obj's starts (one engine per process).
+        # Under the engine's start lock: the package's in-memory engine never
+        # starts beside durable_obj's (one engine per process).
         with self.finder.lock:
+            # loaded as durable_obj loads it, before the package would
+            engine: Any = self.finder.load_engine()
+            real = engine.connect
+
+            def connect(*args: Any, **kwargs: Any) -> Any:
+                where = None if args or kwargs else running()
+                return real(where) if where is not None else real(*args, **kwargs)
+
             engine.connect = connect
             try:
                 self.inner.exec_module(module)

@@ -142,7 +142,7 @@ def _chdb() -> Any:
         saved = os.environ.get("TZ")
         os.putenv("TZ", "UTC")
         try:
-            loaded = extension.load(lambda: _SERVER.get("conn_str"), _START_LOCK)
+            loaded = extension.load()
             return loaded if loaded is not None else importlib.import_module("chdb._chdb")
         except ImportError as exc:  # pragma: no cover - chdb is a hard dependency
             raise EngineIncompatible(f"chdb is not importable: {exc}") from exc
@@ -323,3 +323,8 @@ def decoded(result: Any) -> str:
             "randomString() or unhex() give); select hex(...) of such a value instead"
         ) from None
     return data if isinstance(data, str) else str(data)
+
+
+# A caller's own `import chdb` from now on initialises chdb's package on the
+# engine module `_chdb` loads, never beside this engine's start (`extension`).
+extension.install(_chdb, lambda: _SERVER.get("conn_str"), _START_LOCK)

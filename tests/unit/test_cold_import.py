@@ -296,3 +296,72 @@ def test_the_engine_module_loads_without_the_preload_too() -> None:
     )
     expected_chdb = not sys.platform.startswith("linux")
     assert got == {"started": False, "zone": "UTC", "chdb": expected_chdb, "engine": True}
+
+
+def test_an_import_of_chdb_beside_the_engine_start_waits_for_it(tmp_path: Path) -> None:
+    """A caller's `import chdb` that begins while durable_obj loads chDB's
+    engine module (found by attack: it ran chdb's package beside the engine
+    start, whose in-memory engine then refused one of the two) initialises
+    the package after the engine started, on it; the open and the import
+    both succeed, in UTC, and the finder is gone."""
+    for delay in (0.0, 0.002, 0.02):
+        got = fresh(
+            f"""
+            import json, os, sys, threading, time
+            import durable_obj
+            from durable_obj.replica import server
+            loading = threading.Event()
+            real = server._chdb
+            def _chdb():
+                loading.set()
+                return real()
+            server._chdb = _chdb
+            errors, versions = [], []
+            def imports():
+                loading.wait()
+                time.sleep({delay})
+                try:
+                    import chdb
+                    versions.append(chdb.engine_version)
+                except BaseException as exc:
+                    errors.append(type(exc).__name__)
+            thread = threading.Thread(target=imports)
+            thread.start()
+            with durable_obj.open({str(tmp_path / f"o{delay}")!r}, owner="t") as obj:
+                obj.execute("CREATE TABLE m (k String) ENGINE = MergeTree ORDER BY k")
+                thread.join()
+                zone = obj.query("SELECT serverTimezone()", "TSV").strip()
+            finders = [type(f).__name__ for f in sys.meta_path].count("_Finder")
+            print(json.dumps({{"errors": errors, "imported": len(versions), "zone": zone,
+                               "finders": finders}}))
+            """,
+            TZ="Asia/Tokyo",
+        )
+        assert got == {"errors": [], "imported": 1, "zone": "UTC", "finders": 0}, delay
+
+
+def test_chdb_imported_after_durable_obj_and_before_an_open_runs_in_utc(tmp_path: Path) -> None:
+    """`import durable_obj`, then `import chdb`, then an open: chdb's package
+    initialises on the engine module durable_obj loaded (in UTC), so the
+    engine runs in UTC without the warning chdb imported first gets."""
+    got = fresh(
+        f"""
+        import json, logging, sys
+        import durable_obj
+        import chdb
+        warned = []
+        class Seen(logging.Handler):
+            def emit(self, record):
+                warned.append(record.getMessage())
+        logging.getLogger("durable_obj").addHandler(Seen())
+        with durable_obj.open({str(tmp_path / "o")!r}, owner="t") as obj:
+            zone = obj.query("SELECT serverTimezone()", "TSV").strip()
+        print(json.dumps({{"zone": zone, "warned": [w for w in warned if "zone" in w],
+                           "version": chdb.engine_version != "",
+                           "finders": [type(f).__name__ for f in sys.meta_path].count("_Finder")}}))
+        """,
+        TZ="Asia/Tokyo",
+    )
+    if not sys.platform.startswith("linux"):
+        return
+    assert got == {"zone": "UTC", "warned": [], "version": True, "finders": 0}
