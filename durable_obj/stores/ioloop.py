@@ -41,6 +41,19 @@ def loop() -> asyncio.AbstractEventLoop:
         return new
 
 
+def _forked() -> None:
+    """In a forked child: a lock of its own (another thread of the parent
+    may have held it at the fork, and would never let go here) and no loop
+    (the parent's thread is not in this process)."""
+    global _LOCK
+    _LOCK = threading.Lock()
+    _RUNNING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forked)
+
+
 def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     """`fn(*args)` on the IO loop; the caller waits for its result or error.
     Never from the loop's own thread (it would wait for itself)."""

@@ -277,3 +277,45 @@ def test_the_io_loop_is_the_process_s_own_and_a_forked_child_s_own() -> None:
     _, status = os.waitpid(pid, 0)
     assert os.read(read, 1) == b"1" and os.waitstatus_to_exitcode(status) == 0
     os.close(read)
+
+
+def test_a_child_forked_while_another_thread_asks_for_the_io_loop_gets_one() -> None:
+    """The loop's lock is the child's own after a fork (found by attack:
+    a fork while another thread held it gave a child whose every S3 call
+    before its client, and every client made, waited forever)."""
+    if not hasattr(os, "fork"):
+        return
+    import threading
+
+    ioloop.loop()
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            ioloop.loop()
+
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    stuck = 0
+    try:
+        for _ in range(200):
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - the child reports by its exit status
+                done = threading.Event()
+
+                def probe(done: threading.Event = done) -> None:
+                    ioloop.loop()
+                    done.set()
+
+                threading.Thread(target=probe, daemon=True).start()
+                os._exit(0 if done.wait(5) else 7)
+            _, status = os.waitpid(pid, 0)
+            stuck += os.waitstatus_to_exitcode(status) != 0
+            if stuck:
+                break
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+    assert stuck == 0
