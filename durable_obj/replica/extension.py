@@ -107,18 +107,26 @@ class _Finder(importlib.abc.MetaPathFinder):
         self.load_engine = load_engine
         self.running = running
         self.lock = lock
+        self._asking = threading.local()
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "chdb" or "chdb" in sys.modules:
+        if fullname != "chdb" or "chdb" in sys.modules or getattr(self._asking, "now", False):
             return None
         spec: importlib.machinery.ModuleSpec | None = None
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None) if finder is not self else None
-            spec = find(fullname, path, target) if find is not None else None
-            if spec is not None:
-                break
+        # A finder after this one that asks every finder in turn, as this one
+        # does, would ask this one again: it then answers None (found by
+        # attack: each called the other until RecursionError).
+        self._asking.now = True
+        try:
+            for finder in sys.meta_path:
+                find = getattr(finder, "find_spec", None) if finder is not self else None
+                spec = find(fullname, path, target) if find is not None else None
+                if spec is not None:
+                    break
+        finally:
+            self._asking.now = False
         if spec is None:
             return None
         if spec.loader is not None:

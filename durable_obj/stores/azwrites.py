@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from durable_obj.stores import obstore_errors
+from durable_obj.stores import obstore_errors, obstore_runtime
 from durable_obj.stores.azerrors import answered
 
 #: obstore reads every AZURE_* variable (a bearer token, a customer key, the
@@ -174,8 +174,8 @@ class FastWrites:
     async def put(self, full_key: str, data: bytes, etag: str | None) -> Answer | None:
         """One Put Blob of `full_key`, `If-None-Match: *` (etag None) or
         `If-Match: etag`; None if it was not sent (the SDK must send it)."""
-        if not plain_key(full_key):
-            return None
+        if not plain_key(full_key) or not obstore_runtime.claim():
+            return None  # the SDK sends it (a forked child: `obstore_runtime`)
         obstore = importlib.import_module("obstore")
         errors = importlib.import_module("obstore.exceptions")
         mode: Any = "create" if etag is None else {"e_tag": etag}

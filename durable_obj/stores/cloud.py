@@ -228,6 +228,10 @@ class CloudStore(Store):
             if await self._missing(exc):
                 return False
             raise self._error("downloading", key, exc) from exc
+        except BaseException:  # cancelled (the caller was interrupted): no part file stays
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
         return True
 
     # -- listing --------------------------------------------------------

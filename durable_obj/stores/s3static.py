@@ -138,9 +138,15 @@ def _safe(text: str) -> bool:
     return _HEADER_SAFE.fullmatch(text) is not None
 
 
+#: The protocols s3fs's filesystem answers to: fsspec applies the
+#: configuration of each to every S3FileSystem (`apply_config`).
+S3FS_PROTOCOLS = ("s3", "s3a")
+
+
 def _fsspec_configured() -> bool:
-    """Whether fsspec's own configuration (`FSSPEC_S3_*` variables, its
-    config folder) may give s3fs defaults: the client would take them.
+    """Whether fsspec's own configuration (`FSSPEC_S3_*` and `FSSPEC_S3A_*`
+    variables, its config folder) may give s3fs defaults: the client would
+    take them (found by attack: a configuration under `s3a` was missed).
 
     Once fsspec is imported, its `conf` says (a program may have changed
     it). Before, fsspec is not imported to ask (it costs a cold open about
@@ -150,7 +156,8 @@ def _fsspec_configured() -> bool:
     would read for s3."""
     config = sys.modules.get("fsspec.config")
     if config is not None:
-        return bool(getattr(config, "conf", {}).get("s3"))
+        conf = getattr(config, "conf", {})
+        return any(conf.get(protocol) for protocol in S3FS_PROTOCOLS)
     if any(name.startswith("FSSPEC_") and name != "FSSPEC_CONFIG_DIR" for name in os.environ):
         return True
     folder = os.environ.get("FSSPEC_CONFIG_DIR") or os.path.join(

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable_obj.stores import obstore_errors
+from durable_obj.stores import obstore_errors, obstore_runtime
 from durable_obj.stores.s3errors import Failure, answered
 
 if TYPE_CHECKING:
@@ -202,6 +202,8 @@ class FastWrites:
         """(client, obstore put mode) for this condition; None if the client
         cannot be built."""
         mode: Any = "create" if "IfNoneMatch" in condition else {"e_tag": condition["IfMatch"]}
+        if not obstore_runtime.claim():
+            return None  # a forked child: the client sends it (`obstore_runtime`)
         try:
             return self.client(creds), mode
         except Exception:

@@ -365,3 +365,35 @@ def test_chdb_imported_after_durable_obj_and_before_an_open_runs_in_utc(tmp_path
     if not sys.platform.startswith("linux"):
         return
     assert got == {"zone": "UTC", "warned": [], "version": True, "finders": 0}
+
+
+def test_a_finder_that_asks_every_finder_in_turn_does_not_loop(tmp_path: Path) -> None:
+    """A finder after `extension._Finder` that asks the other finders, as it
+    does, is not asked back (found by attack: the two called each other
+    until RecursionError); `import chdb` works beside it."""
+    got = fresh(
+        f"""
+        import importlib.abc, json, sys
+        import durable_obj
+
+        class Asking(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name != "chdb":
+                    return None
+                for finder in sys.meta_path:
+                    if finder is not self:
+                        spec = finder.find_spec(name, path, target)
+                        if spec is not None:
+                            return spec
+                return None
+
+        with durable_obj.open({str(tmp_path / "o")!r}, owner="t") as obj:
+            sys.meta_path.insert(1, Asking())
+            import chdb
+            obj.execute("CREATE TABLE m (k String) ENGINE = MergeTree ORDER BY k")
+            obj.execute("INSERT INTO m VALUES ('a')")
+            rows = obj.query("SELECT count() FROM m", "TSV").strip()
+        print(json.dumps({{"version": bool(chdb.engine_version), "rows": rows}}))
+        """
+    )
+    assert got == {"version": True, "rows": "1"}
