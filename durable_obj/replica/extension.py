@@ -71,7 +71,7 @@ def load() -> ModuleType | None:
     if loaded is not None:
         return loaded
     package = sys.modules.get("chdb")
-    if package is not None and not isinstance(getattr(package, "__loader__", None), _Loader):
+    if package is not None and not _ours(package):
         return None
     if sys.platform != "linux":
         return None
@@ -92,6 +92,25 @@ def load() -> ModuleType | None:
         return None
     sys.modules[NAME] = module
     return module
+
+
+def _ours(package: Any) -> bool:
+    """Whether chdb's package module is (being) loaded by `_Loader`, read
+    without running it: a module imported lazily (`importlib.util.LazyLoader`)
+    runs its package on the first attribute read, and that would run it on
+    the engine's start (found by attack: the open then waited forever)."""
+    try:
+        names = object.__getattribute__(package, "__dict__")
+    except AttributeError:
+        return False
+    for loader in (names.get("__loader__"), getattr(names.get("__spec__"), "loader", None)):
+        for _ in range(4):  # a LazyLoader holds the loader it defers to as `.loader`
+            if loader is None or isinstance(loader, _Loader):
+                break
+            loader = getattr(loader, "loader", None)
+        if isinstance(loader, _Loader):
+            return True
+    return False
 
 
 class _Finder(importlib.abc.MetaPathFinder):

@@ -116,7 +116,9 @@ atexit.register(_shutdown)
 #: Held while the engine starts, and by a later `import chdb` while chdb's
 #: package initialises (`extension`); reentrant for a start that loads it.
 _START_LOCK = threading.RLock()
-_IMPORT_LOCK = threading.Lock()
+#: Held while the engine module loads; reentrant for a package whose
+#: import that load sets off on the same thread (`extension`).
+_IMPORT_LOCK = threading.RLock()
 log = logging.getLogger("durable_obj")
 
 

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _LOCK = threading.Lock()
+#: Seconds a cancelled call is given to clean up before the caller goes on.
+CANCEL_WAIT = 5.0
 #: (the loop, its thread, the process that started it)
 _RUNNING: list[tuple[asyncio.AbstractEventLoop, threading.Thread, int]] = []
 
@@ -65,12 +67,23 @@ def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
     if current is running:
         raise RuntimeError("a store call was made from the store's own IO thread")
 
+    started, finished = threading.Event(), threading.Event()
+
     async def call() -> T:
-        return await fn(*args)
+        started.set()
+        try:
+            return await fn(*args)
+        finally:
+            finished.set()
 
     future = asyncio.run_coroutine_threadsafe(call(), running)
     try:
         return future.result()
     except BaseException:
-        future.cancel()  # the caller gave up (an interrupt): the call stops too
+        # The caller gave up (an interrupt): the call stops too, and cleans up
+        # (a part file) before the caller goes on, which may be to exit
+        # (found by attack: the loop's daemon thread never got to it).
+        future.cancel()
+        if started.is_set():
+            finished.wait(CANCEL_WAIT)
         raise

@@ -397,3 +397,29 @@ def test_a_finder_that_asks_every_finder_in_turn_does_not_loop(tmp_path: Path) -
         """
     )
     assert got == {"version": True, "rows": "1"}
+
+
+def test_an_open_beside_a_lazily_imported_chdb(tmp_path: Path) -> None:
+    """chdb imported lazily (`importlib.util.LazyLoader`, as lazy-import
+    helpers do) and not yet touched: the first open does not run it on the
+    engine's start (found by attack: the open waited forever on itself),
+    and the package runs, on the running engine, when first touched."""
+    got = fresh(
+        f"""
+        import faulthandler, importlib.util, json, sys
+        faulthandler.dump_traceback_later(60, exit=True)
+        import durable_obj
+        spec = importlib.util.find_spec("chdb")
+        spec.loader = importlib.util.LazyLoader(spec.loader)
+        chdb = importlib.util.module_from_spec(spec)
+        sys.modules["chdb"] = chdb
+        spec.loader.exec_module(chdb)
+        with durable_obj.open({str(tmp_path / "o")!r}, owner="t") as obj:
+            one = obj.query("SELECT 1", "TSV").strip()
+            version = chdb.engine_version
+            zone = obj.query("SELECT serverTimezone()", "TSV").strip()
+        print(json.dumps({{"one": one, "version": bool(version), "zone": zone}}))
+        """,
+        TZ="Asia/Tokyo",
+    )
+    assert got == {"one": "1", "version": True, "zone": "UTC"}
