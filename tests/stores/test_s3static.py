@@ -404,3 +404,21 @@ def test_a_child_forked_after_an_obstore_write_writes(seaweed_s3: Server) -> Non
         assert got is not None and got.data == b"c"
     finally:
         store.close()
+
+
+def test_obstore_is_not_used_in_a_child_forked_while_it_was_loaded() -> None:
+    """A child forked while obstore was loaded, by us or by the program,
+    does not use it (its runtime is not in the child), whatever pid the
+    child gets; its parent still does."""
+    if not hasattr(os, "fork"):
+        return
+    import obstore  # noqa: F401  (the program's own, say)
+
+    from durable_obj.stores import obstore_runtime
+
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child reports by its exit status
+        os._exit(0 if obstore_runtime.claim() is False else 5)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert obstore_runtime.claim() is True
