@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, TypeVar
 
 from durable_obj.errors import BackendError, InvalidArgument
+from durable_obj.stores import ioloop
 from durable_obj.stores.base import (
     Blob,
     Entry,
@@ -145,25 +146,21 @@ class CloudStore(Store):
 
     def _run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
         try:
-            if self._fs_made():
-                from fsspec.asyn import sync
-
-                # the filesystem's own loop (it is made on `_run_first`'s)
-                result: T = sync(self._fs.loop, fn, *args)
-            else:
-                result = self._run_first(fn, *args)
+            # the filesystem's own loop, once made (it is made on `_first_loop`)
+            loop = self._fs.loop if self._fs_made() else self._first_loop()
+            result: T = ioloop.run_on(loop, fn, *args)
         except BaseException as exc:
             scrub(exc, self._secrets)  # no credential in what a traceback prints
             raise
         return result
 
-    def _run_first(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """A call made before the filesystem is (a lazy store's, `_share`):
-        on fsspec's IO loop, where the filesystem is made too."""
-        from fsspec.asyn import get_loop, sync
+    def _first_loop(self) -> asyncio.AbstractEventLoop:
+        """Where a call made before the filesystem runs (a lazy store's,
+        `_share`), and the filesystem is made: fsspec's IO loop."""
+        from fsspec.asyn import get_loop
 
-        result: T = sync(get_loop(), fn, *args)
-        return result
+        loop: asyncio.AbstractEventLoop = get_loop()
+        return loop
 
     def _open_local(self, key: str, path: str) -> tuple[int, BinaryIO]:
         """The local file an upload of `key` reads, opened, and its size."""

@@ -57,9 +57,15 @@ if hasattr(os, "register_at_fork"):
 
 
 def run(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-    """`fn(*args)` on the IO loop; the caller waits for its result or error.
-    Never from the loop's own thread (it would wait for itself)."""
-    running = loop()
+    """`fn(*args)` on the process's IO loop (`run_on`)."""
+    return run_on(loop(), fn, *args)
+
+
+def run_on(running: asyncio.AbstractEventLoop, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """`fn(*args)` on `running`, a loop running on another thread; the
+    caller waits for its result or error. Never from the loop's own thread
+    (it would wait for itself). Every cloud store's calls go through here
+    (`CloudStore._run`), whichever loop they run on."""
     try:
         current: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
     except RuntimeError:  # no loop runs on this thread: the usual case

@@ -11,13 +11,15 @@ from __future__ import annotations
 import importlib
 import logging
 import os
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from durable_obj.errors import BackendError, InvalidArgument, StoreAmbiguous
 from durable_obj.stores import ioloop, s3reads, s3static, s3writes
 from durable_obj.stores.cloud import CloudStore
 from durable_obj.stores.s3errors import Failure, classify, safe_endpoint
+
+if TYPE_CHECKING:
+    import asyncio
 
 log = logging.getLogger("durable_obj.stores.s3")
 
@@ -25,7 +27,7 @@ log = logging.getLogger("durable_obj.stores.s3")
 def _make_fs(opts: dict[str, Any], url: str) -> Any:
     s3fs = importlib.import_module("s3fs")
     try:
-        # on the loop the store's first calls ran on (`_run_first`), unless
+        # on the loop the store's first calls ran on (`_first_loop`), unless
         # the options name one
         return s3fs.S3FileSystem(**{"loop": ioloop.loop(), **opts})
     except (TypeError, ValueError, KeyError) as exc:
@@ -34,9 +36,6 @@ def _make_fs(opts: dict[str, Any], url: str) -> Any:
             f"({type(exc).__name__}); check their names and types. "
             f"Nothing was touched."
         ) from exc
-
-
-T = TypeVar("T")
 
 
 class S3Base(CloudStore):
@@ -74,10 +73,10 @@ class S3Base(CloudStore):
         # s3fs hands the options it does not name to botocore's session.
         return (s3fs.S3FileSystem, session.AioSession)
 
-    def _run_first(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
-        """Before the client is made: on the process's S3 IO loop (`ioloop`),
+    def _first_loop(self) -> asyncio.AbstractEventLoop:
+        """Before the client is made: the process's S3 IO loop (`ioloop`),
         without importing fsspec; the client is made on that loop too."""
-        return ioloop.run(fn, *args)
+        return ioloop.loop()
 
     # -- plumbing -------------------------------------------------------
     async def _s3(self) -> Any:

@@ -327,17 +327,21 @@ def test_a_child_forked_while_another_thread_asks_for_the_io_loop_gets_one() -> 
     assert stuck == 0
 
 
-def test_an_interrupted_download_leaves_no_part_file(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", ["before the client", "with the client made"])
+def test_an_interrupted_download_leaves_no_part_file(tmp_path: Path, client: str) -> None:
     """A download the caller gives up on (an interrupt while it waits)
     is cancelled and has removed its temporary file by the time the
     interrupt reaches the caller, who may be about to exit (found by
     attack, twice: first `.part` files stayed, then they went only after
-    the caller had moved on)."""
+    the caller had moved on), whether or not the store's client is made
+    yet (both run through `ioloop.run_on`)."""
     import asyncio
     import signal
     import time
 
     store = _store({**KEYS, **SHAPES["endpoint and region"]})
+    if client == "with the client made":
+        assert store._fs is not None and store._fs_made()
     target = tmp_path / "base.tar"
 
     async def write(out: Any) -> None:
@@ -355,7 +359,7 @@ def test_an_interrupted_download_leaves_no_part_file(tmp_path: Path) -> None:
     try:
         signal.setitimer(signal.ITIMER_REAL, 0.3)
         with pytest.raises(KeyboardInterrupt):
-            ioloop.run(store._download_to, "base.tar", str(target), write)
+            store._run(store._download_to, "base.tar", str(target), write)
         assert sorted(p.name for p in tmp_path.iterdir()) == []
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
