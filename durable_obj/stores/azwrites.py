@@ -174,7 +174,7 @@ class FastWrites:
     async def put(self, full_key: str, data: bytes, etag: str | None) -> Answer | None:
         """One Put Blob of `full_key`, `If-None-Match: *` (etag None) or
         `If-Match: etag`; None if it was not sent (the SDK must send it)."""
-        if not plain_key(full_key) or not obstore_runtime.claim():
+        if not plain_key(full_key) or not obstore_runtime.usable():
             return None  # the SDK sends it (a forked child: `obstore_runtime`)
         obstore = importlib.import_module("obstore")
         errors = importlib.import_module("obstore.exceptions")

@@ -3,34 +3,29 @@
 obstore sends its requests on a runtime of its own (tokio's threads), which
 a forked child does not have: found by attack, a child forked after its
 parent sent a PUT through obstore waited forever on its own first one. So
-in a child forked while obstore was loaded (by us or by the program), or
-after this process's parent used it, obstore is not used: its stores' PUTs
-go through their clients, as with `DURABLE_OBJ_S3_WRITES=client` (S3) or
-`DURABLE_OBJ_AZURE_WRITES=client` (Azure)."""
+in a child forked while obstore was loaded (by us or by the program; its
+runtime can only have run once it was), obstore is not used: its stores'
+PUTs go through their clients, as with `DURABLE_OBJ_S3_WRITES=client` (S3)
+or `DURABLE_OBJ_AZURE_WRITES=client` (Azure). A grandchild inherits the
+mark (and obstore, loaded)."""
 
 from __future__ import annotations
 
 import os
 import sys
 
-#: The process that first used obstore (a forked child inherits the record).
-_USED_IN: list[int] = []
 #: Set in a child forked while obstore was loaded (`_forked`).
 _FORKED_AFTER: list[bool] = []
 
 
-def claim() -> bool:
-    """Whether obstore may be used here; if so, this process is recorded as
-    the one that uses it. Call before building or using an obstore client."""
-    if _FORKED_AFTER:
-        return False
-    if not _USED_IN:
-        _USED_IN.append(os.getpid())
-    return _USED_IN[0] == os.getpid()
+def usable() -> bool:
+    """Whether obstore may be used here: not in a child forked while it was
+    loaded. Ask before building or using an obstore client."""
+    return not _FORKED_AFTER
 
 
 def _forked() -> None:
-    if _USED_IN or "obstore" in sys.modules:
+    if "obstore" in sys.modules:
         _FORKED_AFTER.append(True)
 
 

@@ -202,7 +202,7 @@ class FastWrites:
         """(client, obstore put mode) for this condition; None if the client
         cannot be built."""
         mode: Any = "create" if "IfNoneMatch" in condition else {"e_tag": condition["IfMatch"]}
-        if not obstore_runtime.claim():
+        if not obstore_runtime.usable():
             return None  # a forked child: the client sends it (`obstore_runtime`)
         try:
             return self.client(creds), mode

@@ -422,7 +422,7 @@ def test_obstore_is_not_used_in_a_child_forked_while_it_was_loaded() -> None:
 
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child reports by its exit status
-        os._exit(0 if obstore_runtime.claim() is False else 5)
+        os._exit(0 if obstore_runtime.usable() is False else 5)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
-    assert obstore_runtime.claim() is True
+    assert obstore_runtime.usable() is True
