@@ -333,10 +333,13 @@ def obstore_download(store: dict[str, Any], key: str, path: str) -> None:
 
 def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> dict[str, Any]:
     """The floor under a cold open, timed like phase_open from before any
-    import: a fresh process that imports chdb, (on S3) downloads the
-    checkpoint floor's archive with bare obstore, and REstores it into a
-    folder where durable_obj keeps its part files (`engine_data`); then the
-    floor under the queries after it (`query_times`), on that connection."""
+    import: a fresh process that imports chdb, (on S3) downloads the base
+    durable_obj's open restores (`spec["archive"]`, a path on a folder, a
+    key on S3) with bare obstore, and REstores it into a folder where
+    durable_obj keeps its part files (`engine_data`); then the floor under
+    the queries after it (`query_times`), on that connection. The base is
+    of database `default` in V1's shape, which the engine restores under
+    another name with `allow_different_database_def`, as ours does."""
     import os
     import resource
     import shutil
@@ -345,13 +348,17 @@ def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> 
     data, args = engine_data("bench-open-floor-")
     with tempfile.TemporaryDirectory(prefix="bench-open-floor-") as path:
         if store["kind"] == "local":
-            archive = floor_archive(spec, store, 0)
+            archive = spec["archive"]
         else:
             archive = os.path.join(path, "base.tar")
-            obstore_download(store, floor_archive(spec, store, 0), archive)
+            obstore_download(store, spec["archive"], archive)
         backups = os.path.dirname(archive)
         conn = connect(data, args, "backups.allowed_path=" + backups)
-        conn.query(f"REstore DATABASE bench FROM File('{archive}')", "CSV")
+        conn.query(
+            f"RESTORE DATABASE default AS bench FROM File('{archive}') "
+            "SETTINGS allow_different_database_def = 1",
+            "CSV",
+        )
         out: dict[str, Any] = {"open_ms": ms_since(t0)}
         out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
         out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
