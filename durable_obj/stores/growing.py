@@ -26,13 +26,18 @@ import threading
 from collections.abc import Callable, Iterator
 
 from durable_obj.errors import DurableError
-from durable_obj.wire.digest import CHUNK
 from durable_obj.wire.v1base import DefaultBase
 
 #: How long a reader waits for more bytes before it looks again.
 _POLL = 0.002
 #: Bytes written between two of `sync_while_growing`'s syncs.
 SYNC_EVERY = 8 * 1024 * 1024
+#: What `chunks` hands on at a time: small, so that a reader that follows
+#: the producer (the digest) is never far behind it. In 4 MiB runs the
+#: SHA-256 of a 10 MiB BACKUP began at its first 4 MiB and ended 5-7 ms
+#: after BACKUP: a checkpoint of 10k rows took 23.6 ms against 19.7 in
+#: 256 KiB runs (1k rows: 10.2 against 9.8; medians of 6, interleaved).
+FOLLOW_CHUNK = 256 * 1024
 
 
 class SourceFailed(DurableError):
@@ -157,8 +162,9 @@ class GrowingFile:
             released = self._rewrite.released(fd, os.fstat(fd).st_size)
         return max(0, min(want, released - offset))
 
-    def chunks(self, size: int = CHUNK) -> Iterator[bytes]:
-        """The whole file, front to back, as it is written."""
+    def chunks(self, size: int = FOLLOW_CHUNK) -> Iterator[bytes]:
+        """The whole file, front to back, as it is written (`FOLLOW_CHUNK`
+        bytes at a time)."""
         offset = 0
         while chunk := self.read(offset, size):
             offset += len(chunk)
