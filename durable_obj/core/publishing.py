@@ -117,8 +117,13 @@ def commit_base(
     # the base is published, not after: it was proven committed, so the
     # archive of a checkpoint that then fails is a harmless orphan (history.py).
     history = _archiving(writer, head, scratch=scratch, unsettled=again)
-    try:
-        _create(
+    # The store takes the archive on a thread of its own (a folder: syncs it
+    # as it grows, then fsync, rename, link; S3: its parts as they fill).
+    # The new head needs only the digest: it is made as soon as the digest
+    # is, and its commit runs the rest of the publish as `first` (a folder
+    # writes and fsyncs the head meanwhile, renamed once the base is in place).
+    adopted = Beside(
+        lambda: _create(
             writer,
             key,
             lambda key: writer.store.adopt_growing(
@@ -127,32 +132,40 @@ def commit_base(
             lambda: _stamped(writer, key, *pending.result()),
             scratch=scratch,
             unsettled=again,
-        )
+        ),
+        name="durable_obj-adopt",
+    )
+
+    def published() -> None:
+        adopted.result()  # the base, durable in place (or its error: nothing is committed)
+        if history is not None:
+            history.result()  # its failure fails the checkpoint, as before
+
+    try:
+        ref = _stamped(writer, key, *pending.result())
+        saved = head.model_copy(deep=True)
+        head.manifest.base = ref
+        head.manifest.wal = []
+        head.manifest.seq = seq
+        head.set_chain(chain or [])
+        # This engine wrote the archive: it is now the oldest that reads it.
+        head.engine.version = engine_version
+        head.engine.min_reader = engine_version
+        head.engine.backup_format = BACKUP_FORMAT
+        if encryption is not None:
+            head.set_extension(ENCRYPTION, encryption)
+        try:
+            writer.commit(first=published)
+        except BaseException:
+            saved.lease = head.lease
+            writer.head = saved
+            raise
     finally:
+        adopted.join()  # never left running past a failed digest or commit
         if taken is not None:
             taken.join()  # before the archive's descriptor closes, whatever the store did
         if history is not None:
             history.join()  # never left running past a failed base
-    ref = _stamped(writer, key, *pending.result())
-    if history is not None:
-        history.result()  # its failure fails the checkpoint, as before
-    saved = head.model_copy(deep=True)
-    head.manifest.base = ref
-    head.manifest.wal = []
-    head.manifest.seq = seq
-    head.set_chain(chain or [])
-    # This engine wrote the archive: it is now the oldest that reads it.
-    head.engine.version = engine_version
-    head.engine.min_reader = engine_version
-    head.engine.backup_format = BACKUP_FORMAT
-    if encryption is not None:
-        head.set_extension(ENCRYPTION, encryption)
-    try:
-        writer.commit()
-    except BaseException:
-        saved.lease = head.lease
-        writer.head = saved
-        raise
     return ref
 
 

@@ -25,6 +25,7 @@ from durable_obj.core import ops
 from durable_obj.core.commit import HeadWriter
 from durable_obj.core.publishing import commit_base, publish
 from durable_obj.stores.base import Store, Version
+from durable_obj.stores.file import FileStore
 from durable_obj.stores.growing import GrowingFile, SourceFailed
 from durable_obj.stores.memory import MemoryStore
 from durable_obj.testing import Fault, FaultyStore, abandon
@@ -384,6 +385,75 @@ def test_commit_base_hashes_the_file_while_it_is_written_and_taken(
     assert head.manifest.base is not None and head.manifest.base.sha256 == ref.sha256
     blob = inner.get("o/checkpoints/1-1-abcdef12.tar")
     assert blob is not None and blob.data == data
+
+
+class SlowFolder(FileStore):
+    """A folder store that, once an adopted base is in place, holds on for
+    a while and records the head it finds on disk then (`seen`); with
+    `fail`, it then fails as a store can (the base in place all the same)."""
+
+    def __init__(self, root: str, fail: bool = False) -> None:
+        super().__init__(root)
+        self.fail = fail
+        self.seen: list[Head] = []
+
+    def adopt_growing(
+        self, key: str, source: GrowingFile, sha256: Callable[[], str], callback: Any = None
+    ) -> Version | None:
+        version = super().adopt_growing(key, source, sha256, callback)
+        time.sleep(0.3)  # the head's commit, staged meanwhile, must not land
+        self.seen.append(stored(self))
+        if self.fail:
+            raise errors.BackendError("the store failed after the base was in place")
+        return version
+
+
+def test_commit_base_lands_the_head_only_once_the_base_is_in_place(tmp_path: Path) -> None:
+    # The head is made from the digest and staged while the store takes the
+    # base; it is renamed into place only after the base is durable there.
+    inner = SlowFolder(str(tmp_path / "store"))
+    writer, _me = writer_object(inner)
+    source, producer = _growing(tmp_path / "backup.tar", os.urandom(3 << 20))
+    try:
+        ref = commit_base(
+            writer, "checkpoints/1-1-abcdef12.tar", source, engine_version="26.1.1", scratch=None
+        )
+    finally:
+        producer.join()
+        source.close()
+    assert [head.manifest.base for head in inner.seen] == [None]
+    assert stored(inner).manifest.base == ref and stored(inner).manifest.seq == 1
+
+
+def test_commit_base_whose_store_fails_commits_nothing_and_stages_nothing(
+    tmp_path: Path,
+) -> None:
+    inner = SlowFolder(str(tmp_path / "store"), fail=True)
+    writer, _me = writer_object(inner)
+    before = stored(inner)
+    source, producer = _growing(tmp_path / "backup.tar", os.urandom(3 << 20))
+    try:
+        with pytest.raises(errors.BackendError, match="store failed"):
+            commit_base(
+                writer,
+                "checkpoints/1-1-abcdef12.tar",
+                source,
+                engine_version="26.1.1",
+                scratch=None,
+            )
+    finally:
+        producer.join()
+        source.close()
+    after = stored(inner)
+    assert (after.manifest.seq, after.manifest.base) == (0, None) and after == before
+    assert writer.head is not None and writer.head.manifest.base is None
+    # the staged head was dropped, whenever its worker ended
+    deadline = time.monotonic() + 5
+    while any(n.endswith(".tmp") for n in os.listdir(tmp_path / "store" / "o")):
+        assert time.monotonic() < deadline, os.listdir(tmp_path / "store" / "o")
+        time.sleep(0.01)
+    writer.commit()  # the writer goes on from the head as it was
+    assert stored(inner).manifest.base is None
 
 
 def test_commit_base_of_a_failed_backup_creates_and_commits_nothing(tmp_path: Path) -> None:
