@@ -261,6 +261,7 @@ class Bench:
             goal = rows == GOAL_ROWS
             local = self.s3 is None
             how = "BACKUP (parts in RAM, as ours) + " + ("fsync" if local else "boto3 upload")
+            how += " + the head's publish"
             metric, key = f"checkpoint, {rows:,} rows", f"checkpoint_{rows}"
             self.floored(metric, "ms", key, f"ckpt_floor_{rows}", how, goal=0.1 if goal else None)
             self.checkpoint_floor_rows(rows)
@@ -321,12 +322,16 @@ class Bench:
         boto3 upload of it. Its archive is the open floor's."""
         got = self.child("raw", "ckpt_floor", f"floor{rows}", rows=rows, repeat=repeat)
         self.samples.setdefault(f"ckpt_floor_{rows}", {})["floor"] = [
-            backup + rest
-            for backup, rest in zip(
-                got["backup_ms"], got.get("upload_ms") or got["fsync_ms"], strict=True
+            backup + rest + head
+            for backup, rest, head in zip(
+                got["backup_ms"],
+                got.get("upload_ms") or got["fsync_ms"],
+                got["head_ms"],
+                strict=True,
             )
         ]
-        for part in ("backup_ms", "fsync_ms", "upload_ms", "sha256_ms", "download_ms", "size_mib"):
+        parts = ("backup_ms", "fsync_ms", "upload_ms", "head_ms", "sha256_ms", "download_ms")
+        for part in (*parts, "size_mib"):
             self.samples.setdefault(f"ckpt_floor_{rows}", {})[part] = got.get(part, [])
 
     def checkpoint_floor_rows(self, rows: int) -> None:
@@ -341,6 +346,9 @@ class Bench:
             upload = median(parts["upload_ms"])
             floors.append(("boto3 upload", upload, 1.2))
             floors.append(("BACKUP+upload", median(parts["backup_ms"]) + upload, None))
+        else:
+            synced = median(parts["backup_ms"]) + median(parts["fsync_ms"])
+            floors.append(("BACKUP+fsync, no head", synced, None))
         for what, floor, goal in floors:
             self.report.add(
                 Row(

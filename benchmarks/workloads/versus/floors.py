@@ -236,13 +236,56 @@ def floor_archive(spec: dict[str, Any], store: dict[str, Any], i: int) -> str:
     return f"{store['prefix']}/floor/{spec['oid']}-{i}.tar"
 
 
+#: The bytes of the head a checkpoint's floor publishes: about what a head
+#: naming a base and no segment takes (ours: 0.6-1.2 KB).
+CHECKPOINT_HEAD_BYTES = 1024
+
+
+def head_publisher(spec: dict[str, Any], store: dict[str, Any], backups: str) -> Any:
+    """publish(i): the head that names a checkpoint floor's archive i, as a
+    flush's floor publishes one: on a folder (the archive and its folder
+    fsync'd already), a file written and fsync'd, renamed over head.json
+    in the archive folder's parent (V1's layout: the bases in a folder
+    below the head) and that folder fsync'd; on S3 a conditional PUT
+    through bare obstore, the ETag the last one returned."""
+    import os
+
+    if store["kind"] != "local":
+        import obstore
+
+        bare = obstore_store(store, f"{store['prefix']}/floor/{spec['oid']}")
+        etag = obstore.put(bare, "head.json", b"{}", mode="overwrite")["e_tag"]
+
+        def put(i: int) -> None:
+            nonlocal etag
+            head = str(i).encode().ljust(CHECKPOINT_HEAD_BYTES, b"h")
+            etag = obstore.put(bare, "head.json", head, mode={"e_tag": etag})["e_tag"]
+
+        return put
+    parent = os.path.dirname(backups)
+
+    def write(i: int) -> None:
+        tmp = os.path.join(parent, f"{spec['oid']}.head.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        try:
+            os.write(fd, str(i).encode().ljust(CHECKPOINT_HEAD_BYTES, b"h"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, os.path.join(parent, f"{spec['oid']}.head.json"))
+        fsync_dir(parent)
+
+    return write
+
+
 def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, Any]:
     """The floors under a checkpoint of `rows` rows, in plain chdb and boto3:
     the engine's BACKUP of the same rows to a .tar, each after the same
     single-row INSERT as the implementations' (on a folder: into the
     store's folder, then the archive and its directory fsync'd), and (on S3)
     a bare boto3 upload_file of that archive (its default multipart
-    transfer); and under a cold open of it: hashlib's SHA-256 of that
+    transfer); then the publish of a head that names it (`head_publisher`),
+    as a checkpoint must publish one; and under a cold open of it: hashlib's SHA-256 of that
     archive, which an open verifies before it shows anything restored from
     it, and (on S3) a bare obstore download of it. The archives stay for
     phase_open_floor."""
@@ -267,8 +310,9 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
         rows = spec["rows"]
         for start in range(0, rows, 10_000):
             conn.query(BULK.format(start=start, count=min(10_000, rows - start)))
-        out: dict[str, Any] = {"backup_ms": [], "fsync_ms": []}
+        out: dict[str, Any] = {"backup_ms": [], "fsync_ms": [], "head_ms": []}
         archive = ""
+        publish_head = head_publisher(spec, store, backups)
         for i in range(spec["repeat"]):
             if i:  # the row each implementation's checkpoint i follows (`phase_load`)
                 conn.query(row_sql(i))
@@ -286,6 +330,8 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
                     fsync_dir(backups)
 
                 out["fsync_ms"].append(timed(sync))
+                # the head that names it, as a flush's floor publishes one
+                out["head_ms"].append(timed(lambda i=i: publish_head(i)))
         conn.close()
 
         def digest() -> None:
@@ -309,6 +355,7 @@ def phase_ckpt_floor(spec: dict[str, Any], store: dict[str, Any]) -> dict[str, A
                 )
                 for i in range(spec["repeat"])
             ]
+            out["head_ms"] = [timed(lambda i=i: publish_head(i)) for i in range(spec["repeat"])]
             # under an S3 cold open: the base's bytes coming back
             fetched = os.path.join(path, "fetched.tar")
             out["download_ms"] = [
