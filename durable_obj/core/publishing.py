@@ -114,9 +114,10 @@ def commit_base(
     else:
         pending = digest
     # The manifest the new base supersedes is archived (retention > 0) while
-    # the base is published, not after: it was proven committed, so the
+    # the base is published, not after, once BACKUP has written it (nothing
+    # is archived for a failed BACKUP): it was proven committed, so the
     # archive of a checkpoint that then fails is a harmless orphan (history.py).
-    history = _archiving(writer, head, scratch=scratch, unsettled=again)
+    history = _archiving(writer, head, scratch=scratch, unsettled=again, after=archive.wait)
     # The store takes the archive on a thread of its own (a folder: syncs it
     # as it grows, then fsync, rename, link; S3: its parts as they fill).
     # The new head needs only the digest: it is made as soon as the digest
@@ -170,10 +171,17 @@ def commit_base(
 
 
 def _archiving(
-    writer: HeadWriter, head: Head, *, scratch: str | None, unsettled: str
+    writer: HeadWriter,
+    head: Head,
+    *,
+    scratch: str | None,
+    unsettled: str,
+    after: Callable[[], object],
 ) -> Beside[None] | None:
     """`publish` of the archive of `head`'s manifest (`history.archive_of`)
-    on a thread; None when there is nothing to archive."""
+    on a thread, once `after()` returned (BACKUP has written the base: sent
+    while it ran, the archive slowed it, as its store's work took CPU from
+    it; nothing is sent if it raises); None when there is nothing to archive."""
     assert writer.holder is not None
     archived = archive_of(
         head, writer.retention, writer.clock.time(), writer.holder.owner, writer.codec()
@@ -181,15 +189,18 @@ def _archiving(
     if archived is None:
         return None
     ref, body = archived
-    return Beside(
-        lambda: publish(
+
+    def archive() -> None:
+        after()
+        publish(
             writer,
             ref,
             lambda k: writer.store.create(k, body),
             scratch=scratch,
             unsettled=unsettled,
         )
-    )
+
+    return Beside(archive)
 
 
 def _stamped(writer: HeadWriter, key: str, size: int, sha256: str) -> ObjectRef:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -23,7 +24,7 @@ import durable_obj
 from durable_obj import errors
 from durable_obj.core import ops
 from durable_obj.core.commit import HeadWriter
-from durable_obj.core.publishing import commit_base, publish
+from durable_obj.core.publishing import commit_base, commit_segment, publish
 from durable_obj.stores.base import Store, Version
 from durable_obj.stores.file import FileStore
 from durable_obj.stores.growing import GrowingFile, SourceFailed
@@ -454,6 +455,74 @@ def test_commit_base_whose_store_fails_commits_nothing_and_stages_nothing(
         time.sleep(0.01)
     writer.commit()  # the writer goes on from the head as it was
     assert stored(inner).manifest.base is None
+
+
+class Archives(MemoryStore):
+    """Records, for each history file created, whether BACKUP had written
+    the whole base by then (`written`, set by the producer at its end)."""
+
+    def __init__(self) -> None:
+        super().__init__(f"commit-{uuid.uuid4().hex}")
+        self.written = threading.Event()
+        self.archived: list[bool] = []
+
+    def create(self, key: str, data: bytes) -> Version | None:
+        if "/history/" in f"/{key}":
+            self.archived.append(self.written.is_set())
+        return super().create(key, data)
+
+
+def _archiving_writer(inner: Store) -> HeadWriter:
+    """A writer with time travel on and one segment committed: a checkpoint
+    then archives the manifest it supersedes."""
+    me = leases.Holder("me", uuid.uuid4().hex)
+    writer = HeadWriter(inner, "o", holder=me, commit_deadline=DEADLINE, retention=3600)
+    assert writer.create_cold(db="default", engine_version="26.1.1", timezone="UTC")
+    commit_segment(writer, [b'{"sql": "SELECT 1"}\n'], scratch=None)
+    return writer
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_the_superseded_manifest_is_archived_once_backup_has_written_the_base(
+    tmp_path: Path, fail: bool
+) -> None:
+    # Sent while BACKUP ran, the history file's PUT took CPU from it (on S3
+    # beside a server on the same cores, 29.8 against 22.5 ms a checkpoint of
+    # 1k rows); a BACKUP that fails leaves no history file at all.
+    inner = Archives()
+    writer = _archiving_writer(inner)
+    data = os.urandom(3 << 20)
+    path = tmp_path / "backup.tar"
+    source = GrowingFile(str(path))
+
+    def write() -> None:
+        with open(path, "wb") as handle:
+            for at in range(0, len(data), 1 << 20):
+                handle.write(data[at : at + (1 << 20)])
+                handle.flush()
+                time.sleep(0.05)
+        inner.written.set()
+        if fail:
+            raise RuntimeError("BACKUP failed")
+
+    producer = source.produce(write)
+    try:
+        if fail:
+            with pytest.raises(SourceFailed):
+                commit_base(
+                    writer, "checkpoints/2-2-abcdef12.tar", source, engine_version="26.1.1",
+                    scratch=None,
+                )  # fmt: skip
+        else:
+            commit_base(
+                writer, "checkpoints/2-2-abcdef12.tar", source, engine_version="26.1.1",
+                scratch=None,
+            )  # fmt: skip
+    finally:
+        producer.join()
+        source.close()
+    assert inner.archived == ([] if fail else [True])
+    assert len(inner.list_keys("o/history/")) == (0 if fail else 1)
 
 
 def test_commit_base_of_a_failed_backup_creates_and_commits_nothing(tmp_path: Path) -> None:
