@@ -80,12 +80,18 @@ class Bench:
     def oid(self, name: str, impl: str) -> str:
         return f"{name}-{impl.replace('.', '-')}"
 
-    def base_of(self, oid: str) -> str:
-        """Where `oid`'s stored base is: a path on a folder, a key on S3."""
-        key = self.head(oid)["manifest"]["base"]["key"]
-        if self.s3 is None:
-            return os.path.join(self.store["root"], oid, key)
-        return f"{self.store['prefix']}/{oid}/{key}"
+    def stored_of(self, oid: str) -> tuple[str, list[str]]:
+        """Where `oid`'s stored base is ("": none) and its WAL segments, in
+        the head's order: paths on a folder, keys on S3."""
+        manifest = self.head(oid)["manifest"]
+
+        def where(key: str) -> str:
+            if self.s3 is None:
+                return os.path.join(self.store["root"], oid, key)
+            return f"{self.store['prefix']}/{oid}/{key}"
+
+        base = manifest.get("base")
+        return (where(base["key"]) if base else ""), [where(s["key"]) for s in manifest["wal"]]
 
     def head(self, oid: str) -> dict[str, Any]:
         if self.s3 is None:
@@ -107,17 +113,20 @@ class Bench:
         return head
 
     def opens(
-        self, name: str, key: str, rows: int, repeat: int | None = None, floor: int = 0
+        self, name: str, key: str, rows: int, repeat: int | None = None, floor: bool = False
     ) -> None:
         """Cold opens of `name` by both implementations, alternating; with
         `floor`, the open floor between them, its place turned every
         repetition: plain chdb RESTOREs the very base durable_obj's open
-        restores (the same bytes, the same parts), fetched bare."""
-        base = self.base_of(self.oid(name, IMPLS[0])) if floor else ""
+        restores (the same bytes, the same parts) and runs the statements of
+        the same WAL segments, all fetched bare."""
+        base, segments = self.stored_of(self.oid(name, IMPLS[0])) if floor else ("", [])
         for rep in range(repeat or self.args.repeat):
             for impl in rotated([*alternating(rep), *(["floor"] if floor else [])], rep // 2):
                 if impl == "floor":
-                    got = self.child("floor", "open_floor", f"floor{floor}", archive=base)
+                    got = self.child(
+                        "floor", "open_floor", "floor-open", archive=base, segments=segments
+                    )
                     if got["rows"] != rows:
                         raise RuntimeError(f"the open floor restored {got['rows']}, not {rows}")
                     self.keep(key, "floor", [got["open_ms"] / 1e3])
@@ -256,7 +265,7 @@ class Bench:
                 self.keep(f"size_{rows}", impl, [size / 2**20])
             # each checkpoint after the first adds one row first
             self.extra[rows] = repeat - 1
-            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat, floor=rows)
+            self.opens(f"base{rows}", f"open_{rows}", rows + repeat - 1, repeat, floor=True)
             self.progress(f"{rows:,} rows: checkpoint + cold open + their floors", start)
             goal = rows == GOAL_ROWS
             local = self.s3 is None
@@ -372,10 +381,10 @@ class Bench:
         start = time.perf_counter()
         for impl in IMPLS:
             self.child(impl, "append", self.oid(f"base{rows}", impl), segments=segs, statements=per)
-        self.opens(f"base{rows}", "open_seg", rows + self.extra[rows] + segs * per)
+        self.opens(f"base{rows}", "open_seg", rows + self.extra[rows] + segs * per, floor=True)
         self.progress(f"base + {segs} segments: cold open", start)
         metric = f"cold open, base {rows // 1000}k + {segs} segs x {per}"
-        self.row(metric, "s", "open_seg", goal=0.1)
+        self.floored(metric, "s", "open_seg", "open_seg", self.replayed_floor(True), goal=0.1)
         # replay rate: the statements over what they added to the base-only open
         for impl in IMPLS:
             extra = median(self.samples["open_seg"][impl]) - median(
@@ -383,6 +392,12 @@ class Bench:
             )
             self.samples.setdefault("replay_seg", {})[impl] = [segs * per / max(extra, 1e-3)]
         self.row("  replay statements/s (over base-only)", "st/s", "replay_seg", better="higher")
+
+    def replayed_floor(self, base: bool) -> str:
+        """What the open floor of an object with WAL segments does."""
+        fetched = "" if self.s3 is None else "obstore downloads, "
+        restored = "RESTORE of our base, " if base else ""
+        return f"a fresh process: import chdb, {fetched}{restored}our segments' statements run"
 
     def long_wal(self) -> None:
         segs = self.args.wal_segments
@@ -392,10 +407,11 @@ class Bench:
             got = self.child(impl, "append", oid, create=True, segments=segs - 1, statements=1)
             self.keep("wal_flush_ms", impl, [got["append_ms"] / (segs - 1)])
         self.progress(f"{segs}-segment WAL written", start)
-        self.opens("wal", "open_wal", segs - 1)
+        self.opens("wal", "open_wal", segs - 1, floor=True)
         self.progress(f"{segs}-segment WAL: cold open", start)
         goal = 0.05 if self.label == "s3" else None
-        self.row(f"cold open, {segs}-segment WAL", "s", "open_wal", goal=goal)
+        how = self.replayed_floor(False)
+        self.floored(f"cold open, {segs}-segment WAL", "s", "open_wal", "open_wal", how, goal=goal)
         for impl in IMPLS:
             self.samples.setdefault("replay_wal", {})[impl] = [
                 (segs - 1) / median(self.samples["open_wal"][impl])

@@ -382,11 +382,14 @@ def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> 
     """The floor under a cold open, timed like phase_open from before any
     import: a fresh process that imports chdb, (on S3) downloads the base
     durable_obj's open restores (`spec["archive"]`, a path on a folder, a
-    key on S3) with bare obstore, and REstores it into a folder where
-    durable_obj keeps its part files (`engine_data`); then the floor under
-    the queries after it (`query_times`), on that connection. The base is
-    of database `default` in V1's shape, which the engine restores under
-    another name with `allow_different_database_def`, as ours does."""
+    key on S3; "": the object has none) with bare obstore, and REstores it
+    into a folder where durable_obj keeps its part files (`engine_data`);
+    then runs the statements of its WAL segments (`spec["segments"]`, the
+    same paths or keys, in the head's order), read (or downloaded) and
+    split as stored; then the floor under the queries after it
+    (`query_times`), on that connection. The base is of database `default`
+    in V1's shape, which the engine restores under another name with
+    `allow_different_database_def`, as ours does."""
     import os
     import resource
     import shutil
@@ -394,23 +397,49 @@ def phase_open_floor(spec: dict[str, Any], store: dict[str, Any], t0: float) -> 
 
     data, args = engine_data("bench-open-floor-")
     with tempfile.TemporaryDirectory(prefix="bench-open-floor-") as path:
-        if store["kind"] == "local":
-            archive = spec["archive"]
-        else:
+        local = store["kind"] == "local"
+        archive = spec["archive"]
+        if archive and not local:
             archive = os.path.join(path, "base.tar")
             obstore_download(store, spec["archive"], archive)
-        backups = os.path.dirname(archive)
-        conn = connect(data, args, "backups.allowed_path=" + backups)
-        conn.query(
-            f"RESTORE DATABASE default AS bench FROM File('{archive}') "
-            "SETTINGS allow_different_database_def = 1",
-            "CSV",
-        )
+        allowed = "backups.allowed_path=" + os.path.dirname(archive) if archive else ""
+        conn = connect(data, args, allowed)
+        if archive:
+            conn.query(
+                f"RESTORE DATABASE default AS bench FROM File('{archive}') "
+                "SETTINGS allow_different_database_def = 1",
+                "CSV",
+            )
+        else:
+            conn.query("CREATE DATABASE bench")
+        conn.query("USE bench")
+        if spec.get("segments"):
+            for body in segment_bodies(store, spec["segments"]):
+                for line in body.splitlines():
+                    conn.query(json.loads(line)["sql"])
         out: dict[str, Any] = {"open_ms": ms_since(t0)}
         out["rows"] = int(str(conn.query("SELECT count() FROM bench.memories", "CSV")).strip())
         out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        conn.query("USE bench")
         out.update(query_times(lambda sql: conn.query(sql, "CSV")))
         conn.close()
     shutil.rmtree(data, ignore_errors=True)
     return out
+
+
+def segment_bodies(store: dict[str, Any], segments: list[str]) -> list[bytes]:
+    """The stored bytes of each of `segments` (paths on a folder; keys on S3,
+    fetched through bare obstore 32 at a time, as many as a restore
+    fetches at once by default: `fetch_concurrency`)."""
+    if store["kind"] == "local":
+        bodies = []
+        for path in segments:
+            with open(path, "rb") as handle:
+                bodies.append(handle.read())
+        return bodies
+    from concurrent.futures import ThreadPoolExecutor
+
+    import obstore
+
+    bare = obstore_store(store)
+    with ThreadPoolExecutor(32) as pool:
+        return list(pool.map(lambda key: bytes(obstore.get(bare, key).bytes()), segments))
