@@ -161,6 +161,11 @@ def commit_base(
             saved.lease = head.lease
             writer.head = saved
             raise
+    except BaseException:
+        # given up (an interrupt, a failed digest or commit): a publish still
+        # reading the archive stops (an S3 upload aborts) rather than run on
+        archive.abandon()
+        raise
     finally:
         adopted.join()  # never left running past a failed digest or commit
         if taken is not None:

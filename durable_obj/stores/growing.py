@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Iterator
 
 from durable_obj.errors import DurableError
+from durable_obj.wire.beside import Beside
 from durable_obj.wire.v1base import DefaultBase
 
 #: How long a reader waits for more bytes before it looks again.
@@ -60,10 +61,13 @@ class GrowingFile:
         self._fd: int | None = None
         self._lock = threading.Lock()
         self._closed = False
+        self._abandoned = False
 
     # -- the producer ------------------------------------------------------------------
-    def produce(self, write: Callable[[], None]) -> threading.Thread:
-        """Run `write` (which creates and fills the file) on a thread."""
+    def produce(self, write: Callable[[], None]) -> Beside[None]:
+        """Run `write` (which creates and fills the file) on a thread;
+        `join()` the answer to wait for it (`Beside`: also after an
+        interrupted wait)."""
 
         def run() -> None:
             try:
@@ -73,9 +77,7 @@ class GrowingFile:
             else:
                 self.finish()
 
-        thread = threading.Thread(target=run, name="durable_obj-archive", daemon=True)
-        thread.start()
-        return thread
+        return Beside(run, name="durable_obj-archive")
 
     def finish(self, error: BaseException | None = None) -> None:
         """The file is complete (or the producer failed with `error`)."""
@@ -104,7 +106,7 @@ class GrowingFile:
         (25 ms), and one every 2 ms would ask a disk to flush its cache 500
         times a second."""
         synced = 0
-        while not self._done.wait(poll):
+        while not self._done.wait(poll) and not self._abandoned:
             fd = self._descriptor()
             if fd is not None and (size := os.fstat(fd).st_size) - synced >= every:
                 os.fdatasync(fd)
@@ -127,19 +129,28 @@ class GrowingFile:
             ) from self._error
 
     def wait(self) -> int:
-        """Wait until the file is complete; its size."""
-        self._done.wait()
+        """Wait until the file is complete; its size. `SourceFailed` if it
+        failed or was abandoned (`abandon`)."""
+        while not self._done.wait(_POLL):
+            if self._abandoned:
+                break
         self._failed()
+        if self._abandoned:
+            raise SourceFailed(f"{os.path.basename(self.path)} was given up before it was read")
         fd = self._descriptor()
         assert fd is not None
         return os.fstat(fd).st_size
 
     def read(self, offset: int, size: int) -> bytes:
         """`size` bytes at `offset`, waiting for the producer to write them;
-        fewer only at the end of the complete file."""
+        fewer only at the end of the complete file. `SourceFailed` once the
+        file is closed or abandoned: a reader left running past its caller
+        never takes a closed file's missing bytes for its end."""
         parts: list[bytes] = []
         want = size
         while want > 0:
+            if self._closed or self._abandoned:
+                raise SourceFailed(f"{os.path.basename(self.path)} was given up before it was read")
             done = self._done.is_set()  # read before the bytes: no end is missed
             fd = self._descriptor()
             got = b"" if fd is None else os.pread(fd, self._readable(fd, offset, want), offset)
@@ -171,6 +182,13 @@ class GrowingFile:
             yield chunk
             if len(chunk) < size:
                 break
+
+    def abandon(self) -> None:
+        """Readers stop (`read` raises `SourceFailed`): what they were for
+        was given up (a checkpoint interrupted before its commit), so an
+        upload of the file ends (S3 aborts its multipart) instead of
+        running to the end. The producer is not stopped."""
+        self._abandoned = True
 
     def close(self) -> None:
         with self._lock:

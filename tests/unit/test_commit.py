@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import threading
 import time
 import uuid
@@ -523,6 +524,48 @@ def test_the_superseded_manifest_is_archived_once_backup_has_written_the_base(
         source.close()
     assert inner.archived == ([] if fail else [True])
     assert len(inner.list_keys("o/history/")) == (0 if fail else 1)
+
+
+class SlowUpload(MemoryStore):
+    """Uploads an adopted growing file as S3 does, reading it as it grows,
+    slowly (a large base on a slow link), then creating the key."""
+
+    def adopt_growing(
+        self, key: str, source: GrowingFile, sha256: Callable[[], str], callback: Any = None
+    ) -> Version | None:
+        parts, offset = [], 0
+        while chunk := source.read(offset, 256 * 1024):
+            parts.append(chunk)
+            offset += len(chunk)
+            time.sleep(0.05)
+        return self.create(key, b"".join(parts))
+
+
+def test_an_interrupted_checkpoint_leaves_no_publish_running(tmp_path: Path) -> None:
+    # Ctrl-C while the commit waits for the base's publish: before, the
+    # publish thread ran on past the call (a wait interrupted once no longer
+    # waited, on CPython 3.11 and 3.12) and, its archive closed by the
+    # caller's cleanup, uploaded it truncated (found by attack, on S3).
+    inner = SlowUpload(f"commit-{uuid.uuid4().hex}")
+    writer, _me = writer_object(inner)
+    source, producer = _growing(tmp_path / "backup.tar", os.urandom(3 << 20))
+    timer = threading.Timer(0.4, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            commit_base(
+                writer, "checkpoints/1-1-abcdef12.tar", source, engine_version="26.1.1",
+                scratch=None,
+            )  # fmt: skip
+        alive = [t.name for t in threading.enumerate() if t.name == "durable_obj-adopt"]
+    finally:
+        timer.join()
+        producer.join()
+        source.close()
+    assert alive == []
+    assert inner.list_keys("o/checkpoints/") == []
+    assert stored(inner).manifest.base is None and writer.head is not None
+    assert writer.head.manifest.base is None
 
 
 def test_commit_base_of_a_failed_backup_creates_and_commits_nothing(tmp_path: Path) -> None:

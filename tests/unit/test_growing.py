@@ -57,3 +57,34 @@ def test_a_growing_file_is_synced_each_time_enough_more_is_written(
     # 1000 bytes: a sync; 1300: not yet 1000 more; 2300 and 3300: one each
     assert synced == [1000, 2300, 3300]
     source.close()
+
+
+@pytest.mark.parametrize("how", ["closed", "abandoned"])
+def test_a_growing_file_given_up_refuses_its_readers(tmp_path: Path, how: str) -> None:
+    """A reader left running past its caller (an upload on a thread) never
+    takes a closed file's missing bytes for its end: it was read short, and
+    an S3 upload stored a truncated base that way (found by attack).
+    `abandon` stops readers the same way, and `wait`."""
+    source = GrowingFile(str(tmp_path / "archive"))
+    release = threading.Event()
+
+    def write() -> None:
+        with open(source.path, "wb") as out:
+            out.write(b"x" * 1000)
+            out.flush()
+            assert release.wait(10)
+            out.write(b"y" * 1000)
+
+    producer = source.produce(write)
+    assert source.read(0, 1000) == b"x" * 1000
+    if how == "closed":
+        source.close()
+    else:
+        source.abandon()
+        with pytest.raises(growing.SourceFailed, match="given up"):
+            source.wait()
+    with pytest.raises(growing.SourceFailed, match="given up"):
+        source.read(0, 2000)
+    release.set()
+    producer.join()
+    source.close()
