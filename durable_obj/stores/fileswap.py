@@ -7,10 +7,13 @@ renamed over the key and the folder is fsynced. Every file this store
 writes (`_write`) is stamped with a fresh nonce in an extended attribute of
 its inode before it is linked or renamed into place (`file.py` says why).
 
-`replace_after` is a flush's head write: the lock, the compare, and the temp
-file with its fsync are made on a worker while the caller publishes the
-segment the new head names, so the two fsyncs overlap. The rename waits for
-the segment: a head never names a segment that is not durable.
+`replace_after` is the head write of a flush or a checkpoint: the temp file
+and its fsync are made on a worker while the caller publishes what the new
+head names (a segment, a base), so the fsyncs overlap; then, under the lock,
+the compare, the rename and the folder's fsync. The rename waits for the
+publish: a head never names a key that is not durable. The lock is never held
+while the publish runs: a base copied in from another filesystem took it
+for as long as the copy (other writers wait on it for up to `lock_wait`).
 """
 
 from __future__ import annotations
@@ -78,7 +81,7 @@ def read_all(fd: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class _Staged:
-    """A replace staged under the key's lock: the folder and the lock, held
+    """A replace staged: the folder and the lock (-1: not taken yet), held
     open; the key's name and the staged file's; the version it will be."""
 
     dfd: int
@@ -145,21 +148,61 @@ class FolderSwap(ConfinedFolder):
     def replace_after(
         self, key: str, data: bytes, version: Version, first: Callable[[], None]
     ) -> Version | None:
-        """`first()` on this thread while a worker takes the key's lock,
-        compares and writes and fsyncs the new bytes to a temp file (unseen:
-        nothing renames it yet); then the rename and the folder's fsync.
-        Their fsyncs overlap; the rename still comes after `first()` (every
-        fsync it makes, the segment's and its folder's) returned."""
+        """`first()` on this thread while a worker writes and fsyncs the new
+        bytes to a temp file beside the key (unseen: nothing renames it yet,
+        and no lock is taken); then, under the key's lock, the compare, the
+        rename and the folder's fsync (`_swap`). Their fsyncs overlap; the
+        rename still comes after `first()` (every fsync it makes) returned."""
         if not self._fsync:
             return super().replace_after(key, data, version, first)
-        future = _stager().submit(self._stage, key, data, version)
+        future = _stager().submit(self._prepare, key, data)
         try:
             first()
-            staged = future.result()
+            prepared = future.result()
         except BaseException:
             future.add_done_callback(self._abandon)  # whenever the worker ends
             raise
-        return None if staged is None else self._land(key, staged)
+        return self._swap(key, prepared, version)
+
+    def _prepare(self, key: str, data: bytes) -> _Staged:
+        """`data` written, stamped and fsynced to a temp file beside the key,
+        the folder kept open for `_swap` (or `_drop`); no lock taken."""
+        try:
+            dfd, name = self._open_parent(key, create=True)
+            assert dfd is not None
+            try:
+                tmp = f"{name}.{uuid.uuid4().hex}.tmp"
+                new = self._write(dfd, tmp, key, [data])
+            except BaseException:
+                os.close(dfd)
+                raise
+        except OSError as exc:
+            raise self._fail("replacing", key, exc) from exc
+        return _Staged(dfd, -1, name, tmp, new)
+
+    def _swap(self, key: str, prepared: _Staged, version: Version) -> Version | None:
+        """Under the key's lock, if the key is still at `version`, the
+        prepared file renamed over it (`_land`); else it is removed (None)."""
+        try:
+            lock = self._step(prepared.dfd, f"{prepared.name}.lock", key, OPEN_LOCK)
+        except BaseException as exc:
+            self._drop(prepared)
+            if isinstance(exc, OSError):
+                raise self._fail("replacing", key, exc) from exc
+            raise
+        staged = _Staged(prepared.dfd, lock, prepared.name, prepared.tmp, prepared.version)
+        try:
+            self._lock(lock, key)  # released when the file closes
+            current = self._current(staged.dfd, staged.name, key)
+        except BaseException as exc:
+            self._drop(staged)
+            if isinstance(exc, OSError):
+                raise self._fail("replacing", key, exc) from exc
+            raise
+        if current != version:
+            self._drop(staged)
+            return None
+        return self._land(key, staged)
 
     def _stage(self, key: str, data: bytes, version: Version) -> _Staged | None:
         """Under the key's lock, if the key is still at `version`: `data`
@@ -228,17 +271,16 @@ class FolderSwap(ConfinedFolder):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(staged.tmp, dir_fd=staged.dfd)
         finally:
-            os.close(staged.lock)
+            if staged.lock >= 0:
+                os.close(staged.lock)
             os.close(staged.dfd)
 
-    def _abandon(self, future: Future[_Staged | None]) -> None:
-        """A staging whose `first()` failed: undo it once it is done."""
+    def _abandon(self, future: Future[_Staged]) -> None:
+        """A prepared head whose `first()` failed: removed once it is written."""
         if future.cancelled() or future.exception() is not None:
             return
-        staged = future.result()
-        if staged is not None:
-            with contextlib.suppress(OSError):
-                self._drop(staged)
+        with contextlib.suppress(OSError):
+            self._drop(future.result())
 
     def _lock(self, fd: int, key: str) -> None:
         """An exclusive flock on `fd`, waited for at most `lock_wait`

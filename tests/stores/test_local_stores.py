@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import time
@@ -87,6 +88,43 @@ class TestFileStore(SharedStoreTests):
             assert time.monotonic() < deadline
             time.sleep(0.001)
         assert store.get("o/head.json") == Blob(b"two", v2)
+
+    def test_replace_after_holds_no_lock_while_first_runs(
+        self, store: Store, tmp_path: Path
+    ) -> None:
+        """The key's lock is taken only once `first()` returned: a publish
+        that takes long (a base copied in from another filesystem) never
+        holds other writers off (found by attack: 0.12 s of a 104 MB base,
+        growing with its size). The compare then sees a replace made
+        meanwhile: the new bytes are not written, and none stay staged."""
+        v1 = store.create("o/head.json", b"one")
+        assert v1 is not None
+        folder = tmp_path / "root" / "o"
+        probes: list[bool] = []
+
+        def first() -> None:
+            deadline = time.monotonic() + 10
+            while not any(n.endswith(".tmp") for n in os.listdir(folder)):
+                assert time.monotonic() < deadline, "the head was never staged"
+                time.sleep(0.001)
+            time.sleep(0.1)  # the worker is done staging
+            fd = os.open(folder / "head.json.lock", os.O_WRONLY | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError if held
+                probes.append(True)
+            finally:
+                os.close(fd)
+
+        v2 = store.replace_after("o/head.json", b"two", v1, first)
+        assert probes == [True] and v2 is not None
+        assert (folder / "head.json").read_bytes() == b"two"
+
+        def another_writer() -> None:
+            assert store.replace("o/head.json", b"theirs", v2) is not None
+
+        assert store.replace_after("o/head.json", b"three", v2, another_writer) is None
+        assert (folder / "head.json").read_bytes() == b"theirs"
+        assert not any(n.endswith(".tmp") for n in os.listdir(folder))
 
     def test_same_bytes_new_token(self, store: Store) -> None:
         # The token never repeats, even for an identical rewrite.
