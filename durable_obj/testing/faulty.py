@@ -200,6 +200,28 @@ class FaultyStore(Store):
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
         return self._call("replace", key, lambda: self.inner.replace(key, data, version))
 
+    def replace_after(
+        self, key: str, data: bytes, version: Version, first: Callable[[], None]
+    ) -> Version | None:
+        """The inner store's own `replace_after` (a folder writes the head
+        beside `first()`), meeting replace's faults. A fault before the call
+        runs `first()` first and is then raised (or `first()`'s error), as
+        the contract says of any answer but `first()`'s own error."""
+        started: list[bool] = []
+
+        def counted() -> None:
+            started.append(True)
+            first()
+
+        try:
+            return self._call(
+                "replace", key, lambda: self.inner.replace_after(key, data, version, counted)
+            )
+        except BaseException:
+            if not started:
+                first()
+            raise
+
     def download(self, key: str, path: str, callback: Callback | None = None) -> bool:
         return self._call("download", key, lambda: self.inner.download(key, path, callback))
 
