@@ -341,8 +341,15 @@ class MovingStore(MemoryStore):
         return version
 
 
-def _growing(path: Path, data: bytes, fail: bool = False) -> tuple[GrowingFile, Any]:
-    """`data` written to `path` in pieces on a thread, as BACKUP writes."""
+def _growing(
+    path: Path,
+    data: bytes,
+    fail: bool = False,
+    pause: float = 0.002,
+    written: threading.Event | None = None,
+) -> tuple[GrowingFile, Any]:
+    """`data` written to `path` in pieces on a thread, as BACKUP writes
+    (`pause` between them; `written` set once all are)."""
     source = GrowingFile(str(path))
 
     def write() -> None:
@@ -350,7 +357,9 @@ def _growing(path: Path, data: bytes, fail: bool = False) -> tuple[GrowingFile, 
             for at in range(0, len(data), 1 << 20):
                 handle.write(data[at : at + (1 << 20)])
                 handle.flush()
-                time.sleep(0.002)
+                time.sleep(pause)
+        if written is not None:
+            written.set()
         if fail:
             raise RuntimeError("BACKUP failed")
 
@@ -492,21 +501,8 @@ def test_the_superseded_manifest_is_archived_once_backup_has_written_the_base(
     # 1k rows); a BACKUP that fails leaves no history file at all.
     inner = Archives()
     writer = _archiving_writer(inner)
-    data = os.urandom(3 << 20)
     path = tmp_path / "backup.tar"
-    source = GrowingFile(str(path))
-
-    def write() -> None:
-        with open(path, "wb") as handle:
-            for at in range(0, len(data), 1 << 20):
-                handle.write(data[at : at + (1 << 20)])
-                handle.flush()
-                time.sleep(0.05)
-        inner.written.set()
-        if fail:
-            raise RuntimeError("BACKUP failed")
-
-    producer = source.produce(write)
+    source, producer = _growing(path, os.urandom(3 << 20), fail, 0.05, inner.written)
     try:
         if fail:
             with pytest.raises(SourceFailed):
