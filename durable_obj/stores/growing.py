@@ -130,13 +130,14 @@ class GrowingFile:
 
     def wait(self) -> int:
         """Wait until the file is complete; its size. `SourceFailed` if it
-        failed or was abandoned (`abandon`)."""
+        failed, or if it was abandoned (`abandon`) before it was complete.
+        Once complete it is there, whatever was given up: what waited for it
+        (a checkpoint's history file) goes on as it would have, whichever of
+        the two came first (a seed of the fault machines replays)."""
         while not self._done.wait(_POLL):
             if self._abandoned:
-                break
+                raise SourceFailed(f"{os.path.basename(self.path)} was given up before it was read")
         self._failed()
-        if self._abandoned:
-            raise SourceFailed(f"{os.path.basename(self.path)} was given up before it was read")
         fd = self._descriptor()
         assert fd is not None
         return os.fstat(fd).st_size
