@@ -105,12 +105,16 @@ class FaultyStore(Store):
             self.faults if op in WRITE_OPS else tuple(f for f in self.faults if f in _READ_FAULTS)
         )
         with self._lock:
-            # Decided by (seed, op, how many calls of that op came before), not
-            # by one shared stream: parallel fetches may run in any order and
-            # still meet the same faults, so a seed replays.
-            count = self._calls.get(op, 0)
-            self._calls[op] = count + 1
-            rng = random.Random(f"{self._seed}:{op}:{count}")
+            # Decided by (seed, op, the key's folder, how many such calls came
+            # before), not by one shared stream: parallel fetches may run in
+            # any order and still meet the same faults, and so may the calls
+            # of a checkpoint's threads (its base and its history file, each
+            # with its read-back), which go to folders of their own: a seed
+            # replays.
+            stream = f"{op}:{key.rpartition('/')[0]}"
+            count = self._calls.get(stream, 0)
+            self._calls[stream] = count + 1
+            rng = random.Random(f"{self._seed}:{stream}:{count}")
             if not allowed or rng.random() >= self.rate:
                 return None
             fault = rng.choice(allowed)
