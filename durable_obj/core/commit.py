@@ -18,6 +18,11 @@ write's own rule: write again (the head is still ours, or unchanged: only the
 token moved), a settled outcome, or lost (another's head: a lost race, or for
 a writer the fence), until the commit deadline; after it an unproven outcome
 is `CommitAmbiguous`, never success. `StoreAmbiguous` never leaves here.
+
+A writer's commit never writes over a head of its own that names a state
+it never proved stored (an earlier commit that raised, an interrupt or
+`CommitAmbiguous`, yet landed): that seq keeps naming one state, and the
+writer stops there (`HeadWriter._unproven`).
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NoReturn, Protocol
 
 from durable_obj.errors import (
     BackendError,
@@ -140,9 +145,14 @@ class HeadWriter:
         self.expires_at = 0.0
         #: The head as read before `take` replaced it: what a failed open puts back.
         self.taken_from: Head | None = None
-        #: Lost the lease (a commit found another holder), or gave up on it
-        #: (the writer could not renew in time): nothing more is committed.
+        #: Lost the lease (a commit found another holder), gave up on it
+        #: (the writer could not renew in time), or found a commit of its own
+        #: that it never proved stored (`_unproven`): nothing more is committed.
         self.fenced = False
+        #: The seq of the head last proven stored (or read): a head of ours
+        #: at another seq, and not the one being written, is a write of ours
+        #: whose outcome was never proven (`commit`).
+        self.proven_seq = -1
         self._key = head_key(oid)
         #: The key provider and the data keys it unwrapped (`keyring.py`).
         self.keys = Keys(oid, self.url, encryption)
@@ -172,13 +182,16 @@ class HeadWriter:
     def adopt(self, stored: Stored) -> None:
         """Hold `stored` as the current head (a read-only open writes nothing)."""
         self.head, self.version = stored.head, stored.version
+        self.proven_seq = stored.head.manifest.seq
 
     def forget(self) -> None:
         self.head = self.version = self.taken_from = None
         self.expires_at = 0.0
+        self.proven_seq = -1
 
     def _proven(self, written: Stored) -> None:
         self.head, self.version = written.head, written.version
+        self.proven_seq = written.head.manifest.seq
         self.expires_at = leases.expiry(written.head.lease)
 
     # -- head writes --------------------------------------------------------------
@@ -294,10 +307,16 @@ class HeadWriter:
             )
             return head
 
+        proven_seq = self.proven_seq
+
         def judge(current: Head | None, version: Version | None) -> _Verdict:
             if current is None or not leases.owns(current.lease, holder, generation):
                 self._fence(current)
-            # Still ours at another token: an earlier write of ours moved it.
+            if current.manifest != head.manifest and current.manifest.seq != proven_seq:
+                self._unproven(current, version)
+            # Still ours at another token: an earlier write of ours moved it
+            # (this commit's, or a renewal never proven), naming the same
+            # state: writing over it changes only the lease.
             self.version = version
             return _Again(version)
 
@@ -314,7 +333,7 @@ class HeadWriter:
         assert written is not None  # judge never answers "lost": it fences
         self._proven(written)
 
-    def _fence(self, current: Head | None) -> None:
+    def _fence(self, current: Head | None) -> NoReturn:
         self.fenced = True
         what = leases.describe(None if current is None else current.lease)
         log.warning("%s: fenced; %s", self.url, what)
@@ -322,6 +341,32 @@ class HeadWriter:
             f"{self.url}: this writer lost its lease ({what}); this commit was refused and "
             "nothing more from this writer will be committed. Unflushed statements are lost; "
             "reopen to continue from the last flushed state."
+        )
+
+    def _unproven(self, current: Head, version: Version | None) -> NoReturn:
+        """A head of ours names a state we never proved stored: an earlier
+        commit that raised (an interrupt, `CommitAmbiguous`) landed after
+        all. Writing over it would make its seq name two states (a follower
+        that read it would miss the change), or take the seq back. This
+        writer stops instead, with that commit as the object's state, and
+        releases its lease over it (one attempt: else it runs out), so a
+        reopen continues from it at once."""
+        self.fenced = True
+        seq = current.manifest.seq
+        log.warning("%s: fenced; an unproven commit of this writer landed as seq %d", self.url, seq)
+        if version is not None:
+            released = current.model_copy(deep=True)
+            released.lease = leases.release(current.lease)
+            try:
+                self.store.replace(self._key, released.to_bytes(), version)
+            except DurableError:
+                log.warning("%s: could not release the lease of seq %d", self.url, seq)
+        raise LeaseFenced(
+            f"{self.url}: this writer stops (an earlier commit of its own, whose outcome was "
+            f"never proven, landed as seq {seq}); this commit was refused so that seq {seq} "
+            "keeps naming one state. Nothing was lost that a flush acknowledged: reopen to "
+            f"continue from seq {seq}, which holds that earlier commit; statements executed "
+            "after it and not flushed were not committed."
         )
 
     def release_any(self) -> Head:

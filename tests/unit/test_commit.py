@@ -631,3 +631,98 @@ def test_a_refused_create_whose_winner_is_not_visible_yet_is_lease_held_at_once(
     with pytest.raises(errors.LeaseHeld, match="created this object's head at the same moment"):
         durable_obj.Namespace(inner, owner="late", commit_deadline=30).open("o")
     assert time.monotonic() - started < 5
+
+
+# -- a commit that raised, yet landed ----------------------------------------------
+class LandsThenFails(MemoryStore):
+    """A head replace that lands and then raises `failure` (once it is set):
+    an interrupt after a folder's rename (its fsync), or a lost answer whose
+    read-back fails too until the commit deadline (`CommitAmbiguous`)."""
+
+    failure: BaseException | None = None
+    reads_fail = False
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        new = super().replace(key, data, version)
+        failure, self.failure = self.failure, None
+        if failure is not None and new is not None:
+            if isinstance(failure, errors.StoreAmbiguous):
+                self.reads_fail = True
+            raise failure
+        return new
+
+    def get(self, key: str) -> Any:
+        if self.reads_fail and key.endswith("head.json"):
+            raise errors.BackendError("the read-back failed too")
+        return super().get(key)
+
+
+def _rows(store: Store) -> list[tuple[Any, ...]]:
+    with durable_obj.Namespace(store).open("o", read_only=True) as obj:
+        return obj.rows("SELECT k FROM m ORDER BY k")
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [KeyboardInterrupt(), errors.StoreAmbiguous("the answer was lost")],
+    ids=["interrupted", "ambiguous"],
+)
+@pytest.mark.parametrize("then", ["flush", "checkpoint", "renew", "close"])
+def test_a_commit_that_raised_yet_landed_is_never_written_over(
+    failure: BaseException, then: str
+) -> None:
+    """The seq of a commit that landed though its caller was told otherwise
+    keeps naming that one state: the writer's next commit (of another
+    segment at that seq, a base, or the lease alone, which would take the
+    seq back) is refused and the writer stops; a reopen continues from it."""
+    store = LandsThenFails(f"commit-{uuid.uuid4().hex}")
+    obj = durable_obj.Namespace(store, owner="me", commit_deadline=DEADLINE).open("o")
+    try:
+        obj.execute(DDL)
+        obj.execute("INSERT INTO m VALUES (1)")
+        obj.flush()
+        obj.execute("INSERT INTO m VALUES (2)")
+        store.failure = failure
+        with pytest.raises((KeyboardInterrupt, errors.CommitAmbiguous)):
+            obj.flush()
+        store.reads_fail = False
+        landed = stored(store)
+        assert landed.manifest.seq == 2 and obj.pending == 1
+        assert _rows(store) == [(1,), (2,)]
+        obj.execute("INSERT INTO m VALUES (3)")
+        with pytest.raises(errors.LeaseFenced, match="never proven, landed as seq 2"):
+            if then == "flush":
+                obj.flush()
+            elif then == "checkpoint":
+                obj.checkpoint()
+            elif then == "renew":
+                obj._w.commit()
+            else:
+                obj.close()
+        assert stored(store).manifest == landed.manifest
+        assert stored(store).lease.released and obj.fenced
+    finally:
+        abandon(obj)
+    assert _rows(store) == [(1,), (2,)]
+    again = durable_obj.Namespace(store, owner="me").open("o")
+    try:
+        assert again.seq == 2
+        again.execute("INSERT INTO m VALUES (3)")
+        again.flush()
+    finally:
+        again.close()
+    assert _rows(store) == [(1,), (2,), (3,)]
+
+
+def test_a_renewal_that_raised_yet_landed_is_written_over() -> None:
+    """A lease-only commit that landed unproven named the same state: the
+    next commit goes over it, and nothing stops."""
+    store = LandsThenFails(f"commit-{uuid.uuid4().hex}")
+    writer, _me = writer_object(store)
+    store.failure = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt):
+        writer.commit()
+    assert writer.head is not None
+    writer.head.manifest.seq = 1
+    writer.commit()
+    assert stored(store).manifest.seq == 1 and not writer.fenced
