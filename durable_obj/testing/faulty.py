@@ -12,6 +12,10 @@ Chosen by a seed, so a failing sequence replays exactly. Per call it may:
 * stop the "process" there (`SimulatedCrash`, before or after the inner call):
   the caller must abandon the object without closing it, as a SIGKILL would.
 
+`interrupt` (not a seeded fault: a test arms it) makes the next write that
+lands of a key ending so raise `KeyboardInterrupt` after it, once: a Ctrl-C
+just after a head's rename, and the process goes on with the object.
+
 `get_if_changed` meets the faults of `get` (one read of one key), counted
 and logged in `injected` as gets; `calls` names it. `get_many` is forwarded
 to the inner store's own `get_many` (S3's batched reads stay the path under
@@ -90,6 +94,8 @@ class FaultyStore(Store):
         #: Every call as (op, key), faulted or not: lets a test check that
         #: nothing outside an object's prefix was ever read or written.
         self.calls: list[tuple[str, str]] = []
+        #: The next landed write of a key ending so raises KeyboardInterrupt (once).
+        self.interrupt: str | None = None
         self._seed = seed
         self._calls: dict[str, int] = {}
         self._lock = threading.Lock()
@@ -138,6 +144,15 @@ class FaultyStore(Store):
         if self.latency and fault is None and self.enabled:
             time.sleep(self.latency)
         result = fn()
+        interrupt = self.interrupt
+        if (
+            interrupt is not None
+            and op in WRITE_OPS
+            and result is not None
+            and key.endswith(interrupt)
+        ):
+            self.interrupt = None
+            raise KeyboardInterrupt(f"interrupted after {op} {key!r} (applied)")
         if fault is Fault.RESENT and op in CONDITIONAL_OPS:
             return None  # type: ignore[return-value]  # T is Version | None for these ops
         if fault is Fault.LOST_RESPONSE:

@@ -86,8 +86,11 @@ class Slot:
     #: what the writer's local copy holds (its view, rivals not included)
     local: State = field(default_factory=dict)
     next_id: int = 1
-    #: a rival took the lease since the last (re)open
+    #: a rival took the lease since the last (re)open, or (`landed`) the writer stopped
     fenced: bool = False
+    #: a failed attempt landed all the same: the writer's next commit stops
+    #: it (lease_fenced), never writes over that seq
+    landed: bool = False
 
     @property
     def armed(self) -> bool:
@@ -110,6 +113,15 @@ class Slot:
         blob = self.inner.get(f"{self.oid}/head.json")
         keys = sorted((e.key, e.size) for e in self.inner.list_keys())
         return (None if blob is None else blob.data, keys, len(self.store.calls))
+
+
+def _maybe_landed(slot: Slot, obj: durable_obj.DurableObject) -> None:
+    """After a failed attempt: whether its head landed all the same."""
+    stored = slot.stored_head()
+    assert stored is not None and obj.head is not None
+    if stored.lease.instance == obj.head.lease.instance and stored.manifest.seq > obj.seq:
+        _count("landed_unproven")
+        slot.landed = True
 
 
 def _engine_databases(engine: Engine) -> set[str]:
@@ -204,7 +216,9 @@ class MultiObjectMachine(RuleBasedStateMachine):
         try:
             slot.obj.execute(sql_of(stmt))
         except errors.LeaseFenced:
-            assert slot.fenced, f"{slot.oid}: execute fenced without a rival"
+            # a rival's, or the writer's heartbeat met its landed attempt
+            assert slot.fenced or slot.landed, f"{slot.oid}: execute fenced without a rival"
+            slot.fenced = True
             return False
         slot.pending.append(stmt)
         slot.local = apply(slot.local, [stmt])
@@ -248,6 +262,12 @@ class MultiObjectMachine(RuleBasedStateMachine):
             _count("failed_" + fn_name)
             slot.attempts.append(batch)
             assert obj.pending == len(slot.pending)
+            _maybe_landed(slot, obj)
+            return
+        except errors.LeaseFenced:
+            assert slot.landed, f"{slot.oid}: {fn_name}() fenced without a rival"
+            _count("landed_fenced")
+            slot.fenced = True
             return
         slot.model = apply(slot.model, batch)
         slot.pending = []
@@ -345,7 +365,7 @@ class MultiObjectMachine(RuleBasedStateMachine):
             return
         except errors.LeaseFenced:
             # a fenced writer is closed all the same; its buffer is gone
-            assert slot.fenced, f"{slot.oid}: close() fenced without a rival"
+            assert slot.fenced or slot.landed, f"{slot.oid}: close() fenced without a rival"
             assert obj.closed
             slot.obj = None
             return
@@ -358,6 +378,7 @@ class MultiObjectMachine(RuleBasedStateMachine):
                 self._adopt(obj)  # a failed close() restarts the heartbeat
                 if not slot.fenced:
                     slot.attempts.append(batch)
+                    _maybe_landed(slot, obj)
                 return
             # The flush (if any) was committed, proven; the release was not.
             assert not (batch and slot.fenced), f"{slot.oid}: a fenced writer committed"
@@ -459,7 +480,7 @@ class MultiObjectMachine(RuleBasedStateMachine):
         )
         slot.model = slot.local = dict(present)
         slot.pending, slot.attempts, slot.after = [], [], []
-        slot.fenced = False
+        slot.fenced = slot.landed = False
 
     @rule(pick=st.integers(0, 5))
     def fresh_reader(self, pick: int) -> None:

@@ -193,6 +193,9 @@ class DurableMachine(RuleBasedStateMachine):
         self.fenced = False
         #: the heartbeat stalled past the lease since the last proven renewal
         self.stalled = False
+        #: a failed attempt landed all the same: the writer's next commit
+        #: stops it (lease_fenced), never writes over that seq
+        self.landed = False
         #: generation -> the one instance that wrote the head under it
         self.gen_owner: dict[int, str] = {}
         self.max_gen = 0
@@ -277,9 +280,26 @@ class DurableMachine(RuleBasedStateMachine):
         assert stored.lease.expires_at is not None
         assert stored.lease.expires_at >= self.clock.now + TTL - 1e-6, "commit did not renew"
 
-    def _durable_call(self, fn_name: str) -> None:
+    def _durable_call(self, fn_name: str, *, interrupted: bool = False) -> None:
+        """`fn_name()` of the writer; `interrupted`: a Ctrl-C lands just
+        after its head write does (the caller goes on with the object)."""
         assert self.obj is not None
         batch = tuple(self.pending)
+        self.store.interrupt = "head.json" if interrupted else None
+        try:
+            self._durable_call_armed(fn_name, batch, self._stored_head())
+        finally:
+            self.store.interrupt = None
+            if self.obj is not None and self.obj.fenced and not self.fenced:
+                # its commit met a failed attempt of its own that had landed
+                assert self.landed, f"{fn_name}() fenced without a rival or a landed attempt"
+                _count("landed_fenced")
+                self.fenced = True
+
+    def _durable_call_armed(
+        self, fn_name: str, batch: tuple[Stmt, ...], before: Head | None
+    ) -> None:
+        assert self.obj is not None
         if self.fenced:
             # A fenced writer never gets a commit in, whatever the faults do.
             try:
@@ -303,12 +323,29 @@ class DurableMachine(RuleBasedStateMachine):
             self.attempts.append(batch)
             self._crashed()
             return
-        except (errors.CommitAmbiguous, errors.BackendError):
+        except (errors.CommitAmbiguous, errors.BackendError, KeyboardInterrupt):
             # Not proven: the batch may or may not be durable; it stays buffered.
             self.attempts.append(batch)
             assert self.obj.pending == len(self.pending)
+            self._maybe_landed(batch, before)
             return
+        except errors.LeaseFenced:
+            return  # (checked by the caller)
         self._acked(batch, committed=bool(batch) or fn_name == "checkpoint")
+
+    def _maybe_landed(self, batch: tuple[Stmt, ...], before: Head | None) -> None:
+        """After a failed attempt: if its head landed all the same, that seq
+        names the model with `batch` applied, whatever comes after."""
+        assert self.obj is not None and self.obj.head is not None and before is not None
+        stored = self._stored_head()
+        assert stored is not None
+        if (
+            stored.lease.instance == self.obj.head.lease.instance
+            and stored.manifest != before.manifest
+        ):
+            _count("landed_unproven")
+            self.landed = True
+            self._record(stored.manifest.seq, apply(self.model, batch), None)
 
     def _execute(self, stmt: Stmt) -> bool:
         assert self.obj is not None
@@ -316,7 +353,7 @@ class DurableMachine(RuleBasedStateMachine):
         try:
             self.obj.execute(sql_of(stmt))
         except errors.LeaseFenced:
-            assert self.fenced, "fenced without a rival or a missed renewal"
+            assert self.fenced, "fenced without a rival, a missed renewal or a landed attempt"
             return False
         self.pending.append(stmt)
         return True
@@ -412,6 +449,15 @@ class DurableMachine(RuleBasedStateMachine):
         STATS["steps"] += 1
         self._durable_call("checkpoint")
 
+    @precondition(lambda self: self.obj is not None)
+    @rule(fn_name=st.sampled_from(["flush", "checkpoint"]))
+    def interrupted(self, fn_name: str) -> None:
+        """Ctrl-C just after the head write lands (a folder's rename, in
+        its fsync): the caller is told nothing was proven, and goes on."""
+        STATS["steps"] += 1
+        _count("interrupted")
+        self._durable_call(fn_name, interrupted=True)
+
     # -- rules: lease -------------------------------------------------------------
     @precondition(lambda self: self.obj is not None)
     @rule()
@@ -425,8 +471,9 @@ class DurableMachine(RuleBasedStateMachine):
             self._crashed()
             return
         if self.obj.fenced and not self.fenced:
-            # only a writer whose lease ran out unrenewed fences itself
-            assert self.stalled, "a beat fenced a writer whose lease had not run out"
+            # only a writer whose lease ran out unrenewed fences itself, or
+            # one whose failed attempt landed
+            assert self.stalled or self.landed, "a beat fenced a writer whose lease had not run out"
             _count("self_fenced")
         self.fenced = self.fenced or self.obj.fenced
 
@@ -443,9 +490,10 @@ class DurableMachine(RuleBasedStateMachine):
         STATS["stalls"] += 1
         assert self.obj is not None
         head = self._stored_head()
-        assert head is not None and head.lease.expires_at is not None
+        assert head is not None
+        assert head.lease.expires_at is not None or (head.lease.released and self.fenced)
         # past the writer's lease, and past any rival's that runs longer
-        self.clock.now = max(self.clock.now + TTL, head.lease.expires_at) + SKEW + 1
+        self.clock.now = max(self.clock.now + TTL, head.lease.expires_at or 0.0) + SKEW + 1
         self.stalled = True
         if rival:
             # Expired on every clock within the allowance: no force needed.
@@ -484,7 +532,14 @@ class DurableMachine(RuleBasedStateMachine):
         STATS["steps"] += 1
         STATS["skews"] += 1
         head = self._stored_head()
-        assert head is not None and head.lease.expires_at is not None
+        assert head is not None
+        if head.lease.released:
+            # only a writer that stopped over a landed attempt of its own
+            # releases while open: anyone takes it
+            assert self.landed and self.fenced
+            assert self._rival(now=self.clock.now + skew, force=force, rows=rows)
+            return
+        assert head.lease.expires_at is not None
         rival_now = self.clock.now + skew
         unexpired = self.clock.now <= head.lease.expires_at
         took = self._rival(now=rival_now, force=force, rows=rows)
@@ -624,6 +679,7 @@ class DurableMachine(RuleBasedStateMachine):
         self.attempts = []
         self.after = []
         self.fenced = False
+        self.landed = False
 
     # -- invariants -----------------------------------------------------------------
     @invariant()
