@@ -320,16 +320,24 @@ class HeadWriter:
             self.version = version
             return _Again(version)
 
-        written = self._write(
-            make,
-            version,
-            judge,
-            what="the head commit",
-            unsettled="The statements stay buffered; the next open shows whether they were "
-            "committed.",
-            failed="nothing was committed and the statements stay buffered",
-            first=first,
-        )
+        held = head.lease
+        try:
+            written = self._write(
+                make,
+                version,
+                judge,
+                what="the head commit",
+                unsettled="The statements stay buffered; the next open shows whether they "
+                "were committed.",
+                failed="nothing was committed and the statements stay buffered",
+                first=first,
+            )
+        except BaseException:
+            # Not proven: the head in memory keeps the lease last held (a
+            # failed release leaves the writer open, and its next commit
+            # renews that lease, never the released one it tried to write).
+            head.lease = held
+            raise
         assert written is not None  # judge never answers "lost": it fences
         self._proven(written)
 

@@ -109,6 +109,8 @@ def cold(me: Holder, now: float, ttl: float) -> Lease:
 
 def renew(lease: Lease, now: float, ttl: float) -> Lease:
     """Same owner, same generation, a later expiry: a heartbeat moves nothing else."""
+    if lease.released:
+        raise ValueError("a released lease cannot be renewed: take it again")
     return lease.model_copy(update={"expires_at": now + ttl})
 
 

@@ -386,12 +386,15 @@ class MultiObjectMachine(RuleBasedStateMachine):
                 slot.model = apply(slot.model, batch)
                 slot.pending = []
                 slot.attempts = []
-            # Not used again: a writer whose releasing commit failed keeps a
-            # released lease in memory, and its next commit fails (with a
-            # pydantic ValidationError, not a DurableError). Known, not fixed
-            # here; so it is left as a crash would leave it.
-            abandon(obj)
-            slot.obj = None
+            # The writer goes on, holding the lease it held; a release that
+            # landed all the same fences its next commit (the lease reads
+            # released), as a rival's takeover would.
+            self._adopt(obj)  # a failed close() restarts the heartbeat
+            head = slot.stored_head()
+            assert head is not None
+            if head.lease.released:
+                _count("release_landed_unproven")
+                slot.fenced = True
             return
         assert obj.closed
         slot.obj = None

@@ -726,3 +726,30 @@ def test_a_renewal_that_raised_yet_landed_is_written_over() -> None:
     writer.head.manifest.seq = 1
     writer.commit()
     assert stored(store).manifest.seq == 1 and not writer.fenced
+
+
+def test_a_release_that_failed_leaves_the_writer_holding_its_lease() -> None:
+    """close() whose release is refused keeps the object open with the lease
+    it held: its next commit renews that lease and writes a valid head
+    (it used to renew the released lease it had tried to write: a head no
+    open could parse)."""
+    inner = memory()
+    store = faulty(inner, "replace", Fault.ERROR)
+    store.enabled = False
+    obj = durable_obj.Namespace(store, owner="me", commit_deadline=DEADLINE).open("o")
+    try:
+        obj.execute(DDL)
+        obj.flush()
+        store.enabled = True
+        with pytest.raises(errors.BackendError, match="injected failure"):
+            obj.close()
+        store.enabled = False
+        assert obj.state == "open" and obj.head is not None and not obj.head.lease.released
+        obj.execute("INSERT INTO m VALUES (1)")
+        obj.flush()
+        assert stored(inner).lease.owner == "me" and stored(inner).manifest.seq == 2
+    finally:
+        store.enabled = False
+        obj.close()
+    assert stored(inner).lease.released
+    assert _rows(inner) == [(1,)]
