@@ -19,10 +19,9 @@ token moved), a settled outcome, or lost (another's head: a lost race, or for
 a writer the fence), until the commit deadline; after it an unproven outcome
 is `CommitAmbiguous`, never success. `StoreAmbiguous` never leaves here.
 
-A writer's commit never writes over a head of its own that names a state
-it never proved stored (an earlier commit that raised, an interrupt or
-`CommitAmbiguous`, yet landed): that seq keeps naming one state, and the
-writer stops there (`HeadWriter._unproven`).
+A commit never writes over a head of ours naming a state never proved
+stored (an earlier commit that raised, yet landed): that seq keeps naming
+one state, and the writer stops there (`HeadWriter._unproven`).
 """
 
 from __future__ import annotations
@@ -77,10 +76,12 @@ class Clock(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Stored:
-    """A head as stored, and the token that replaces exactly it."""
+    """A head as stored, and the token that replaces exactly it; `body`:
+    its bytes as stored, when known (what a writer proved: `HeadWriter.proven`)."""
 
     head: Head
     version: Version
+    body: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,10 +150,12 @@ class HeadWriter:
         #: (the writer could not renew in time), or found a commit of its own
         #: that it never proved stored (`_unproven`): nothing more is committed.
         self.fenced = False
-        #: The seq of the head last proven stored (or read): a head of ours
-        #: at another seq, and not the one being written, is a write of ours
-        #: whose outcome was never proven (`commit`).
-        self.proven_seq = -1
+        #: The head last proven stored (or read), with its bytes (`commit`):
+        #: set first of all a proof changes, so a caller that finds it the
+        #: same after a failed commit rolls its head back.
+        self.proven: Stored | None = None
+        #: The seq of a commit of ours found landed unproven (`_unproven`).
+        self.landed_seq: int | None = None
         self._key = head_key(oid)
         #: The key provider and the data keys it unwrapped (`keyring.py`).
         self.keys = Keys(oid, self.url, encryption)
@@ -169,7 +172,8 @@ class HeadWriter:
     def read(self) -> Stored | None:
         """The head as stored now, or None when there is none."""
         blob = self.store.get(self._key)
-        return None if blob is None else Stored(Head.parse(blob.data, self.url), blob.version)
+        data = None if blob is None else blob.data
+        return None if blob is None else Stored(Head.parse(blob.data, self.url), blob.version, data)
 
     def read_if_changed(self) -> Stored | Unchanged | None:
         """The head as stored now; `UNCHANGED` (one conditional request, no
@@ -177,22 +181,30 @@ class HeadWriter:
         got = self.store.get_if_changed(self._key, self.version)
         if got is None or isinstance(got, Unchanged):
             return got
-        return Stored(Head.parse(got.data, self.url), got.version)
+        return Stored(Head.parse(got.data, self.url), got.version, got.data)
 
     def adopt(self, stored: Stored) -> None:
         """Hold `stored` as the current head (a read-only open writes nothing)."""
+        self.proven = stored
         self.head, self.version = stored.head, stored.version
-        self.proven_seq = stored.head.manifest.seq
 
     def forget(self) -> None:
         self.head = self.version = self.taken_from = None
         self.expires_at = 0.0
-        self.proven_seq = -1
+        self.proven = None
 
     def _proven(self, written: Stored) -> None:
+        self.proven = written  # first: from here on the commit counts (`proven`)
         self.head, self.version = written.head, written.version
-        self.proven_seq = written.head.manifest.seq
         self.expires_at = leases.expiry(written.head.lease)
+
+    def _same_state(self, current: Head, body: bytes | None) -> bool:
+        """Whether the head stored as `body` is `current` but for the lease."""
+        if body is None:
+            return False
+        other = Head.parse(body, self.url)
+        other.lease = current.lease
+        return other == current
 
     # -- head writes --------------------------------------------------------------
     def create(self, head: Head) -> bool:
@@ -307,17 +319,19 @@ class HeadWriter:
             )
             return head
 
-        proven_seq = self.proven_seq
+        proven = self.proven
+        assert proven is not None
 
         def judge(current: Head | None, version: Version | None) -> _Verdict:
             if current is None or not leases.owns(current.lease, holder, generation):
                 self._fence(current)
-            if current.manifest != head.manifest and current.manifest.seq != proven_seq:
+            if not self._same_state(current, head.to_bytes()) and not self._same_state(
+                current, proven.body
+            ):
                 self._unproven(current, version)
-            # Still ours at another token: an earlier write of ours moved it
-            # (this commit's, or a renewal never proven), naming the same
-            # state: writing over it changes only the lease.
-            self.version = version
+            # Still ours at another token, naming the same state: an earlier
+            # write of ours (this commit's, or a renewal never proven). Only
+            # the lease changes. (`self.version` stays the proven one.)
             return _Again(version)
 
         held = head.lease
@@ -333,10 +347,8 @@ class HeadWriter:
                 first=first,
             )
         except BaseException:
-            # Not proven: the head in memory keeps the lease last held (a
-            # failed release leaves the writer open, and its next commit
-            # renews that lease, never the released one it tried to write).
-            head.lease = held
+            if self.proven is proven:  # not proven: keep the lease held (a failed
+                head.lease = held  # release's next commit renews it, not the released one)
             raise
         assert written is not None  # judge never answers "lost": it fences
         self._proven(written)
@@ -353,14 +365,12 @@ class HeadWriter:
 
     def _unproven(self, current: Head, version: Version | None) -> NoReturn:
         """A head of ours names a state we never proved stored: an earlier
-        commit that raised (an interrupt, `CommitAmbiguous`) landed after
-        all. Writing over it would make its seq name two states (a follower
-        that read it would miss the change), or take the seq back. This
-        writer stops instead, with that commit as the object's state, and
-        releases its lease over it (one attempt: else it runs out), so a
-        reopen continues from it at once."""
-        self.fenced = True
-        seq = current.manifest.seq
+        commit that raised (an interrupt, `CommitAmbiguous`) landed. Writing
+        over it would make its seq name two states, or take the seq back.
+        The writer stops there and releases its lease over it (one attempt),
+        so a reopen continues from it at once."""
+        self.fenced, seq = True, current.manifest.seq
+        self.landed_seq = seq
         log.warning("%s: fenced; an unproven commit of this writer landed as seq %d", self.url, seq)
         if version is not None:
             released = current.model_copy(deep=True)
@@ -458,7 +468,7 @@ class HeadWriter:
             except StoreAmbiguous:
                 ambiguous = True
             if new is not None:
-                return Stored(head, new)
+                return Stored(head, new, body)
             try:
                 blob = self.store.get(self._key)
             except BackendError:
@@ -475,7 +485,7 @@ class HeadWriter:
                     )
                 current = None if blob is None else Head.parse(blob.data, self.url)
                 if blob is not None and current is not None and _is_ours(current, head):
-                    return Stored(head, blob.version)
+                    return Stored(head, blob.version, blob.data)
                 verdict = judge(current, None if blob is None else blob.version)
                 if verdict is None or isinstance(verdict, Stored):
                     return verdict

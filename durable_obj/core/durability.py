@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from durable_obj.core import chains, observed, publishing
+from durable_obj.core import chains, interrupts, observed, publishing
 from durable_obj.core.catalog import note_writer
 from durable_obj.core.options import make_options
 from durable_obj.core.surface import refuse_in_transaction
@@ -70,6 +70,7 @@ def _sealer(codec: Codec, key: str, archive: GrowingFile, sealed: _Sealed) -> Ca
 class Durability(Units):
     """flush(), checkpoint(), auto-flush and folding, of `DurableObject`."""
 
+    @interrupts.settled  # a Ctrl-C takes effect once the commit settles
     def flush(self) -> str | None:
         """Publish the buffered statements as one WAL segment and commit it.
 
@@ -115,6 +116,7 @@ class Durability(Units):
             self._group.through(self._buf.end, self._commit_payload)
             self._maybe_fold()
 
+    @interrupts.settled
     def rotate_key(self, new: KeyProvider) -> int:
         """Wrap this encrypted object's data keys under the key provider
         `new` instead of the one it was opened with: one head write, no data
@@ -134,23 +136,23 @@ class Durability(Units):
             make_options({"encryption": new})  # the same check open() makes
             self._group.idle()
             saved = head.model_copy(deep=True)
+            proven = self._w.proven
             count = keyring.rewrap(head, self.oid, old, new)
             try:
                 self._w.commit()
-            except LeaseFenced as exc:
-                saved.lease = head.lease
-                self._w.head = saved
-                self._fenced_by(exc)
-                raise
-            except BaseException:
-                saved.lease = head.lease
-                self._w.head = saved
+            except BaseException as exc:
+                if self._w.proven is proven:  # (an interrupt after the proof keeps it)
+                    saved.lease = head.lease
+                    self._w.head = saved
+                if isinstance(exc, LeaseFenced):
+                    self._fenced_by(exc)
                 raise
             self._w.keys = keyring.Keys(self.oid, self.url, new)
             note_writer(self._w)  # the row's encrypted_with (a hint: never raises)
             log.info("%s: %d data key(s) rewrapped under %s", self.url, count, new.key_id)
             return count
 
+    @interrupts.settled  # a Ctrl-C takes effect once the checkpoint settles
     def checkpoint(self, *, full: bool = False) -> str:
         """Snapshot the database as a new base and empty the WAL list.
 
@@ -166,6 +168,19 @@ class Durability(Units):
 
     @observed.checkpoint
     def _checkpoint_locked(self, *, caller_told: bool = False, full: bool = False) -> str:
+        with interrupts.settling(self.url):  # (a fold, from a flush or the auto-flush)
+            before, _ = self._proof()
+            try:
+                return self._checkpoint_settling(caller_told=caller_told, full=full)
+            except BaseException:
+                proven, landed = self._proof()
+                if proven is not before and landed is not None:
+                    # Proven, then interrupted (a second Ctrl-C): the base
+                    # holds every buffered line, never committed again.
+                    self._buf.committed(landed, caller_told=caller_told)
+                raise
+
+    def _checkpoint_settling(self, *, caller_told: bool, full: bool) -> str:
         self._group.idle()  # never beside a commit in flight; the lock is held from here
         while (txn := self._txn) is not None:  # one began while idle() waited: not logged yet
             assert not txn.admits(), "a checkpoint inside its own transaction"
@@ -255,7 +270,7 @@ class Durability(Units):
                 self.url,
                 "an increment would hold a file grown since its base",
             )
-            return self._checkpoint_locked(caller_told=caller_told, full=True)
+            return self._checkpoint_settling(caller_told=caller_told, full=True)
         self._buf.committed(key, caller_told=caller_told)
         note_writer(self._w)  # the catalog's row (a hint: never raises)
         log.info(

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from durable_obj.core import interrupts
 from durable_obj.core.pending import Outgoing, Pending
 from durable_obj.replica import turn
 
@@ -56,7 +57,18 @@ class GroupCommit:
     """The commits of one object's buffer; every method is called with
     `lock` held."""
 
-    def __init__(self, lock: threading.RLock, pending: Pending) -> None:
+    def __init__(
+        self,
+        lock: threading.RLock,
+        pending: Pending,
+        url: str = "",
+        proof: Callable[[], tuple[object, str | None]] = lambda: (None, None),
+    ) -> None:
+        self._url = url
+        #: The writer's last proof (a token that changes with each commit
+        #: proven) and the key it committed: a commit interrupted after its
+        #: proof still counts (`_lead`).
+        self._proof = proof
         self._lock = lock
         self._cond = threading.Condition(lock)
         self._pending = pending
@@ -92,19 +104,32 @@ class GroupCommit:
                 continue
             if pending.start >= target:
                 return None
-            outgoing, upto = pending.take()
-            current = self._round = _Round(upto)
-            try:
-                with _released(self._lock):
-                    key = commit(outgoing)
-            except BaseException as exc:
-                current.error = exc
-                raise
+            with interrupts.settling(self._url):  # (an auto-flush, a transaction's commit)
+                return self._lead(pending, commit)
+
+    def _lead(self, pending: Pending, commit: Callable[[Outgoing], str]) -> str:
+        """Run the next commit: every line buffered now."""
+        outgoing, upto = pending.take()
+        current = self._round = _Round(upto)
+        before, _ = self._proof()
+        try:
+            with _released(self._lock):
+                key = commit(outgoing)
+        except BaseException as exc:
+            proven, landed = self._proof()
+            if proven is not before and landed is not None:
+                # Proven, then interrupted (a second Ctrl-C, interrupts.py):
+                # its lines are committed, never buffered for the next one.
+                current.key = landed
+                pending.committed(landed, caller_told=False, upto=upto)
             else:
-                current.key = key
-                pending.committed(key, caller_told=False, upto=upto)  # callers say
-                return key
-            finally:
-                current.finished = True
-                self._round = None
-                self._cond.notify_all()
+                current.error = exc
+            raise
+        else:
+            current.key = key
+            pending.committed(key, caller_told=False, upto=upto)  # callers say
+            return key
+        finally:
+            current.finished = True
+            self._round = None
+            self._cond.notify_all()

@@ -47,7 +47,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal
 
-from durable_obj.core import catalog, feed, follow, observed, unclosed
+from durable_obj.core import catalog, feed, follow, interrupts, observed, unclosed
 from durable_obj.core.admission import Admission
 from durable_obj.core.commit import HeadWriter, Stored
 from durable_obj.core.durability import Durability
@@ -124,7 +124,7 @@ class DurableObject(Expiry, Durability, Transactions):
             b and b.seconds > 0 for b in (options.query_bounds, options.write_bounds)
         )
         self._buf = Pending(self._compresses)
-        self._group = GroupCommit(self._lock, self._buf)
+        self._group = GroupCommit(self._lock, self._buf, self.url, self._proof)
         self._diverged = False
         self._txn = None
         self._queued: list[Any] = []
@@ -430,6 +430,7 @@ class DurableObject(Expiry, Durability, Transactions):
         return True
 
     # -- close ---------------------------------------------------------------
+    @interrupts.settled  # a Ctrl-C takes effect once it settles
     def close(self, *, discard: bool = False) -> None:
         """Flush, release the lease, drop the local copy.
 
@@ -457,12 +458,7 @@ class DurableObject(Expiry, Durability, Transactions):
                 if self._w.fenced:
                     lost = self._buf.drop()
                     if lost and not discard:
-                        why = self._fence_note or "it lost its lease"
-                        raise LeaseFenced(
-                            f"{self.url}: this writer was fenced ({why}); {lost} unflushed "
-                            "statement(s) were never committed. The object is closed; reopen "
-                            "to continue from the last flushed state."
-                        )
+                        raise self._closed_fenced(lost)
                 elif not self._read_only:
                     if not discard:
                         self._flush_locked()

@@ -67,6 +67,7 @@ def commit_segment(
         )
 
     saved = (list(manifest.wal), manifest.seq)
+    proven = writer.proven
     manifest.wal = [*manifest.wal, ref]
     manifest.seq = seq
     try:
@@ -74,7 +75,8 @@ def commit_segment(
         # a folder stages that head meanwhile (`Store.replace_after`).
         writer.commit(first=segment)
     except BaseException:
-        manifest.wal, manifest.seq = saved
+        if writer.proven is proven:  # (an interrupt after the proof keeps it)
+            manifest.wal, manifest.seq = saved
         raise
     return ref
 
@@ -145,6 +147,7 @@ def commit_base(
     try:
         ref = _stamped(writer, key, *pending.result())
         saved = head.model_copy(deep=True)
+        proven = writer.proven
         head.manifest.base = ref
         head.manifest.wal = []
         head.manifest.seq = seq
@@ -158,8 +161,9 @@ def commit_base(
         try:
             writer.commit(first=published)
         except BaseException:
-            saved.lease = head.lease
-            writer.head = saved
+            if writer.proven is proven:  # (an interrupt after the proof keeps it)
+                saved.lease = head.lease
+                writer.head = saved
             raise
     except BaseException:
         # given up (an interrupt, a failed digest or commit): a publish still

@@ -203,16 +203,47 @@ class Surface:
             )
         if self._w.fenced:
             raise LeaseFenced(
-                f"{self.url}: this writer lost its lease ({self._fence_note or 'fenced'}); it "
-                "accepts no writes (its local copy can still be read). Close it and reopen "
+                f"{self.url}: this writer was fenced ({self._fence_note or 'it lost its lease'}); "
+                "it accepts no writes (its local copy can still be read). Close it and reopen "
                 "to continue from the last flushed state."
             )
         return engine_
 
+    def _closed_fenced(self, lost: int) -> LeaseFenced:
+        """What close() of a fenced writer raises when it dropped `lost` statements."""
+        why = self._fence_note or "it lost its lease"
+        landed = self._w.landed_seq
+        what = (
+            "were never committed"
+            if landed is None
+            else f"were never proven: those of the commit that landed as seq {landed} are in "
+            "it, the rest were never committed"
+        )
+        return LeaseFenced(
+            f"{self.url}: this writer was fenced ({why}); {lost} unflushed statement(s) {what}. "
+            "The object is closed; reopen to continue from the last flushed state."
+        )
+
+    def _proof(self) -> tuple[object, str | None]:
+        """The writer's last proof (a new object with each commit proven)
+        and the key its head committed last: a segment, else its base."""
+        proven = self._w.proven
+        if proven is None:
+            return None, None
+        manifest = proven.head.manifest
+        base = manifest.base
+        return proven, manifest.wal[-1].key if manifest.wal else base.key if base else None
+
     def _fenced_by(self, exc: LeaseFenced) -> None:
         """Remember what fenced us, for every later refusal."""
-        text = str(exc)
-        self._fence_note = text[text.find("(") + 1 : text.find(")")] if "(" in text else ""
+        text, depth = str(exc), 0
+        start = text.find("(")
+        for at in range(max(start, 0), len(text)):
+            depth += {"(": 1, ")": -1}.get(text[at], 0)
+            if start >= 0 and depth == 0:  # the parenthesis that closes the first
+                self._fence_note = text[start + 1 : at]
+                return
+        self._fence_note = ""
 
     def _left_open(self, when: str) -> None:
         """ResourceWarning + log (once) if open with a lease or a buffer."""
