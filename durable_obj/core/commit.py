@@ -44,7 +44,7 @@ from durable_obj.errors import (
 from durable_obj.stores.base import Unchanged
 from durable_obj.wire import keyring
 from durable_obj.wire import lease as leases
-from durable_obj.wire.head import RETENTION, Head, Lease
+from durable_obj.wire.head import EXTENSION, NONCE, RETENTION, Head, Lease
 from durable_obj.wire.keyring import Keys
 from durable_obj.wire.protocol import (
     COMMIT_BACKOFF_BASE,
@@ -202,9 +202,11 @@ class HeadWriter:
         """Whether the head stored as `body` is `current` but for the lease."""
         if body is None:
             return False
-        other = Head.parse(body, self.url)
-        other.lease = current.lease
-        return other == current
+        mine, other = current.model_copy(deep=True), Head.parse(body, self.url)
+        other.lease = mine.lease
+        for head in (mine, other):  # (every write's own nonce aside)
+            head.model_extra[EXTENSION] = {**head.extension(), NONCE: None}
+        return other == mine
 
     # -- head writes --------------------------------------------------------------
     def create(self, head: Head) -> bool:

@@ -753,3 +753,29 @@ def test_a_release_that_failed_leaves_the_writer_holding_its_lease() -> None:
         obj.close()
     assert stored(inner).lease.released
     assert _rows(inner) == [(1,)]
+
+
+class LandsOnceUnread(LandsThenFails):
+    """The first armed replace lands, its answer is lost, and one read-back fails."""
+
+    def get(self, key: str) -> Any:
+        if self.reads_fail and key.endswith("head.json"):
+            self.reads_fail = False
+            raise errors.BackendError("the read-back failed once")
+        return super().get(key)
+
+
+@pytest.mark.parametrize("change", ["segment", "renewal"])
+def test_an_attempt_of_the_same_commit_that_landed_is_written_over(change: str) -> None:
+    """Within one commit, an earlier attempt that landed unproven (its own
+    lease, its own nonce) names the state being written: the next attempt
+    goes over it and the commit succeeds, nothing stops."""
+    store = LandsOnceUnread(f"commit-{uuid.uuid4().hex}")
+    writer, _me = writer_object(store)
+    assert writer.head is not None
+    if change == "segment":
+        writer.head.manifest.seq = 1
+    store.failure = errors.StoreAmbiguous("the answer was lost")
+    writer.commit()
+    assert stored(store).manifest.seq == writer.head.manifest.seq and not writer.fenced
+    assert stored(store).lease == writer.head.lease
