@@ -156,21 +156,26 @@ class ConfinedFolder(Store):
         fd = self._open_root(key, create=create)
         if fd is None:
             return None
+        # `fd` is always the one descriptor still ours to close (-1: none), so
+        # an interrupt anywhere never closes one twice (it may be another
+        # thread's by then).
         try:
             for name in folders:
                 try:
                     nxt = self._step(fd, name, key, OPEN_DIR, strict=strict)
                 except FileNotFoundError:
                     if not create:
-                        os.close(fd)
+                        done, fd = fd, -1
+                        os.close(done)
                         return None
                     with suppress(FileExistsError):
                         os.mkdir(name, dir_fd=fd)
                     nxt = self._step(fd, name, key, OPEN_DIR)
-                os.close(fd)
-                fd = nxt
+                done, fd = fd, nxt
+                os.close(done)
         except BaseException:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
             raise
         return fd
 

@@ -288,3 +288,30 @@ def test_missing_extra_names_the_install(monkeypatch: pytest.MonkeyPatch) -> Non
     with pytest.raises(MissingDependency) as info:
         open_store("fake://bucket/x")
     assert "pip install 'durable_obj[fake]'" in str(info.value)
+
+
+@pytest.mark.parametrize("create", [True, False])
+def test_an_interrupt_while_walking_folders_never_closes_a_descriptor_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, create: bool
+) -> None:
+    """A Ctrl-C that lands just after a folder's descriptor was closed must
+    not close it again: by then the number may be another thread's file."""
+    from durable_obj.stores import filepaths
+
+    store = FileStore(str(tmp_path))
+    if not create:
+        (tmp_path / "a").mkdir()
+    closed: list[int] = []
+    real = os.close
+
+    def close(fd: int) -> None:
+        real(fd)
+        closed.append(fd)
+        if len(closed) == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(filepaths.os, "close", close)
+    with pytest.raises(KeyboardInterrupt):
+        store._open_folder(("a", "b", "c"), "a/b/c/k", create=create)
+    monkeypatch.undo()
+    assert len(closed) == len(set(closed)), f"closed twice: {closed}"

@@ -72,23 +72,21 @@ def once(fn: Callable[..., Any]) -> Callable[..., Any]:
 # -- settling ---------------------------------------------------------------------
 def test_settling_holds_the_first_sigint_until_the_block_ends() -> None:
     reached = []
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts.settling("o"):
-            signal.raise_signal(signal.SIGINT)
-            reached.append("after the signal")
-            with interrupts.settling("o"):  # nested: the outer one holds
-                reached.append("nested")
+    with pytest.raises(KeyboardInterrupt), interrupts.settling("o"):
+        signal.raise_signal(signal.SIGINT)
+        reached.append("after the signal")
+        with interrupts.settling("o"):  # nested: the outer one holds
+            reached.append("nested")
     assert reached == ["after the signal", "nested"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_settling_lets_a_second_sigint_through_at_once() -> None:
     reached = []
-    with pytest.raises(KeyboardInterrupt):
-        with interrupts.settling("o"):
-            signal.raise_signal(signal.SIGINT)
-            signal.raise_signal(signal.SIGINT)
-            reached.append("never")
+    with pytest.raises(KeyboardInterrupt), interrupts.settling("o"):
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGINT)
+        reached.append("never")
     assert reached == []
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
