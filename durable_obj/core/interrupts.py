@@ -43,16 +43,18 @@ def settling(url: str) -> Iterator[None]:
         yield
         return
     held: list[int] = []
+    before = signal.getsignal(signal.SIGINT)
 
     def hold(signum: int, frame: FrameType | None) -> None:
-        if held:
-            raise KeyboardInterrupt  # a second one: now
+        if held:  # a second one: now, with the handler put back first (it
+            held.clear()  # may come in the block's `finally`, before the restore)
+            signal.signal(signal.SIGINT, before)
+            raise KeyboardInterrupt
         held.append(signum)
         log.warning(
             "%s: interrupt held until this commit settles; interrupt again to stop now", url
         )
 
-    before = signal.getsignal(signal.SIGINT)
     installed = False
     _depth += 1
     try:
@@ -66,6 +68,7 @@ def settling(url: str) -> Iterator[None]:
         if installed:
             signal.signal(signal.SIGINT, before)
             if held:
+                held.clear()
                 signal.raise_signal(signal.SIGINT)  # through the handler it was meant for
 
 

@@ -203,7 +203,7 @@ class Surface:
             )
         if self._w.fenced:
             raise LeaseFenced(
-                f"{self.url}: this writer was fenced ({self._fence_note or 'it lost its lease'}); "
+                f"{self.url}: this writer was fenced ({self._fence_note or self._why_fenced()}); "
                 "it accepts no writes (its local copy can still be read). Close it and reopen "
                 "to continue from the last flushed state."
             )
@@ -211,8 +211,8 @@ class Surface:
 
     def _closed_fenced(self, lost: int) -> LeaseFenced:
         """What close() of a fenced writer raises when it dropped `lost` statements."""
-        why = self._fence_note or "it lost its lease"
         landed = self._w.landed_seq
+        why = self._fence_note or self._why_fenced()
         what = (
             "were never committed"
             if landed is None
@@ -223,6 +223,13 @@ class Surface:
             f"{self.url}: this writer was fenced ({why}); {lost} unflushed statement(s) {what}. "
             "The object is closed; reopen to continue from the last flushed state."
         )
+
+    def _why_fenced(self) -> str:
+        """Why, when no refusal said it (a fence the heartbeat met)."""
+        landed = self._w.landed_seq
+        if landed is None:
+            return "it lost its lease"
+        return f"an earlier commit of its own, never proven, landed as seq {landed}"
 
     def _proof(self) -> tuple[object, str | None]:
         """The writer's last proof (a new object with each commit proven)

@@ -91,6 +91,39 @@ def test_settling_lets_a_second_sigint_through_at_once() -> None:
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_second_sigint_in_the_restore_still_puts_the_handler_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The second Ctrl-C may come as the block's `finally` restores the
+    handler, before the swap: the application's handler is back all the
+    same, and gets the next Ctrl-C outside any commit."""
+    calls: list[int] = []
+
+    def app(signum: int, frame: object) -> None:
+        calls.append(signum)
+
+    real, armed = signal.signal, []
+
+    def swapping(signum: int, handler: Any) -> Any:
+        if armed and handler is app:
+            armed.clear()
+            signal.raise_signal(signal.SIGINT)  # arrives before the real swap
+        return real(signum, handler)
+
+    real(signal.SIGINT, app)
+    try:
+        monkeypatch.setattr(interrupts.signal, "signal", swapping)
+        with pytest.raises(KeyboardInterrupt), interrupts.settling("o"):
+            signal.raise_signal(signal.SIGINT)  # held
+            armed.append(True)
+        monkeypatch.undo()
+        assert signal.getsignal(signal.SIGINT) is app and calls == []
+        signal.raise_signal(signal.SIGINT)
+        assert calls == [signal.SIGINT]
+    finally:
+        real(signal.SIGINT, signal.default_int_handler)
+
+
 def test_settling_off_the_main_thread_changes_nothing() -> None:
     seen: list[object] = []
 
