@@ -154,19 +154,23 @@ def phase_write_variants() -> dict[str, Any]:
 
 
 def phase_raw() -> dict[str, Any]:
-    """The same INSERTs on a plain chdb connection: the floor under both."""
-    import tempfile
+    """The same INSERTs on a plain chdb connection: the floor under both.
+    Its part files go where durable_obj's engine keeps its own by default
+    (the RAM folder when there is one: `floors.engine_data`), so the floor
+    is the same writes, not the same INSERTs on a slower disk."""
+    import shutil
 
-    from chdb.state import sqlitelike
-
-    with tempfile.TemporaryDirectory(prefix="bench-raw-") as path:
-        conn = sqlitelike.Connection(path)
+    folder, args = floors.engine_data("bench-raw-")
+    try:
+        conn = floors.connect(folder, args)
         conn.query("CREATE DATABASE IF NOT EXISTS bench")
         conn.query("USE bench")
         conn.query(DDL)
         out = {"execute_ms": execute_latencies(conn.query, SPEC["executes"])}
         out["bulk_ms"] = bulk_latencies(conn.query)
         conn.close()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
     return out
 
 
