@@ -469,6 +469,10 @@ class HeadWriter:
                     new = self.store.replace(self._key, body, version)
             except StoreAmbiguous:
                 ambiguous = True
+            except BackendError:
+                if not ambiguous:
+                    raise  # refused, and no earlier write of this commit can have landed
+                # an earlier answer was lost: that write may have landed (read back)
             if new is not None:
                 return Stored(head, new, body)
             try:

@@ -779,3 +779,39 @@ def test_an_attempt_of_the_same_commit_that_landed_is_written_over(change: str) 
     writer.commit()
     assert stored(store).manifest.seq == writer.head.manifest.seq and not writer.fenced
     assert stored(store).lease == writer.head.lease
+
+
+class LostThenRefused(MemoryStore):
+    """Armed: a head replace lands and its answer is lost, the read-back
+    fails once, and the next replace is refused outright (BackendError)."""
+
+    armed = 0
+
+    def replace(self, key: str, data: bytes, version: Version) -> Version | None:
+        if self.armed == 2:
+            self.armed = 0
+            raise errors.BackendError("refused")
+        new = super().replace(key, data, version)
+        if self.armed == 1:
+            self.armed = 3
+            raise errors.StoreAmbiguous("the answer was lost")
+        return new
+
+    def get(self, key: str) -> Any:
+        if self.armed == 3:
+            self.armed = 2
+            raise errors.BackendError("the read-back failed")
+        return super().get(key)
+
+
+def test_a_refusal_after_a_lost_answer_is_read_back_not_reported_as_nothing_applied() -> None:
+    """After a write whose answer was lost, a later attempt's refusal says
+    nothing of that earlier write: the commit reads back (and here finds its
+    own write), never 'did not apply' for a head that landed."""
+    store = LostThenRefused(f"commit-{uuid.uuid4().hex}")
+    writer, _me = writer_object(store)
+    assert writer.head is not None
+    writer.head.manifest.seq = 1
+    store.armed = 1
+    writer.commit()
+    assert stored(store).manifest.seq == 1 and not writer.fenced
