@@ -171,7 +171,7 @@ def test_a_sigint_after_the_head_lands_takes_effect_once_the_commit_settled(call
         assert obj.closed
     finally:
         abandon(obj)
-    assert rows(store) == [(1,), (2,)] if call != "close" else [(1,)]
+    assert rows(store) == ([(1,), (2,)] if call != "close" else [(1,)])
 
 
 # -- an interrupt let through after the proof ------------------------------------------
