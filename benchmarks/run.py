@@ -64,7 +64,8 @@ from dataclasses import dataclass, field
 from harness.procs import RESULTS, command, environ
 from harness.report import Report
 from harness.servers import s3_bench, s3_env
-from workloads.versus.figures import GOAL_LIST_OBJECTS, LARGE, MILLION, Bench
+from workloads.versus.figures import LARGE, MILLION, Bench
+from workloads.versus.listing import GOAL_LIST_OBJECTS
 
 #: run.py's own groups: the versus family, in this process's children.
 VERSUS = ("writes", "bases", "segments", "wal", "list")

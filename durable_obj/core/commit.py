@@ -11,7 +11,7 @@ then commits them here with `commit`.
 A write whose answer is lost (timeout, 5xx, lost connection, S3 409: the store
 raises `StoreAmbiguous`) or whose precondition failed (a race lost, or our own
 write met again by a client's resend) is settled one way, in
-`_write`: read the head back. The write counts only if the head read back is
+`readback.write`: read the head back. The write counts only if the head read back is
 the one we wrote: the same lease (our instance, our generation, the expiry we
 wrote) and manifest (our unique key at our seq). Anything else goes by the
 write's own rule: write again (the head is still ours, or unchanged: only the
@@ -32,14 +32,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NoReturn, Protocol
 
+from durable_obj.core import readback
+from durable_obj.core.readback import Again, Stored, Verdict
 from durable_obj.errors import (
-    BackendError,
-    CommitAmbiguous,
     DurableError,
     LeaseFenced,
     LeaseHeld,
     NotFound,
-    StoreAmbiguous,
 )
 from durable_obj.stores.base import Unchanged
 from durable_obj.wire import keyring
@@ -47,8 +46,6 @@ from durable_obj.wire import lease as leases
 from durable_obj.wire.head import EXTENSION, NONCE, RETENTION, Head, Lease
 from durable_obj.wire.keyring import Keys
 from durable_obj.wire.protocol import (
-    COMMIT_BACKOFF_BASE,
-    COMMIT_BACKOFF_MAX,
     DEFAULT_COMMIT_DEADLINE,
     DEFAULT_LEASE_TTL,
     DEFAULT_TIMEZONE,
@@ -75,39 +72,11 @@ class Clock(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class Stored:
-    """A head as stored, and the token that replaces exactly it; `body`:
-    its bytes as stored, when known (what a writer proved: `HeadWriter.proven`)."""
-
-    head: Head
-    version: Version
-    body: bytes | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class Taken:
     """A lease taken, and whether that was a forced takeover of a live holder."""
 
     lease: Lease
     forced: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _Again:
-    """Write again, replacing `version` (None: create again)."""
-
-    version: Version | None
-
-
-#: What a write's rule makes of a head read back that is not the one written:
-#: write again, a settled outcome, or None (lost: someone else's head).
-_Verdict = _Again | Stored | None
-
-
-def _is_ours(current: Head, written: Head) -> bool:
-    """Our write, or an equivalent earlier one of ours, is what is stored: the
-    same lease (instance, generation, expiry) and manifest (our key, our seq)."""
-    return current.lease == written.lease and current.manifest == written.manifest
 
 
 class HeadWriter:
@@ -156,7 +125,7 @@ class HeadWriter:
         self.proven: Stored | None = None
         #: The seq of a commit of ours found landed unproven (`_unproven`).
         self.landed_seq: int | None = None
-        self._key = head_key(oid)
+        self.key = head_key(oid)
         #: The key provider and the data keys it unwrapped (`keyring.py`).
         self.keys = Keys(oid, self.url, encryption)
         #: A new object's WAL is zstd-compressed (the head decides after that).
@@ -171,14 +140,14 @@ class HeadWriter:
     # -- reads ------------------------------------------------------------------
     def read(self) -> Stored | None:
         """The head as stored now, or None when there is none."""
-        blob = self.store.get(self._key)
+        blob = self.store.get(self.key)
         data = None if blob is None else blob.data
         return None if blob is None else Stored(Head.parse(blob.data, self.url), blob.version, data)
 
     def read_if_changed(self) -> Stored | Unchanged | None:
         """The head as stored now; `UNCHANGED` (one conditional request, no
         body) while it is still the version last held; None when there is none."""
-        got = self.store.get_if_changed(self._key, self.version)
+        got = self.store.get_if_changed(self.key, self.version)
         if got is None or isinstance(got, Unchanged):
             return got
         return Stored(Head.parse(got.data, self.url), got.version, got.data)
@@ -213,11 +182,12 @@ class HeadWriter:
         """Create the head where there is none. False: another head is there
         (a lost race); nothing of ours was written."""
 
-        def judge(current: Head | None, version: Version | None) -> _Verdict:
+        def judge(current: Head | None, version: Version | None) -> Verdict:
             # Nothing there: our create did not land. Someone else's: lost.
-            return _Again(None) if current is None else None
+            return Again(None) if current is None else None
 
-        written = self._write(
+        written = readback.write(
+            self,
             lambda: head,
             None,
             judge,
@@ -274,11 +244,12 @@ class HeadWriter:
         desired.engine.version = engine_version
         desired.set_extension(RETENTION, self.retention)
 
-        def judge(current: Head | None, version: Version | None) -> _Verdict:
+        def judge(current: Head | None, version: Version | None) -> Verdict:
             # Unchanged since we read it: our write did not land. Else: lost.
-            return _Again(read.version) if current is not None and version == read.version else None
+            return Again(read.version) if current is not None and version == read.version else None
 
-        written = self._write(
+        written = readback.write(
+            self,
             lambda: desired,
             read.version,
             judge,
@@ -324,7 +295,7 @@ class HeadWriter:
         proven = self.proven
         assert proven is not None
 
-        def judge(current: Head | None, version: Version | None) -> _Verdict:
+        def judge(current: Head | None, version: Version | None) -> Verdict:
             if current is None or not leases.owns(current.lease, holder, generation):
                 self._fence(current)
             if not self._same_state(current, head.to_bytes()) and not self._same_state(
@@ -334,11 +305,12 @@ class HeadWriter:
             # Still ours at another token, naming the same state: an earlier
             # write of ours (this commit's, or a renewal never proven). Only
             # the lease changes. (`self.version` stays the proven one.)
-            return _Again(version)
+            return Again(version)
 
         held = head.lease
         try:
-            written = self._write(
+            written = readback.write(
+                self,
                 make,
                 version,
                 judge,
@@ -378,7 +350,7 @@ class HeadWriter:
             released = current.model_copy(deep=True)
             released.lease = leases.release(current.lease)
             try:
-                self.store.replace(self._key, released.to_bytes(), version)
+                self.store.replace(self.key, released.to_bytes(), version)
             except DurableError:
                 log.warning("%s: could not release the lease of seq %d", self.url, seq)
         raise LeaseFenced(
@@ -400,18 +372,19 @@ class HeadWriter:
         desired = read.head.model_copy(deep=True)
         desired.lease = leases.release(desired.lease)
 
-        def judge(current: Head | None, version: Version | None) -> _Verdict:
+        def judge(current: Head | None, version: Version | None) -> Verdict:
             if current is None or version is None:
                 raise NotFound(f"{self.url} was deleted while releasing its lease")
             if current.lease.released:
                 return Stored(current, version)  # released meanwhile: done
             if version == read.version:
-                return _Again(version)  # unchanged: our write did not land
+                return Again(version)  # unchanged: our write did not land
             raise LeaseHeld(
                 f"the head of {self.oid!r} changed while releasing; nothing was changed"
             )
 
-        written = self._write(
+        written = readback.write(
+            self,
             lambda: desired,
             read.version,
             judge,
@@ -432,77 +405,6 @@ class HeadWriter:
         released = (self.taken_from or self.head).model_copy(deep=True)
         released.lease = leases.release(self.head.lease)
         try:
-            self.store.replace(self._key, released.to_bytes(), self.version)
+            self.store.replace(self.key, released.to_bytes(), self.version)
         except DurableError:
             log.warning("%s: could not release the lease after a failed open", self.url)
-
-    def _write(
-        self,
-        make: Callable[[], Head],
-        version: Version | None,
-        judge: Callable[[Head | None, Version | None], _Verdict],
-        *,
-        what: str,
-        unsettled: str,
-        failed: str,
-        first: Callable[[], None] | None = None,
-    ) -> Stored | None:
-        """The one head write: create (version None) or compare-and-swap,
-        settled by reading back (module docstring). None: lost. `first`
-        goes with the first compare-and-swap (`commit`)."""
-        deadline = self.clock.monotonic() + self.commit_deadline
-        ambiguous = False
-        attempt = 0
-        while True:
-            attempt += 1
-            head = make()
-            body = head.to_bytes()
-            new: Version | None = None
-            try:
-                if version is None:
-                    assert first is None
-                    new = self.store.create(self._key, body)
-                elif first is not None:
-                    pending, first = first, None  # it runs once, whatever the answer
-                    new = self.store.replace_after(self._key, body, version, pending)
-                else:
-                    new = self.store.replace(self._key, body, version)
-            except StoreAmbiguous:
-                ambiguous = True
-            except BackendError:
-                if not ambiguous:
-                    raise  # refused, and no earlier write of this commit can have landed
-                # an earlier answer was lost: that write may have landed (read back)
-            if new is not None:
-                return Stored(head, new, body)
-            try:
-                blob = self.store.get(self._key)
-            except BackendError:
-                ambiguous = True  # cannot tell: write again, or run out of time
-            else:
-                if blob is None and version is None and not ambiguous:
-                    # The store refused the create (a head is there), yet the
-                    # read does not show it yet: another writer created the
-                    # object that moment. Its lease holds; nothing of ours landed.
-                    raise LeaseHeld(
-                        f"{self.url}: another writer created this object's head at the same "
-                        "moment (our create was refused; the store does not show its head "
-                        "yet), so its lease holds. Nothing was written; open again to see it."
-                    )
-                current = None if blob is None else Head.parse(blob.data, self.url)
-                if blob is not None and current is not None and _is_ours(current, head):
-                    return Stored(head, blob.version, blob.data)
-                verdict = judge(current, None if blob is None else blob.version)
-                if verdict is None or isinstance(verdict, Stored):
-                    return verdict
-                version = verdict.version
-            if self.clock.monotonic() >= deadline:
-                if ambiguous:
-                    raise CommitAmbiguous(
-                        f"{self.url}: could not prove whether {what} landed after {attempt} "
-                        f"attempt(s): the outcome is indeterminate. {unsettled}"
-                    )
-                raise BackendError(
-                    f"{self.url}: {what} did not apply after {attempt} attempt(s); {failed}"
-                )
-            self.clock.sleep(min(COMMIT_BACKOFF_BASE * 2 ** (attempt - 1), COMMIT_BACKOFF_MAX))

@@ -42,8 +42,8 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from durable_obj.core.commit import Stored
 from durable_obj.core.heartbeat import BUSY, Heartbeat
+from durable_obj.core.readback import Stored
 from durable_obj.errors import BackendError, DurableError, InvalidArgument, NotFound, Timeout
 from durable_obj.stores.base import UNCHANGED
 from durable_obj.wire.head import Head

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from durable_obj.core import catalog, feed, follow, interrupts, observed, unclosed
 from durable_obj.core.admission import Admission
-from durable_obj.core.commit import HeadWriter, Stored
+from durable_obj.core.commit import HeadWriter
 from durable_obj.core.durability import Durability
 from durable_obj.core.expiry import Expiry
 from durable_obj.core.group import GroupCommit
@@ -58,6 +58,7 @@ from durable_obj.core.opening import Opener, Refresh
 from durable_obj.core.options import Options
 from durable_obj.core.pending import Pending
 from durable_obj.core.queries import Params
+from durable_obj.core.readback import Stored
 from durable_obj.core.surface import _CLOSED, _CLOSING, _NEW, _OPEN, refuse_in_transaction
 from durable_obj.core.surface import Result as Result
 from durable_obj.core.transaction import Transactions

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, cast
 
 from durable_obj.core import history
-from durable_obj.core.commit import Stored
+from durable_obj.core.readback import Stored
 from durable_obj.errors import InvalidArgument, LeaseHeld, NotFound
 from durable_obj.replica import restore
 from durable_obj.replica.local import warm_catalog

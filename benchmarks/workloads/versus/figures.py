@@ -17,16 +17,13 @@ from harness.report import OwnRow, Report, Row, median, p99
 from harness.servers import S3Server
 from harness.workload import QUERIES
 
+from workloads.versus import listing
+
 GOAL_ROWS = 100_000  # the size the checkpoint, open and RSS goals are set at
 GOAL_FLOOR = 1.2  # issue 39: every row within 1.2x of its floor ...
 GOAL_FOLDER_FLUSH = 1.3  # ... the folder flush within 1.3x
 MILLION = 1_000_000  # the scale point (--million): absolute cold-open goals, RSS ratio
 GOAL_MILLION_OPEN_S = {"local": 0.5, "s3": 1.5}
-GOAL_LIST_OBJECTS = 1000  # Namespace.list() of this many objects ...
-GOAL_LIST_S = 1.5  # ... in at most this many seconds at 20 ms per request (verify=True)
-GOAL_CATALOG_OBJECTS = 10_000  # Namespace.list() from the catalog of this many objects ...
-GOAL_CATALOG_S = 0.1  # ... in at most this many seconds at 20 ms per request (issue 40)
-LIST_SEGMENTS = 9  # WAL segments per listed object: 11 keys with its head and base
 LARGE = 100_000  # from this size on, --large-repeat samples per figure
 
 
@@ -437,68 +434,6 @@ class Bench:
             note="floor: bare chdb INSERT + the flush-of-1 floor" if both else "",
         )
 
-    def listing(self) -> None:
-        """Namespace.list() of --list-objects objects, in a namespace of their own."""
-        n = self.args.list_objects
-        start = time.perf_counter()
-        if self.s3 is None:
-            store = {**self.store, "root": os.path.join(self.store["root"], "listing")}
-        else:
-            store = {**self.store, "prefix": f"{self.store['prefix']}-listing"}
-        # Written straight to the server: the latency proxy is for what is timed.
-        direct = store if self.s3 is None else {**store, "endpoint": self.s3.endpoint}
-        spec: dict[str, Any] = {
-            "impl": IMPLS[0],
-            "phase": "populate",
-            "oid": "agent",
-            "store": direct,
-        }
-        got = run_child({**spec, "objects": n, "segments": LIST_SEGMENTS}, self.env)
-        keys = got["keys_per_object"]
-        self.progress(f"{n:,} objects of {keys} keys written", start)
-        variants = ("catalog", "verify", "verify_heads")
-        for rep in range(self.args.repeat):
-            for variant in variants[rep % 3 :] + variants[: rep % 3]:
-                spec = {
-                    "impl": IMPLS[0],
-                    "phase": "list",
-                    "store": store,
-                    "verify": variant != "catalog",
-                    "stored": variant != "verify_heads",
-                }
-                got = run_child(spec, self.env)
-                if got["objects"] != n or got["described"] != n:
-                    raise RuntimeError(f"list() found {got['objects']} objects, not {n}")
-                if variant == "catalog":
-                    first, warm = got["list_s"]
-                    self.keep("list_catalog_first_s", IMPLS[0], [first])
-                    self.keep("list_catalog_s", IMPLS[0], [warm])
-                else:
-                    self.keep(f"list_{variant}_s", IMPLS[0], got["list_s"])
-        self.progress(f"Namespace.list() of {n:,} objects", start)
-        at20 = self.s3 is None or self.args.latency_ms == 20
-        goals = {
-            "list_catalog_s": GOAL_CATALOG_S if n == GOAL_CATALOG_OBJECTS and at20 else None,
-            "list_verify_s": GOAL_LIST_S if n == GOAL_LIST_OBJECTS and at20 else None,
-        }
-        for key, call in (
-            ("list_catalog_first_s", "list() catalog, 1st call"),
-            ("list_catalog_s", "list() catalog, warm"),
-            ("list_verify_s", "list(verify=True)"),
-            ("list_verify_heads_s", "list(verify, heads only)"),
-        ):
-            samples = self.samples[key][IMPLS[0]]
-            self.report.own.append(
-                OwnRow(
-                    self.label,
-                    f"{call}, {n:,} objs",
-                    "s",
-                    median(samples),
-                    goals.get(key),
-                    note=f"best {min(samples):.3f}; {keys} keys per object",
-                )
-            )
-
     def all(self, raw: bool) -> None:
         only = self.args.only
         if "writes" in only:
@@ -510,4 +445,4 @@ class Bench:
         if "wal" in only:
             self.long_wal()
         if "list" in only:
-            self.listing()
+            listing.figure(self)
