@@ -1,9 +1,10 @@
 """A folder's compare-and-swap of one key (a head), and the files it writes.
 
-Under an exclusive `flock` on `<key>.lock` (the same lock file chdb.durable's
-local backend takes, so the two exclude each other), the current bytes are
-hashed and compared with the caller's version, then a fsynced temp file is
-renamed over the key and the folder is fsynced. Every file this store
+A replace writes and fsyncs a temp file beside the key; then, under an
+exclusive `flock` on `<key>.lock` (the same lock file chdb.durable's local
+backend takes, so the two exclude each other), the current bytes are hashed
+and compared with the caller's version, the temp file is renamed over the
+key (or removed) and the folder is fsynced. Every file this store
 writes (`_write`) is stamped with a fresh nonce in an extended attribute of
 its inode before it is linked or renamed into place (`file.py` says why).
 
@@ -142,8 +143,9 @@ class FolderSwap(ConfinedFolder):
         return Version(f"{nonce}:{digest.hexdigest()}")
 
     def replace(self, key: str, data: bytes, version: Version) -> Version | None:
-        staged = self._stage(key, data, version)
-        return None if staged is None else self._land(key, staged)
+        # written and fsynced beside the key first, the lock taken only for
+        # the compare, the rename and the folder's fsync (as replace_after)
+        return self._swap(key, self._prepare(key, data), version)
 
     def replace_after(
         self, key: str, data: bytes, version: Version, first: Callable[[], None]
@@ -203,33 +205,6 @@ class FolderSwap(ConfinedFolder):
             self._drop(staged)
             return None
         return self._land(key, staged)
-
-    def _stage(self, key: str, data: bytes, version: Version) -> _Staged | None:
-        """Under the key's lock, if the key is still at `version`: `data`
-        written, stamped and fsynced to a temp file beside it, the folder and
-        the lock kept open for `_land` (or `_drop`). None: the key is not at
-        `version` (nothing is held)."""
-        try:
-            dfd, name = self._open_parent(key, create=True)
-            assert dfd is not None
-            lock = -1
-            try:
-                lock = self._step(dfd, f"{name}.lock", key, OPEN_LOCK)
-                self._lock(lock, key)  # released when the file closes
-                if self._current(dfd, name, key) != version:
-                    os.close(lock)
-                    os.close(dfd)
-                    return None
-                tmp = f"{name}.{uuid.uuid4().hex}.tmp"
-                new = self._write(dfd, tmp, key, [data])
-            except BaseException:
-                if lock >= 0:
-                    os.close(lock)
-                os.close(dfd)
-                raise
-        except OSError as exc:
-            raise self._fail("replacing", key, exc) from exc
-        return _Staged(dfd, lock, name, tmp, new)
 
     def _current(self, dfd: int, name: str, key: str) -> Version | None:
         """The version of the file `name` in the folder `dfd`; None if there
